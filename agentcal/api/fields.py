@@ -1,0 +1,76 @@
+"""Input fields and serializer base classes shared by the agent API."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from django.utils.dateparse import parse_datetime
+from rest_framework import serializers
+
+from agentcal.errors import InvalidRange
+
+MAX_JSON_FIELD_BYTES = 16 * 1024
+
+
+class StrictSerializer(serializers.Serializer):
+    """Refuses fields it does not know: a typo (`ttl_second`) must not be silently ignored."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
+        return super().to_internal_value(data)
+
+
+class OffsetDateTimeField(serializers.Field):
+    """RFC 3339 with an explicit offset; a naive time is `400 invalid_range`, not a guess."""
+
+    def to_internal_value(self, data: Any) -> datetime:
+        if not isinstance(data, str):
+            raise InvalidRange(f"{self.field_name} must be an RFC 3339 string.", field=self.field_name)
+        parsed = None
+        try:
+            parsed = parse_datetime(data.strip())
+        except ValueError:
+            pass
+        if parsed is None:
+            raise InvalidRange(f"{self.field_name} is not an RFC 3339 date-time: {data[:64]!r}.", field=self.field_name)
+        if parsed.tzinfo is None:
+            raise InvalidRange(
+                f"{self.field_name} has no UTC offset; send e.g. 2026-10-04T14:00:00Z or +02:00.",
+                field=self.field_name,
+            )
+        return parsed
+
+    def to_representation(self, value: datetime) -> str:
+        return serializers.DateTimeField().to_representation(value)
+
+
+class TimezoneField(serializers.CharField):
+    def to_internal_value(self, data: Any) -> str:
+        name = super().to_internal_value(data)
+        try:
+            ZoneInfo(name)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise serializers.ValidationError(f"Unknown IANA time zone {name!r}.") from None
+        return name
+
+
+class BoundedJSONField(serializers.JSONField):
+    """Free-form agent data, capped in size so one request cannot bloat a row."""
+
+    def __init__(self, *, expect: type, **kwargs: Any) -> None:
+        self.expect = expect
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> Any:
+        value = super().to_internal_value(data)
+        if not isinstance(value, self.expect):
+            raise serializers.ValidationError(f"Must be a JSON {'object' if self.expect is dict else 'array'}.")
+        if len(json.dumps(value)) > MAX_JSON_FIELD_BYTES:
+            raise serializers.ValidationError(f"Must serialize to at most {MAX_JSON_FIELD_BYTES} bytes.")
+        return value

@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+import redis
+from django.conf import settings
+from django.db import connection
+from drf_spectacular.utils import extend_schema
+from rest_framework.permissions import AllowAny
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+
+class HealthView(APIView):
+    """Liveness and dependencies: 200 when PostgreSQL and Redis answer, 503 otherwise. No auth."""
+
+    authentication_classes: list = []
+    permission_classes = [AllowAny]
+
+    @extend_schema(responses={200: dict, 503: dict})
+    def get(self, request: Request) -> Response:
+        checks = {"database": _check_database(), "redis": _check_redis()}
+        healthy = all(state == "ok" for state in checks.values())
+        return Response({"status": "ok" if healthy else "degraded", **checks}, status=200 if healthy else 503)
+
+
+def _check_database() -> str:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        return "ok"
+    except Exception as exc:  # any failure is reported, not raised: this is the health endpoint
+        return f"error: {type(exc).__name__}"
+
+
+def _check_redis() -> str:
+    try:
+        client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1, socket_timeout=1)
+        client.ping()
+        return "ok"
+    except Exception as exc:
+        return f"error: {type(exc).__name__}"

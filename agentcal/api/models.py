@@ -1,0 +1,28 @@
+"""Idempotency records for the agent API (Idempotency-Key header)."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models.functions import Now
+
+from workspaces.models import Agent
+
+
+class IdempotencyRecord(models.Model):
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=255)
+    # sha256 of method, path and body: the same key with any other request is `idempotency_key_reused`.
+    request_fingerprint = models.CharField(max_length=64)
+    # NULL while the first request is still running; set when its response is stored.
+    response_status = models.PositiveSmallIntegerField(null=True)
+    response_body = models.JSONField(null=True)
+    response_headers = models.JSONField(default=dict)
+    created_at = models.DateTimeField(db_default=Now())
+    completed_at = models.DateTimeField(null=True)
+
+    class Meta:
+        constraints = [
+            # One claim per (agent, key): the INSERT racing on this constraint decides who runs.
+            models.UniqueConstraint(fields=["agent", "key"], name="idempotency_one_claim_per_key"),
+        ]
+        indexes = [models.Index(fields=["created_at"], name="idempotency_created")]

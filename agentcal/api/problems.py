@@ -1,0 +1,117 @@
+"""One place that turns every API error into an RFC 9457 problem+json response, and audits it."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.db import transaction
+from django.http import Http404, HttpRequest, JsonResponse
+from rest_framework import exceptions as drf
+from rest_framework.response import Response
+
+from agentcal.errors import AgentCalError, InvalidRequest, NotFound, Unauthenticated
+from audit.events import AuditEvent
+from audit.models import Outcome
+from audit.services import audit_record
+from workspaces.actor import Actor
+
+logger = logging.getLogger(__name__)
+PROBLEM_CONTENT_TYPE = "application/problem+json"
+
+
+class ProblemResponse(Response):
+    def __init__(self, error: AgentCalError, headers: dict[str, str] | None = None) -> None:
+        super().__init__(error.problem(), status=error.status, headers=headers, content_type=PROBLEM_CONTENT_TYPE)
+
+
+def as_domain_error(exc: Exception) -> AgentCalError | None:
+    """Map framework exceptions onto the domain errors the API documents."""
+    if isinstance(exc, AgentCalError):
+        return exc
+    if isinstance(exc, Http404 | drf.NotFound):
+        return NotFound()
+    if isinstance(exc, drf.NotAuthenticated | drf.AuthenticationFailed):
+        return Unauthenticated()
+    if isinstance(exc, drf.ValidationError):
+        error = InvalidRequest("Some fields are missing or invalid; see `errors`.", errors=exc.detail)
+        return error
+    if isinstance(exc, drf.ParseError):
+        return _generic(400, "malformed_json", "The body is not valid JSON", str(exc.detail))
+    if isinstance(exc, drf.UnsupportedMediaType):
+        return _generic(415, "unsupported_media_type", "Send JSON (Content-Type: application/json)", str(exc.detail))
+    if isinstance(exc, drf.MethodNotAllowed):
+        return _generic(405, "method_not_allowed", "Method not allowed", str(exc.detail))
+    if isinstance(exc, drf.NotAcceptable):
+        return _generic(406, "not_acceptable", "Not acceptable", str(exc.detail))
+    if isinstance(exc, drf.Throttled):
+        return _generic(429, "rate_limited", "Too many requests", str(exc.detail), retry_after=exc.wait)
+    if isinstance(exc, drf.PermissionDenied | DjangoPermissionDenied):
+        return _generic(403, "forbidden", "Forbidden", str(exc))
+    if isinstance(exc, drf.APIException):
+        return _generic(exc.status_code, str(exc.default_code), "Request failed", str(exc.detail))
+    return None
+
+
+def _generic(status: int, code: str, title: str, detail: str, **extra: Any) -> AgentCalError:
+    error_class = type(f"Problem{status}", (AgentCalError,), {"status": status, "code": code, "title": title})
+    return error_class(detail, **extra)
+
+
+def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    error = as_domain_error(exc)
+    if error is None:
+        return None  # unexpected: Django logs it and answers 500 (see agentcal.urls handler500)
+    request = context.get("request")
+    view = context.get("view")
+    if not error.audited:
+        _audit_refusal(error, request, view, exc)
+    headers = {}
+    if error.status == 401:
+        headers["WWW-Authenticate"] = 'Bearer realm="agentcal"'
+    if error.status == 409 and error.code == "idempotency_in_progress":
+        headers["Retry-After"] = "1"
+    return ProblemResponse(error, headers=headers)
+
+
+def _audit_refusal(error: AgentCalError, request: Any, view: Any, original: Exception) -> None:
+    """Every refused API request leaves an audit row, written after the view's transaction is gone."""
+    actor = getattr(request, "_user", None) if request is not None else None
+    actor = actor if isinstance(actor, Actor) else None
+    action = getattr(view, "audit_action", None)
+    if error.status == 401:
+        event = AuditEvent.AUTH_REJECTED
+    elif action:
+        event = f"{action}.rejected"
+    else:
+        event = AuditEvent.REQUEST_REJECTED
+    kwargs = getattr(view, "kwargs", {}) or {}
+    django_request = getattr(request, "_request", request)
+    with transaction.atomic():
+        audit_record(
+            event_type=event,
+            outcome=Outcome.REJECTED,
+            actor=actor,
+            calendar_public_id=str(kwargs.get("calendar_id", "")),
+            reservation_public_id=str(kwargs.get("hold_id") or kwargs.get("booking_id") or ""),
+            http_status=error.status,
+            failure_reason=error.code,
+            key_prefix=getattr(original, "key_prefix", ""),
+            request_id=getattr(django_request, "request_id", ""),
+            details={"method": getattr(django_request, "method", ""), "path": getattr(django_request, "path", "")},
+        )
+    error.audited = True
+
+
+def problem_json_response(error: AgentCalError) -> JsonResponse:
+    return JsonResponse(error.problem(), status=error.status, content_type=PROBLEM_CONTENT_TYPE)
+
+
+def api_not_found(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+    return problem_json_response(NotFound(f"No endpoint at {request.path}."))
+
+
+def api_server_error(request: HttpRequest) -> JsonResponse:
+    error = _generic(500, "internal_error", "Internal server error", "Something went wrong; it has been logged.")
+    return problem_json_response(error)

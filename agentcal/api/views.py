@@ -1,0 +1,82 @@
+"""The base class every agent API view derives from: auth, scopes, problem+json and idempotency."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from agentcal.api.idempotency import (
+    REPLAYED_HEADERS,
+    StoredResponse,
+    idempotency_claim,
+    idempotency_complete,
+    request_fingerprint,
+)
+from workspaces.actor import Actor
+
+MUTATING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+class _Replay(Exception):
+    def __init__(self, stored: StoredResponse) -> None:
+        self.stored = stored
+
+
+class AgentAPIView(APIView):
+    # {"GET": Scope.X, ...}: checked by workspaces.authentication.HasRequiredScope.
+    required_scopes: ClassVar[dict[str, str]] = {}
+    # Audit event prefix for refusals, e.g. "calendar.hold" -> "calendar.hold.rejected".
+    audit_action: ClassVar[str | None] = None
+
+    _idempotency_record: int | None = None
+
+    @property
+    def actor(self) -> Actor:
+        user = self.request.user
+        assert isinstance(user, Actor)
+        return user
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)  # authentication, scopes
+        self._idempotency_record = None
+        key = request.headers.get("Idempotency-Key")
+        if key is None or request.method not in MUTATING_METHODS:
+            return
+        fingerprint = request_fingerprint(
+            method=request.method,
+            path=request.path,
+            query=request.META.get("QUERY_STRING", ""),
+            body=request.data,  # parsed here, so malformed JSON is refused before anything is claimed
+        )
+        outcome = idempotency_claim(agent=self.actor.agent, key=key, fingerprint=fingerprint)
+        if isinstance(outcome, StoredResponse):
+            raise _Replay(outcome)
+        self._idempotency_record = outcome
+
+    def handle_exception(self, exc: Exception) -> Response:
+        if isinstance(exc, _Replay):
+            stored = exc.stored
+            headers = {**stored.headers, "Idempotent-Replayed": "true"}
+            content_type = headers.pop("Content-Type", None)
+            return Response(stored.body, status=stored.status, headers=headers, content_type=content_type)
+        try:
+            return super().handle_exception(exc)
+        except Exception:
+            # An unexpected error (a 500): release the claim so the agent's retry runs for real.
+            record_id, self._idempotency_record = self._idempotency_record, None
+            if record_id is not None:
+                idempotency_complete(record_id=record_id, status=500, body=None, headers={})
+            raise
+
+    def finalize_response(self, request: Request, response: Response, *args: Any, **kwargs: Any) -> Response:
+        response = super().finalize_response(request, response, *args, **kwargs)
+        record_id, self._idempotency_record = self._idempotency_record, None
+        if record_id is not None:
+            headers = {name: response[name] for name in REPLAYED_HEADERS if response.has_header(name)}
+            if response.content_type:
+                headers["Content-Type"] = response.content_type
+            idempotency_complete(record_id=record_id, status=response.status_code, body=response.data, headers=headers)
+        return response

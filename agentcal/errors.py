@@ -1,0 +1,111 @@
+"""Domain errors. Each carries its HTTP status and machine code; the API renders them as problem+json.
+
+Extra keyword arguments become top-level members of the problem document (e.g. `alternatives`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class AgentCalError(Exception):
+    status: ClassVar[int] = 400
+    code: ClassVar[str] = "bad_request"
+    title: ClassVar[str] = "Bad request"
+
+    def __init__(self, detail: str | None = None, **extra: Any) -> None:
+        self.detail = detail or self.title
+        self.extra = extra
+        # Set once an audit row has been written for this rejection, so it is not written twice.
+        self.audited = False
+        super().__init__(self.detail)
+
+    def problem(self) -> dict[str, Any]:
+        return {
+            "type": f"urn:agentcal:problem:{self.code}",
+            "title": self.title,
+            "status": self.status,
+            "detail": self.detail,
+            "error": self.code,
+            **self.extra,
+        }
+
+
+class InvalidRequest(AgentCalError):
+    status, code, title = 400, "invalid_request", "The request is not valid"
+
+
+class InvalidRange(AgentCalError):
+    status, code, title = 400, "invalid_range", "The time range is not valid"
+
+
+class Unauthenticated(AgentCalError):
+    status, code, title = 401, "unauthenticated", "A valid API key is required"
+
+
+class InsufficientScope(AgentCalError):
+    status, code, title = 403, "insufficient_scope", "The API key lacks the scope this endpoint needs"
+
+
+class PriorityNotAllowed(AgentCalError):
+    status, code, title = 403, "priority_not_allowed", "The requested priority is above the agent's maximum"
+
+
+class NotOwner(AgentCalError):
+    status, code, title = 403, "not_owner", "Only the agent that made this reservation may change it"
+
+
+class NotFound(AgentCalError):
+    status, code, title = 404, "not_found", "No such resource"
+
+
+class SlotConflict(AgentCalError):
+    status, code, title = 409, "slot_conflict", "The requested time overlaps a reservation you cannot take over"
+
+
+class HoldExpired(AgentCalError):
+    status, code, title = 409, "hold_expired", "The hold has expired"
+
+
+class HoldEvicted(AgentCalError):
+    status, code, title = 409, "hold_evicted", "The hold was evicted by a higher-priority request"
+
+
+class HoldReleased(AgentCalError):
+    status, code, title = 409, "hold_released", "The hold was released"
+
+
+class HoldAlreadyCommitted(AgentCalError):
+    status, code, title = 409, "hold_already_committed", "The hold is already committed"
+
+
+class HoldTokenMismatch(AgentCalError):
+    status, code, title = 409, "hold_token_mismatch", "The hold token does not match this hold"
+
+
+class StaleFencingToken(AgentCalError):
+    status, code, title = 409, "stale_fencing_token", "A newer fencing token was issued for this range"
+
+
+class BookingNotLive(AgentCalError):
+    status, code, title = 409, "booking_not_live", "The booking is no longer live"
+
+
+class IdempotencyInProgress(AgentCalError):
+    status, code, title = 409, "idempotency_in_progress", "A request with this Idempotency-Key is still running"
+
+
+class PreconditionFailed(AgentCalError):
+    status, code, title = 412, "precondition_failed", "The calendar changed since the version in If-Match"
+
+
+class PayloadTooLarge(AgentCalError):
+    status, code, title = 413, "payload_too_large", "The request body is too large"
+
+
+class BookingTooLong(AgentCalError):
+    status, code, title = 422, "booking_too_long", "The requested span is longer than this calendar allows"
+
+
+class IdempotencyKeyReused(AgentCalError):
+    status, code, title = 422, "idempotency_key_reused", "This Idempotency-Key was used with a different request"

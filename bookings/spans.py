@@ -1,0 +1,131 @@
+"""Time spans, slot buckets and free-slot search: pure functions, no database."""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MAX_BUCKETS = 99
+
+
+@dataclass(frozen=True)
+class Span:
+    """A half-open interval [start, end) of aware datetimes."""
+
+    start: datetime
+    end: datetime
+
+    def __post_init__(self) -> None:
+        if self.start.tzinfo is None or self.end.tzinfo is None:
+            raise ValueError("span bounds must be timezone-aware")
+
+    @property
+    def duration(self) -> timedelta:
+        return self.end - self.start
+
+    @property
+    def minutes(self) -> int:
+        return math.ceil(self.duration.total_seconds() / 60)
+
+    def overlaps(self, other: Span) -> bool:
+        return self.start < other.end and other.start < self.end
+
+    def shifted(self, delta: timedelta) -> Span:
+        return Span(self.start + delta, self.end + delta)
+
+
+def bucket_start(moment: datetime, slot_minutes: int) -> datetime:
+    """The start of the `slot_minutes` bucket (aligned to the Unix epoch, in UTC) containing `moment`."""
+    slot_seconds = slot_minutes * 60
+    seconds = (moment - EPOCH).total_seconds()
+    return EPOCH + timedelta(seconds=math.floor(seconds / slot_seconds) * slot_seconds)
+
+
+def buckets_touched(span: Span, slot_minutes: int) -> int:
+    first = bucket_start(span.start, slot_minutes)
+    last = bucket_start(span.end - timedelta(microseconds=1), slot_minutes)
+    return int((last - first).total_seconds() // (slot_minutes * 60)) + 1
+
+
+def bucket_label(moment: datetime, slot_minutes: int) -> str:
+    return "BUCKET#" + isoformat_z(bucket_start(moment, slot_minutes))
+
+
+def isoformat_z(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def merge(spans: Iterable[Span]) -> list[Span]:
+    merged: list[Span] = []
+    for span in sorted(spans, key=lambda s: s.start):
+        if merged and span.start <= merged[-1].end:
+            if span.end > merged[-1].end:
+                merged[-1] = Span(merged[-1].start, span.end)
+        else:
+            merged.append(span)
+    return merged
+
+
+class BusyIndex:
+    """Answers "is this span free?" in O(log n) over merged busy spans."""
+
+    def __init__(self, busy: Iterable[Span]) -> None:
+        self._spans = merge(busy)
+        self._starts = [s.start for s in self._spans]
+
+    def is_free(self, span: Span) -> bool:
+        # The only merged span that can overlap is the last one starting before span.end.
+        i = bisect.bisect_left(self._starts, span.end) - 1
+        return i < 0 or self._spans[i].end <= span.start
+
+    def gaps(self, window: Span) -> list[Span]:
+        free: list[Span] = []
+        cursor = window.start
+        for busy in self._spans:
+            if busy.end <= cursor or busy.start >= window.end:
+                continue
+            if busy.start > cursor:
+                free.append(Span(cursor, busy.start))
+            cursor = max(cursor, busy.end)
+        if cursor < window.end:
+            free.append(Span(cursor, window.end))
+        return free
+
+
+def grid_slots(*, window: Span, duration: timedelta, slot_minutes: int, busy: BusyIndex, limit: int) -> list[Span]:
+    """Free slots of `duration` starting on the slot grid inside `window`, earliest first."""
+    step = timedelta(minutes=slot_minutes)
+    start = bucket_start(window.start, slot_minutes)
+    if start < window.start:
+        start += step
+    slots: list[Span] = []
+    while start + duration <= window.end and len(slots) < limit:
+        candidate = Span(start, start + duration)
+        if busy.is_free(candidate):
+            slots.append(candidate)
+        start += step
+    return slots
+
+
+def nearest_free(
+    *, requested: Span, busy: BusyIndex, slot_minutes: int, not_before: datetime, count: int, max_steps: int
+) -> list[Span]:
+    """Up to `count` free spans of the requested length, shifted by whole slots, nearest first.
+
+    Candidates alternate later/earlier (+1, -1, +2, -2 slots …) so the agent gets the closest options;
+    anything starting before `not_before` (the database's now) is skipped.
+    """
+    step = timedelta(minutes=slot_minutes)
+    found: list[Span] = []
+    for k in range(1, max_steps + 1):
+        for direction in (1, -1):
+            candidate = requested.shifted(step * k * direction)
+            if candidate.start >= not_before and busy.is_free(candidate):
+                found.append(candidate)
+                if len(found) == count:
+                    return found
+    return found

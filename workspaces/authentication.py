@@ -1,0 +1,60 @@
+"""DRF authentication (Bearer API keys) and the per-endpoint scope check."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from rest_framework.authentication import BaseAuthentication
+from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+
+from agentcal.errors import InsufficientScope, Unauthenticated
+from workspaces.actor import Actor
+from workspaces.keys import InvalidKey, api_key_verify, lookup_prefix
+
+logger = logging.getLogger(__name__)
+
+
+class ApiKeyAuthentication(BaseAuthentication):
+    def authenticate(self, request: Request) -> tuple[Actor, Any]:
+        header = request.META.get("HTTP_AUTHORIZATION", "")
+        scheme, _, raw = header.partition(" ")
+        raw = raw.strip()
+        if scheme.lower() != "bearer" or not raw:
+            raise Unauthenticated("Send `Authorization: Bearer avs_live_…`.")
+        try:
+            key = api_key_verify(raw)
+        except InvalidKey as exc:
+            # Only the non-secret prefix is ever logged.
+            prefix = lookup_prefix(raw) or ""
+            logger.info("rejected API key prefix=%r reason=%s", prefix, exc)
+            error = Unauthenticated("The API key is invalid, revoked or expired.")
+            error.key_prefix = prefix  # for the audit row, not the response
+            raise error from exc
+        actor = Actor(
+            workspace=key.agent.workspace,
+            agent=key.agent,
+            key_prefix=key.prefix,
+            scopes=frozenset(key.scopes),
+            request_id=getattr(request._request, "request_id", ""),
+        )
+        return actor, key
+
+    def authenticate_header(self, request: Request) -> str:
+        return 'Bearer realm="agentcal"'
+
+
+class HasRequiredScope(BasePermission):
+    """Views declare `required_scopes = {"GET": Scope.X, "POST": Scope.Y}`; a method not listed is refused."""
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        actor = request.user
+        if not isinstance(actor, Actor):
+            raise Unauthenticated()
+        required = getattr(view, "required_scopes", {}).get(request.method)
+        if required is None:
+            return request.method == "OPTIONS"
+        if required not in actor.scopes:
+            raise InsufficientScope(f"This endpoint needs the `{required}` scope.", required_scope=str(required))
+        return True

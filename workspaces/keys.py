@@ -1,0 +1,137 @@
+"""API keys: `avs_live_` + a 10-character lookup prefix + 32 random bytes (url-safe base64).
+
+Stored as an argon2id hash and found by the non-secret prefix. argon2 is deliberately slow (tens of
+milliseconds), far too slow for agents making dozens of calls a second, so after one successful
+verification each process remembers HMAC-SHA256(SECRET_KEY, raw key) for that key id. Later requests
+compare that digest in constant time (microseconds). The raw key is never stored, cached or logged.
+The key row is still read on every request, so a revocation takes effect at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import string
+import threading
+import time
+from collections import OrderedDict
+from datetime import timedelta
+
+from argon2 import PasswordHasher, Type
+from argon2.exceptions import InvalidHashError, VerificationError
+from django.conf import settings
+from django.db.models import Q
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from workspaces.models import Agent, ApiKey
+
+KEY_PREFIX = "avs_live_"
+LOOKUP_PREFIX_LENGTH = 10
+_LOOKUP_ALPHABET = string.ascii_lowercase + string.digits
+_CACHE_MAX_ENTRIES = 10_000
+LAST_USED_RESOLUTION = timedelta(seconds=60)
+
+
+class InvalidKey(Exception):
+    """The presented key is malformed, unknown, wrong, revoked or expired (the reason is for logs)."""
+
+
+def _hasher() -> PasswordHasher:
+    return PasswordHasher(
+        time_cost=settings.ARGON2_TIME_COST,
+        memory_cost=settings.ARGON2_MEMORY_COST_KIB,
+        parallelism=settings.ARGON2_PARALLELISM,
+        type=Type.ID,
+    )
+
+
+def api_key_create(*, agent: Agent, scopes: list[str], name: str = "") -> tuple[ApiKey, str]:
+    """Create a key and return it with the raw key, which the caller shows once and forgets."""
+    lookup = "".join(secrets.choice(_LOOKUP_ALPHABET) for _ in range(LOOKUP_PREFIX_LENGTH))
+    raw = f"{KEY_PREFIX}{lookup}{secrets.token_urlsafe(32)}"
+    key = ApiKey.objects.create(
+        agent=agent, name=name, prefix=lookup, key_hash=_hasher().hash(raw), scopes=sorted(set(scopes))
+    )
+    return key, raw
+
+
+def lookup_prefix(raw: str) -> str | None:
+    if not raw.startswith(KEY_PREFIX) or len(raw) < len(KEY_PREFIX) + LOOKUP_PREFIX_LENGTH + 32:
+        return None
+    return raw[len(KEY_PREFIX) : len(KEY_PREFIX) + LOOKUP_PREFIX_LENGTH]
+
+
+class _VerifiedKeyCache:
+    """key id -> (HMAC of the raw key, when it was verified). Bounded LRU, per process."""
+
+    def __init__(self) -> None:
+        self._entries: OrderedDict[int, tuple[bytes, float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def digest(raw: str) -> bytes:
+        return hmac.new(settings.SECRET_KEY.encode(), raw.encode(), hashlib.sha256).digest()
+
+    def matches(self, key_id: int, digest: bytes) -> bool:
+        with self._lock:
+            entry = self._entries.get(key_id)
+            if entry is None:
+                return False
+            cached_digest, verified_at = entry
+            if time.monotonic() - verified_at > settings.API_KEY_CACHE_SECONDS:
+                del self._entries[key_id]
+                return False
+            self._entries.move_to_end(key_id)
+        return hmac.compare_digest(cached_digest, digest)
+
+    def remember(self, key_id: int, digest: bytes) -> None:
+        with self._lock:
+            self._entries[key_id] = (digest, time.monotonic())
+            self._entries.move_to_end(key_id)
+            while len(self._entries) > _CACHE_MAX_ENTRIES:
+                self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+verified_keys = _VerifiedKeyCache()
+
+
+def api_key_verify(raw: str) -> ApiKey:
+    """Return the live key (with its agent and workspace loaded) for a raw key, or raise InvalidKey."""
+    prefix = lookup_prefix(raw)
+    if prefix is None:
+        raise InvalidKey("malformed")
+    key = ApiKey.objects.select_related("agent__workspace").filter(prefix=prefix).first()
+    if key is None:
+        raise InvalidKey("unknown prefix")
+    digest = verified_keys.digest(raw)
+    if not verified_keys.matches(key.pk, digest):
+        try:
+            _hasher().verify(key.key_hash, raw)
+        except (VerificationError, InvalidHashError) as exc:
+            raise InvalidKey("wrong secret") from exc
+        verified_keys.remember(key.pk, digest)
+    # Checked after the secret so that a wrong secret cannot learn whether a prefix was revoked.
+    if key.revoked_at is not None:
+        raise InvalidKey("revoked")
+    if key.expires_at is not None and key.expires_at <= timezone.now():
+        raise InvalidKey("expired")
+    if not key.agent.is_active:
+        raise InvalidKey("agent disabled")
+    _touch_last_used(key)
+    return key
+
+
+def _touch_last_used(key: ApiKey) -> None:
+    # At most one write per key per minute: last_used_at is for humans, not for every request.
+    now = timezone.now()
+    if key.last_used_at is not None and now - key.last_used_at < LAST_USED_RESOLUTION:
+        return
+    ApiKey.objects.filter(
+        Q(last_used_at__isnull=True) | Q(last_used_at__lt=Now() - LAST_USED_RESOLUTION), pk=key.pk
+    ).update(last_used_at=Now())

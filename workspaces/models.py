@@ -1,0 +1,84 @@
+"""Tenancy and identity: a workspace owns agents; an agent owns scoped API keys."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from django.contrib.postgres.fields import ArrayField
+from django.db import models
+from django.db.models import F, Q
+
+from agentcal.ids import new_public_id
+
+MIN_PRIORITY = 0
+MAX_PRIORITY = 1000
+
+
+class Scope(models.TextChoices):
+    CALENDARS_READ = "calendars:read"
+    CALENDARS_WRITE = "calendars:write"
+    BOOKINGS_READ = "bookings:read"
+    BOOKINGS_WRITE = "bookings:write"
+    APPROVALS_READ = "approvals:read"
+    APPROVALS_WRITE = "approvals:write"
+    INBOX_READ = "inbox:read"
+    INBOX_SEND = "inbox:send"
+    AUDIT_READ = "audit:read"
+    WEBHOOKS_WRITE = "webhooks:write"
+
+
+class Workspace(models.Model):
+    public_id = models.CharField(max_length=32, unique=True, default=partial(new_public_id, "ws"), editable=False)
+    slug = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=200)
+    # The tier's audit window: older rows are never returned, whether or not the purge has run.
+    audit_retention_days = models.PositiveIntegerField(default=90)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Agent(models.Model):
+    public_id = models.CharField(max_length=32, unique=True, default=partial(new_public_id, "agt"), editable=False)
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="agents")
+    name = models.CharField(max_length=200)
+    slug = models.SlugField(max_length=64)
+    # `priority` is what the agent's requests carry by default; `max_priority` is the most it may ask
+    # for. Both come from here, never from trust in the request.
+    priority = models.IntegerField(default=100)
+    max_priority = models.IntegerField(default=100)
+    is_active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["workspace", "slug"], name="agent_slug_unique_per_workspace"),
+            models.CheckConstraint(
+                condition=Q(priority__gte=MIN_PRIORITY)
+                & Q(max_priority__lte=MAX_PRIORITY)
+                & Q(max_priority__gte=F("priority")),
+                name="agent_priority_within_bounds",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workspace.slug}/{self.slug}"
+
+
+class ApiKey(models.Model):
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="api_keys")
+    name = models.CharField(max_length=200, blank=True)
+    # Non-secret lookup prefix (the first characters after `avs_live_`), shown in audit rows and UIs.
+    prefix = models.CharField(max_length=16, unique=True)
+    # argon2id hash of the whole raw key; the raw key is shown once and never stored.
+    key_hash = models.CharField(max_length=200)
+    scopes = ArrayField(models.CharField(max_length=32, choices=Scope.choices), default=list)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    # Set when a key is rotated: the old key keeps working until then (grace period).
+    expires_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"avs_live_{self.prefix}…"
