@@ -55,6 +55,10 @@ class NotOwner(AgentCalError):
     status, code, title = 403, "not_owner", "Only the agent that made this reservation may change it"
 
 
+class HoldTokenMismatch(AgentCalError):
+    status, code, title = 403, "hold_token_mismatch", "The hold token does not match this hold"
+
+
 class NotFound(AgentCalError):
     status, code, title = 404, "not_found", "No such resource"
 
@@ -77,10 +81,6 @@ class HoldReleased(AgentCalError):
 
 class HoldAlreadyCommitted(AgentCalError):
     status, code, title = 409, "hold_already_committed", "The hold is already committed"
-
-
-class HoldTokenMismatch(AgentCalError):
-    status, code, title = 409, "hold_token_mismatch", "The hold token does not match this hold"
 
 
 class StaleFencingToken(AgentCalError):
