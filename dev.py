@@ -24,7 +24,7 @@ STAMP = VENV / ".agentcal-installed"
 
 
 def ensure_environment() -> None:
-    if sys.version_info < (3, 11):
+    if sys.version_info < (3, 11):  # noqa: UP036 — this file must run (and explain) on any python3
         sys.exit(f"AgentCal needs Python 3.11+; this is {sys.version.split()[0]}")
     if not PYTHON.exists():
         print(f"creating virtual environment in {VENV}", flush=True)

@@ -31,10 +31,32 @@ def run(args: argparse.Namespace) -> int:
     workers = str(args.workers or os.environ.get("WEB_CONCURRENCY") or (os.cpu_count() or 1) * 2 + 1)
     bind = f"{args.host}:{args.port}"
     commands = {
-        "web": [python, "-m", "gunicorn", "agentcal.wsgi:application", "--bind", bind, "--workers", workers,
-                "--access-logfile", "-", "--graceful-timeout", "10"],
-        "worker": [python, "-m", "celery", "-A", "agentcal", "worker", "--loglevel", "INFO",
-                   "--concurrency", str(args.celery_concurrency)],
+        "web": [
+            python,
+            "-m",
+            "gunicorn",
+            "agentcal.wsgi:application",
+            "--bind",
+            bind,
+            "--workers",
+            workers,
+            "--access-logfile",
+            "-",
+            "--graceful-timeout",
+            "10",
+        ],
+        "worker": [
+            python,
+            "-m",
+            "celery",
+            "-A",
+            "agentcal",
+            "worker",
+            "--loglevel",
+            "INFO",
+            "--concurrency",
+            str(args.celery_concurrency),
+        ],
         "beat": [python, "-m", "celery", "-A", "agentcal", "beat", "--loglevel", "INFO"],
     }
     children: dict[str, subprocess.Popen[bytes]] = {}
@@ -53,7 +75,9 @@ def run(args: argparse.Namespace) -> int:
     while not stopping:
         for name, child in children.items():
             if child.poll() is not None:
-                print(f"{name} exited with {child.returncode}; stopping the rest", file=sys.stderr, flush=True)
+                print(
+                    f"{name} exited with {child.returncode}; stopping the rest", file=sys.stderr, flush=True
+                )
                 stopping, exit_code = True, 1
                 break
         time.sleep(0.5)
@@ -75,7 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     run_parser = commands.add_parser("run", help="run web server, Celery worker and beat")
     run_parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
     run_parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
-    run_parser.add_argument("--workers", type=int, default=None, help="gunicorn workers (default 2 x cores + 1)")
+    run_parser.add_argument(
+        "--workers", type=int, default=None, help="gunicorn workers (default 2 x cores + 1)"
+    )
     run_parser.add_argument("--celery-concurrency", type=int, default=2)
     manage_parser = commands.add_parser("manage", help="run a Django management command")
     manage_parser.add_argument("rest", nargs=argparse.REMAINDER)

@@ -64,7 +64,11 @@ class NotFound(AgentCalError):
 
 
 class SlotConflict(AgentCalError):
-    status, code, title = 409, "slot_conflict", "The requested time overlaps a reservation you cannot take over"
+    status, code, title = (
+        409,
+        "slot_conflict",
+        "The requested time overlaps a reservation you cannot take over",
+    )
 
 
 class HoldExpired(AgentCalError):
@@ -92,7 +96,11 @@ class BookingNotLive(AgentCalError):
 
 
 class IdempotencyInProgress(AgentCalError):
-    status, code, title = 409, "idempotency_in_progress", "A request with this Idempotency-Key is still running"
+    status, code, title = (
+        409,
+        "idempotency_in_progress",
+        "A request with this Idempotency-Key is still running",
+    )
 
 
 class PreconditionFailed(AgentCalError):
@@ -108,4 +116,8 @@ class BookingTooLong(AgentCalError):
 
 
 class IdempotencyKeyReused(AgentCalError):
-    status, code, title = 422, "idempotency_key_reused", "This Idempotency-Key was used with a different request"
+    status, code, title = (
+        422,
+        "idempotency_key_reused",
+        "This Idempotency-Key was used with a different request",
+    )

@@ -102,8 +102,14 @@ class AuditListView(AgentAPIView):
             records = records.filter(requested_start__lt=query["overlaps_end"])
         filters = {k: str(v) for k, v in sorted(query.items()) if k not in ("cursor", "limit")}
         page, next_cursor = paginate(
-            records, cursor=query.get("cursor"), limit=page_size(query.get("limit")), descending=True,
-            scope=f"audit:{filters}", key_field="public_id",
+            records,
+            cursor=query.get("cursor"),
+            limit=page_size(query.get("limit")),
+            descending=True,
+            scope=f"audit:{filters}",
+            key_field="public_id",
         )
         context = {"workspace_public_id": workspace.public_id}
-        return Response({"results": AuditRecordOutput(page, many=True, context=context).data, "next_cursor": next_cursor})
+        return Response(
+            {"results": AuditRecordOutput(page, many=True, context=context).data, "next_cursor": next_cursor}
+        )

@@ -16,7 +16,9 @@ class Outcome(models.TextChoices):
 
 
 class AuditRecord(models.Model):
-    public_id = models.CharField(max_length=32, unique=True, default=partial(new_public_id, "aud"), editable=False)
+    public_id = models.CharField(
+        max_length=32, unique=True, default=partial(new_public_id, "aud"), editable=False
+    )
     timestamp = models.DateTimeField(db_default=Now(), db_index=True)
     event_type = models.CharField(max_length=64)
     outcome = models.CharField(max_length=16, choices=Outcome.choices)

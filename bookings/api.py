@@ -36,7 +36,9 @@ def calendar_for(actor: Actor, public_id: str) -> Calendar:
 
 
 def calendars_for(actor: Actor, public_ids: list[str]) -> list[Calendar]:
-    found = {c.public_id: c for c in Calendar.objects.filter(workspace=actor.workspace, public_id__in=public_ids)}
+    found = {
+        c.public_id: c for c in Calendar.objects.filter(workspace=actor.workspace, public_id__in=public_ids)
+    }
     missing = [pid for pid in public_ids if pid not in found]
     if missing:
         raise NotFound(f"No calendar {missing[0]} in this workspace.", missing_calendars=missing)
@@ -110,7 +112,9 @@ class ReservationOutput(serializers.Serializer):
 
 
 class HoldOutput(ReservationOutput):
-    hold_token = serializers.CharField(required=False, help_text="Only in the response that created the hold.")
+    hold_token = serializers.CharField(
+        required=False, help_text="Only in the response that created the hold."
+    )
     expires_at = serializers.DateTimeField()
     booking_id = serializers.CharField(allow_null=True)
     displaced = DisplacedOutput(many=True, required=False)
@@ -152,7 +156,12 @@ def _common(rows: list[Reservation], now: datetime | None) -> dict[str, Any]:
 
 def _displaced(group: engine.ReservationGroup) -> list[dict[str, Any]]:
     return [
-        {"id": r.booking_id or r.hold_id, "status": r.status, "agent_id": r.agent.public_id, "priority": r.priority}
+        {
+            "id": r.booking_id or r.hold_id,
+            "status": r.status,
+            "agent_id": r.agent.public_id,
+            "priority": r.priority,
+        }
         for r in group.displaced
         if r.is_primary
     ]
@@ -160,8 +169,12 @@ def _displaced(group: engine.ReservationGroup) -> list[dict[str, Any]]:
 
 def hold_payload(group: engine.ReservationGroup, now: datetime | None = None) -> dict[str, Any]:
     head = group.primary
-    payload = {"id": head.hold_id, **_common(group.rows, now), "expires_at": head.expires_at,
-               "booking_id": head.booking_id}
+    payload = {
+        "id": head.hold_id,
+        **_common(group.rows, now),
+        "expires_at": head.expires_at,
+        "booking_id": head.booking_id,
+    }
     if group.hold_token:
         payload["hold_token"] = group.hold_token
     if group.displaced:
@@ -177,7 +190,9 @@ def booking_payload(group: engine.ReservationGroup, now: datetime | None = None)
         **_common(group.rows, now),
         "committed_at": head.committed_at,
         "bump_window_ends_at": head.bump_window_ends_at,
-        "frozen": now is not None and head.bump_window_ends_at is not None and head.bump_window_ends_at <= now,
+        "frozen": now is not None
+        and head.bump_window_ends_at is not None
+        and head.bump_window_ends_at <= now,
     }
     if group.displaced:
         payload["displaced"] = _displaced(group)
@@ -219,7 +234,11 @@ class CalendarListView(AgentAPIView):
     def post(self, request: Request) -> Response:
         data = _validated(CalendarInput, request.data)
         calendar = engine.calendar_create(actor=self.actor, **data)
-        return Response(CalendarOutput(calendar).data, status=201, headers={"Location": f"/v1/calendars/{calendar.public_id}"})
+        return Response(
+            CalendarOutput(calendar).data,
+            status=201,
+            headers={"Location": f"/v1/calendars/{calendar.public_id}"},
+        )
 
 
 class CalendarDetailView(AgentAPIView):
@@ -302,9 +321,13 @@ class AvailabilityView(AgentAPIView):
         busy = []
         for row in result.busy:
             entry = {
-                "start_time": row.start_time, "end_time": row.end_time, "status": row.status,
-                "priority": row.priority, "agent_id": row.agent.public_id,
-                "id": row.booking_id or row.hold_id, "source": "agentcal",
+                "start_time": row.start_time,
+                "end_time": row.end_time,
+                "status": row.status,
+                "priority": row.priority,
+                "agent_id": row.agent.public_id,
+                "id": row.booking_id or row.hold_id,
+                "source": "agentcal",
             }
             if row.status == ReservationStatus.HELD:
                 entry["expires_at"] = row.expires_at
@@ -313,9 +336,13 @@ class AvailabilityView(AgentAPIView):
             busy.append(entry)
         payload = AvailabilityOutput(
             {
-                "calendar": calendar.public_id, "start": window.start, "end": window.end, "busy": busy,
+                "calendar": calendar.public_id,
+                "start": window.start,
+                "end": window.end,
+                "busy": busy,
                 "free_slots": [{"start_time": s.start, "end_time": s.end} for s in result.free_slots],
-                "version": result.version, "server_time": result.server_time,
+                "version": result.version,
+                "server_time": result.server_time,
             }
         ).data
         return Response(payload, headers={"ETag": etag(result.version)})
@@ -360,12 +387,19 @@ class HoldCreateView(AgentAPIView):
         calendar = calendar_for(self.actor, calendar_id)
         data = _validated(HoldInput, request.data)
         group = engine.hold_create(
-            actor=self.actor, calendar=calendar, ttl_seconds=data.get("ttl_seconds"),
-            if_match=parse_if_match(request), **_reservation_kwargs(self.actor, data),
+            actor=self.actor,
+            calendar=calendar,
+            ttl_seconds=data.get("ttl_seconds"),
+            if_match=parse_if_match(request),
+            **_reservation_kwargs(self.actor, data),
         )
         return Response(
-            hold_payload(group), status=201,
-            headers={"Location": f"/v1/holds/{group.primary.hold_id}", "ETag": etag(group.primary.fencing_token)},
+            hold_payload(group),
+            status=201,
+            headers={
+                "Location": f"/v1/holds/{group.primary.hold_id}",
+                "ETag": etag(group.primary.fencing_token),
+            },
         )
 
 
@@ -389,7 +423,9 @@ class HoldDetailView(AgentAPIView):
         return Response(hold_payload(engine.ReservationGroup(rows=rows), now=server_now()))
 
     @extend_schema(
-        request=HoldTokenInput, responses=HoldOutput, parameters=[OpenApiParameter("hold_token", str, required=False)]
+        request=HoldTokenInput,
+        responses=HoldOutput,
+        parameters=[OpenApiParameter("hold_token", str, required=False)],
     )
     def delete(self, request: Request, hold_id: str) -> Response:
         body = request.data if request.data else {"hold_token": request.query_params.get("hold_token")}
@@ -411,7 +447,9 @@ class HoldExtendView(AgentAPIView):
         if ttl is None:
             rows = reservation_group(workspace=self.actor.workspace, hold_id=hold_id)
             ttl = rows[0].calendar.hold_ttl_seconds if rows else 30
-        group = engine.hold_extend(actor=self.actor, hold_id=hold_id, hold_token=data["hold_token"], ttl_seconds=ttl)
+        group = engine.hold_extend(
+            actor=self.actor, hold_id=hold_id, hold_token=data["hold_token"], ttl_seconds=ttl
+        )
         return Response(hold_payload(group))
 
 
@@ -454,16 +492,21 @@ class CommitCreateView(AgentAPIView):
         data = _validated(CommitInput, request.data)
         if "hold_token" in data:
             group = engine.hold_commit(
-                actor=self.actor, calendar=calendar, hold_token=data["hold_token"],
+                actor=self.actor,
+                calendar=calendar,
+                hold_token=data["hold_token"],
                 fencing_token=data.get("fencing_token"),
             )
         else:
             group = engine.booking_create(
-                actor=self.actor, calendar=calendar, if_match=parse_if_match(request),
+                actor=self.actor,
+                calendar=calendar,
+                if_match=parse_if_match(request),
                 **_reservation_kwargs(self.actor, data),
             )
         return Response(
-            booking_payload(group), status=201,
+            booking_payload(group),
+            status=201,
             headers={"Location": f"/v1/bookings/{group.primary.booking_id}"},
         )
 
@@ -486,7 +529,9 @@ class BookingListView(AgentAPIView):
     def get(self, request: Request, calendar_id: str) -> Response:
         calendar = calendar_for(self.actor, calendar_id)
         query = _validated(BookingListQuery, request.query_params.dict())
-        rows = Reservation.objects.filter(calendar=calendar, booking_id__isnull=False).select_related("calendar", "agent")
+        rows = Reservation.objects.filter(calendar=calendar, booking_id__isnull=False).select_related(
+            "calendar", "agent"
+        )
         if query["status"] != "all":
             rows = rows.filter(status=query["status"])
         if "start" in query:
@@ -494,7 +539,10 @@ class BookingListView(AgentAPIView):
         if "end" in query:
             rows = rows.filter(start_time__lt=query["end"])
         page, next_cursor = paginate(
-            rows, cursor=query.get("cursor"), limit=page_size(query.get("limit")), descending=False,
+            rows,
+            cursor=query.get("cursor"),
+            limit=page_size(query.get("limit")),
+            descending=False,
             scope=f"bookings:{calendar.public_id}:{query['status']}:{query.get('start')}:{query.get('end')}",
             key_field="booking_id",
         )

@@ -34,7 +34,6 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
 from django.db.models.functions import Now
 
-from agentcal.ids import new_public_id
 from agentcal.errors import (
     AgentCalError,
     BookingNotLive,
@@ -52,12 +51,21 @@ from agentcal.errors import (
     SlotConflict,
     StaleFencingToken,
 )
+from agentcal.ids import new_public_id
 from audit.events import AuditEvent
 from audit.models import Outcome
 from audit.services import audit_record
-from bookings.selectors import reservation_group
 from bookings.models import LIVE_STATUSES, Calendar, Reservation, ReservationStatus
-from bookings.spans import MAX_BUCKETS, BusyIndex, Span, bucket_label, buckets_touched, isoformat_z, nearest_free
+from bookings.selectors import reservation_group
+from bookings.spans import (
+    MAX_BUCKETS,
+    BusyIndex,
+    Span,
+    bucket_label,
+    buckets_touched,
+    isoformat_z,
+    nearest_free,
+)
 from workspaces.actor import Actor
 
 P = ParamSpec("P")
@@ -134,8 +142,17 @@ def _audit_rejection(event: AuditEvent, exc: AgentCalError, kwargs: dict[str, An
 
 
 def _conflict_details(exc: AgentCalError) -> dict[str, Any] | None:
-    keys = ("conflicting", "conflicting_bucket", "held_by_priority", "caller_priority", "alternatives",
-            "current_version", "max_allowed_minutes", "requested_minutes", "current_fencing_token")
+    keys = (
+        "conflicting",
+        "conflicting_bucket",
+        "held_by_priority",
+        "caller_priority",
+        "alternatives",
+        "current_version",
+        "max_allowed_minutes",
+        "requested_minutes",
+        "current_fencing_token",
+    )
     details = {k: exc.extra[k] for k in keys if k in exc.extra}
     return details or None
 
@@ -191,8 +208,16 @@ def hold_create(
 ) -> ReservationGroup:
     """Phase 1: a soft hold that blocks the span until it expires, is committed, released or evicted."""
     return _reserve(
-        actor=actor, calendar=calendar, span=span, priority=priority, ttl_seconds=ttl_seconds, commit=False,
-        also_calendars=also_calendars, if_match=if_match, title=title, attendees=attendees or [],
+        actor=actor,
+        calendar=calendar,
+        span=span,
+        priority=priority,
+        ttl_seconds=ttl_seconds,
+        commit=False,
+        also_calendars=also_calendars,
+        if_match=if_match,
+        title=title,
+        attendees=attendees or [],
         metadata=metadata or {},
     )
 
@@ -212,8 +237,16 @@ def booking_create(
 ) -> ReservationGroup:
     """Single-step atomic hold + commit."""
     return _reserve(
-        actor=actor, calendar=calendar, span=span, priority=priority, ttl_seconds=None, commit=True,
-        also_calendars=also_calendars, if_match=if_match, title=title, attendees=attendees or [],
+        actor=actor,
+        calendar=calendar,
+        span=span,
+        priority=priority,
+        ttl_seconds=None,
+        commit=True,
+        also_calendars=also_calendars,
+        if_match=if_match,
+        title=title,
+        attendees=attendees or [],
         metadata=metadata or {},
     )
 
@@ -250,9 +283,17 @@ def _reserve(
         for _ in range(MAX_LOCK_EXPANSIONS):
             try:
                 return _reserve_locked(
-                    actor=actor, calendars=calendars, lock_ids=lock_ids, span=span, priority=priority,
-                    ttl_seconds=ttl_seconds, commit=commit, if_match=if_match, title=title,
-                    attendees=attendees, metadata=metadata,
+                    actor=actor,
+                    calendars=calendars,
+                    lock_ids=lock_ids,
+                    span=span,
+                    priority=priority,
+                    ttl_seconds=ttl_seconds,
+                    commit=commit,
+                    if_match=if_match,
+                    title=title,
+                    attendees=attendees,
+                    metadata=metadata,
                 )
             except _NeedMoreLocks as more:
                 lock_ids = sorted({*lock_ids, *more.calendar_ids})
@@ -309,9 +350,7 @@ def _precheck(calendars: Sequence[Calendar], span: Span, priority: int) -> None:
         cursor.execute("SELECT now()")
         (now,) = cursor.fetchone()
     if span.end <= now or span.start < now - PAST_START_GRACE:
-        raise InvalidRange(
-            "The span is in the past by the server's clock.", server_time=isoformat_z(now)
-        )
+        raise InvalidRange("The span is in the past by the server's clock.", server_time=isoformat_z(now))
     blocker = (
         _live_overlapping((c.pk for c in calendars), span)
         .exclude(status=ReservationStatus.HELD, expires_at__lte=Now())
@@ -351,7 +390,9 @@ def _slot_conflict(blocker: Reservation, span: Span, caller_priority: int) -> Sl
     )
 
 
-def _lock_calendars(lock_ids: Sequence[int], *, if_match: tuple[int, int] | None = None) -> tuple[datetime, dict[int, int]]:
+def _lock_calendars(
+    lock_ids: Sequence[int], *, if_match: tuple[int, int] | None = None
+) -> tuple[datetime, dict[int, int]]:
     """Take the calendars' row locks in id order and bump their versions.
 
     Returns the database time read after the last lock was granted, and each calendar's new version.
@@ -388,7 +429,9 @@ def _lock_calendars(lock_ids: Sequence[int], *, if_match: tuple[int, int] | None
     return now, versions
 
 
-def _expire_lapsed_holds(*, calendar_ids: Sequence[int], span: Span | None, now: datetime) -> list[Reservation]:
+def _expire_lapsed_holds(
+    *, calendar_ids: Sequence[int], span: Span | None, now: datetime
+) -> list[Reservation]:
     """Move holds past their expiry to `expired` (whole groups), so they never block the write at hand.
 
     The background sweep does the same for holds nobody writes over; correctness never waits for it.
@@ -489,8 +532,16 @@ def _reserve_locked(
         displaced = _displace(victim_groups, in_the_way, now=now)
 
         group = _insert_group(
-            actor=actor, calendars=calendars, versions=versions, span=span, priority=priority,
-            ttl_seconds=ttl_seconds, commit=commit, now=now, title=title, attendees=attendees,
+            actor=actor,
+            calendars=calendars,
+            versions=versions,
+            span=span,
+            priority=priority,
+            ttl_seconds=ttl_seconds,
+            commit=commit,
+            now=now,
+            title=title,
+            attendees=attendees,
             metadata=metadata,
         )
         if displaced:
@@ -524,13 +575,17 @@ def _displace(victim_groups: set[str], in_the_way: list[Reservation], *, now: da
     displaced: list[Reservation] = []
     for hold_id in sorted(victim_groups):
         status = next(r.status for r in in_the_way if r.hold_id == hold_id)
-        to_status = ReservationStatus.EVICTED if status == ReservationStatus.HELD else ReservationStatus.BUMPED
+        to_status = (
+            ReservationStatus.EVICTED if status == ReservationStatus.HELD else ReservationStatus.BUMPED
+        )
         group_size = Reservation.objects.filter(hold_id=hold_id).count()
         moved = _transition_groups(Q(hold_id=hold_id), from_status=status, to_status=to_status, now=now)
         if len(moved) != group_size:
             # Someone changed the victim between our read and our update (cannot happen while we hold
             # every calendar lock involved, but the CAS is what we trust, not that reasoning).
-            raise SlotConflict("A reservation in the way changed concurrently; re-read and retry.", retryable=True)
+            raise SlotConflict(
+                "A reservation in the way changed concurrently; re-read and retry.", retryable=True
+            )
         displaced.extend(moved)
     return displaced
 
@@ -661,7 +716,11 @@ def hold_commit(
     rows = reservation_group(workspace=actor.workspace, hold_id=head.hold_id)
     with transaction.atomic(durable=True):
         now, _ = _lock_calendars(sorted(r.calendar_id for r in rows))
-        rows = _ordered(Reservation.objects.select_for_update().filter(hold_id=head.hold_id).select_related("calendar", "agent"))
+        rows = _ordered(
+            Reservation.objects.select_for_update()
+            .filter(hold_id=head.hold_id)
+            .select_related("calendar", "agent")
+        )
         primary = rows[0]
         _raise_not_live(primary, now)
         if fencing_token is not None:
@@ -678,12 +737,18 @@ def hold_commit(
                  WHERE c.id = r.calendar_id AND r.hold_id = %(hold_id)s
                    AND r.status = %(held)s AND r.expires_at > %(now)s
                 """,
-                {"committed": ReservationStatus.COMMITTED, "held": ReservationStatus.HELD, "now": now,
-                 "hold_id": primary.hold_id},
+                {
+                    "committed": ReservationStatus.COMMITTED,
+                    "held": ReservationStatus.HELD,
+                    "now": now,
+                    "hold_id": primary.hold_id,
+                },
             )
             if cursor.rowcount != len(rows):
                 raise HoldExpired(f"Hold {primary.hold_id} is no longer live.", hold_id=primary.hold_id)
-        committed = _ordered(Reservation.objects.filter(hold_id=primary.hold_id).select_related("calendar", "agent"))
+        committed = _ordered(
+            Reservation.objects.filter(hold_id=primary.hold_id).select_related("calendar", "agent")
+        )
         head_row = committed[0]
         audit_record(
             event_type=AuditEvent.COMMIT_CREATED,
@@ -732,7 +797,8 @@ def hold_extend(*, actor: Actor, hold_id: str, hold_token: str, ttl_seconds: int
             UPDATE bookings_reservation
                SET expires_at = clock_timestamp() + make_interval(secs => %(ttl)s), version = version + 1
              WHERE id IN (SELECT id FROM bookings_reservation
-                           WHERE hold_id = %(hold_id)s AND status = %(held)s AND expires_at > clock_timestamp()
+                           WHERE hold_id = %(hold_id)s AND status = %(held)s
+                             AND expires_at > clock_timestamp()
                            ORDER BY id FOR UPDATE)
                AND status = %(held)s
             RETURNING clock_timestamp()
@@ -810,7 +876,11 @@ def booking_cancel(*, actor: Actor, booking_id: str) -> ReservationGroup:
             now=now,
         )
         if len(cancelled) != len(rows):
-            status = Reservation.objects.filter(booking_id=booking_id, is_primary=True).values_list("status", flat=True).first()
+            status = (
+                Reservation.objects.filter(booking_id=booking_id, is_primary=True)
+                .values_list("status", flat=True)
+                .first()
+            )
             raise BookingNotLive(f"Booking {booking_id} is {status}.", booking_id=booking_id, status=status)
         cancelled = _ordered(cancelled)
         audit_record(
@@ -844,7 +914,11 @@ def _alternatives(calendars: Sequence[Calendar], span: Span) -> list[dict[str, s
         .values_list("start_time", "end_time")
     )
     found = nearest_free(
-        requested=span, busy=busy, slot_minutes=slot_minutes, not_before=now,
-        count=ALTERNATIVES_COUNT, max_steps=ALTERNATIVES_MAX_STEPS,
+        requested=span,
+        busy=busy,
+        slot_minutes=slot_minutes,
+        not_before=now,
+        count=ALTERNATIVES_COUNT,
+        max_steps=ALTERNATIVES_MAX_STEPS,
     )
     return [{"start_time": isoformat_z(s.start), "end_time": isoformat_z(s.end)} for s in found]

@@ -15,7 +15,9 @@ from workspaces.models import Agent, Workspace
 
 
 class Calendar(models.Model):
-    public_id = models.CharField(max_length=32, unique=True, default=partial(new_public_id, "cal"), editable=False)
+    public_id = models.CharField(
+        max_length=32, unique=True, default=partial(new_public_id, "cal"), editable=False
+    )
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="calendars")
     name = models.CharField(max_length=200)
     timezone = models.CharField(max_length=64, default="UTC")
@@ -34,9 +36,15 @@ class Calendar(models.Model):
 
     class Meta:
         constraints = [
-            models.CheckConstraint(condition=Q(slot_minutes__range=(1, 1440)), name="calendar_slot_minutes_range"),
-            models.CheckConstraint(condition=Q(hold_ttl_seconds__range=(1, 3600)), name="calendar_hold_ttl_range"),
-            models.CheckConstraint(condition=Q(bump_window_seconds__lte=86400), name="calendar_bump_window_range"),
+            models.CheckConstraint(
+                condition=Q(slot_minutes__range=(1, 1440)), name="calendar_slot_minutes_range"
+            ),
+            models.CheckConstraint(
+                condition=Q(hold_ttl_seconds__range=(1, 3600)), name="calendar_hold_ttl_range"
+            ),
+            models.CheckConstraint(
+                condition=Q(bump_window_seconds__lte=86400), name="calendar_bump_window_range"
+            ),
             models.CheckConstraint(
                 condition=Q(max_booking_minutes__range=(1, 7 * 1440)), name="calendar_max_booking_range"
             ),
@@ -100,7 +108,9 @@ class Reservation(models.Model):
     bump_window_ends_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
     # Which reservation took this one's place (eviction or bump); never chains further.
-    displaced_by = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    displaced_by = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
 
     class Meta:
         constraints = [
@@ -118,7 +128,9 @@ class Reservation(models.Model):
                 ],
                 condition=Q(status__in=LIVE_STATUSES),
             ),
-            models.CheckConstraint(condition=Q(end_time__gt=F("start_time")), name="reservation_range_not_empty"),
+            models.CheckConstraint(
+                condition=Q(end_time__gt=F("start_time")), name="reservation_range_not_empty"
+            ),
             models.CheckConstraint(
                 condition=~Q(status=ReservationStatus.HELD) | Q(expires_at__isnull=False),
                 name="reservation_held_has_expiry",

@@ -39,7 +39,10 @@ def availability(*, calendar: Calendar, window: Span, duration: timedelta | None
             version, now = cursor.fetchone()
         busy = list(
             Reservation.objects.filter(
-                calendar=calendar, status__in=LIVE_STATUSES, start_time__lt=window.end, end_time__gt=window.start
+                calendar=calendar,
+                status__in=LIVE_STATUSES,
+                start_time__lt=window.end,
+                end_time__gt=window.start,
             )
             .exclude(status=ReservationStatus.HELD, expires_at__lte=Now())
             .select_related("agent")
@@ -53,14 +56,20 @@ def availability(*, calendar: Calendar, window: Span, duration: timedelta | None
         free = index.gaps(bookable)
     else:
         free = grid_slots(
-            window=bookable, duration=duration, slot_minutes=calendar.slot_minutes, busy=index, limit=MAX_FREE_SLOTS
+            window=bookable,
+            duration=duration,
+            slot_minutes=calendar.slot_minutes,
+            busy=index,
+            limit=MAX_FREE_SLOTS,
         )
     return Availability(busy=busy, free_slots=free, version=version, server_time=now)
 
 
 def reservation_group(*, workspace: Workspace, **lookup: Any) -> list[Reservation]:
     """All rows of one hold or booking in the workspace, primary first (empty if none)."""
-    rows = Reservation.objects.filter(calendar__workspace=workspace, **lookup).select_related("calendar", "agent")
+    rows = Reservation.objects.filter(calendar__workspace=workspace, **lookup).select_related(
+        "calendar", "agent"
+    )
     return sorted(rows, key=lambda r: (not r.is_primary, r.calendar_id))
 
 

@@ -96,7 +96,9 @@ class BusyIndex:
         return free
 
 
-def grid_slots(*, window: Span, duration: timedelta, slot_minutes: int, busy: BusyIndex, limit: int) -> list[Span]:
+def grid_slots(
+    *, window: Span, duration: timedelta, slot_minutes: int, busy: BusyIndex, limit: int
+) -> list[Span]:
     """Free slots of `duration` starting on the slot grid inside `window`, earliest first."""
     step = timedelta(minutes=slot_minutes)
     start = bucket_start(window.start, slot_minutes)

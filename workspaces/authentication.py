@@ -52,9 +52,12 @@ class HasRequiredScope(BasePermission):
         actor = request.user
         if not isinstance(actor, Actor):
             raise Unauthenticated()
-        required = getattr(view, "required_scopes", {}).get(request.method)
+        method = "GET" if request.method == "HEAD" else request.method
+        required = getattr(view, "required_scopes", {}).get(method)
         if required is None:
             return request.method == "OPTIONS"
         if required not in actor.scopes:
-            raise InsufficientScope(f"This endpoint needs the `{required}` scope.", required_scope=str(required))
+            raise InsufficientScope(
+                f"This endpoint needs the `{required}` scope.", required_scope=str(required)
+            )
         return True

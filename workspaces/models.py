@@ -28,7 +28,9 @@ class Scope(models.TextChoices):
 
 
 class Workspace(models.Model):
-    public_id = models.CharField(max_length=32, unique=True, default=partial(new_public_id, "ws"), editable=False)
+    public_id = models.CharField(
+        max_length=32, unique=True, default=partial(new_public_id, "ws"), editable=False
+    )
     slug = models.SlugField(max_length=64, unique=True)
     name = models.CharField(max_length=200)
     # The tier's audit window: older rows are never returned, whether or not the purge has run.
@@ -40,7 +42,9 @@ class Workspace(models.Model):
 
 
 class Agent(models.Model):
-    public_id = models.CharField(max_length=32, unique=True, default=partial(new_public_id, "agt"), editable=False)
+    public_id = models.CharField(
+        max_length=32, unique=True, default=partial(new_public_id, "agt"), editable=False
+    )
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="agents")
     name = models.CharField(max_length=200)
     slug = models.SlugField(max_length=64)

@@ -29,7 +29,11 @@ def agent_key_bootstrap(
     agent, created = Agent.objects.get_or_create(
         workspace=workspace,
         slug=agent_slug,
-        defaults={"name": agent_name, "priority": priority, "max_priority": max(priority, max_priority or priority)},
+        defaults={
+            "name": agent_name,
+            "priority": priority,
+            "max_priority": max(priority, max_priority or priority),
+        },
     )
     if not created:
         agent.priority = priority

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from datetime import datetime
 from typing import Any
@@ -33,12 +34,12 @@ class OffsetDateTimeField(serializers.Field):
         if not isinstance(data, str):
             raise InvalidRange(f"{self.field_name} must be an RFC 3339 string.", field=self.field_name)
         parsed = None
-        try:
+        with contextlib.suppress(ValueError):  # out-of-range parts, e.g. hour 60
             parsed = parse_datetime(data.strip())
-        except ValueError:
-            pass
         if parsed is None:
-            raise InvalidRange(f"{self.field_name} is not an RFC 3339 date-time: {data[:64]!r}.", field=self.field_name)
+            raise InvalidRange(
+                f"{self.field_name} is not an RFC 3339 date-time: {data[:64]!r}.", field=self.field_name
+            )
         if parsed.tzinfo is None:
             raise InvalidRange(
                 f"{self.field_name} has no UTC offset; send e.g. 2026-10-04T14:00:00Z or +02:00.",
@@ -70,7 +71,9 @@ class BoundedJSONField(serializers.JSONField):
     def to_internal_value(self, data: Any) -> Any:
         value = super().to_internal_value(data)
         if not isinstance(value, self.expect):
-            raise serializers.ValidationError(f"Must be a JSON {'object' if self.expect is dict else 'array'}.")
+            raise serializers.ValidationError(
+                f"Must be a JSON {'object' if self.expect is dict else 'array'}."
+            )
         if len(json.dumps(value)) > MAX_JSON_FIELD_BYTES:
             raise serializers.ValidationError(f"Must serialize to at most {MAX_JSON_FIELD_BYTES} bytes.")
         return value

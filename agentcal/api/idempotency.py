@@ -50,7 +50,8 @@ def idempotency_claim(*, agent: Agent, key: str, fingerprint: str) -> int | Stor
         with connection.cursor() as cursor:
             cursor.execute(
                 """
-                INSERT INTO api_idempotencyrecord (agent_id, key, request_fingerprint, response_headers, created_at)
+                INSERT INTO api_idempotencyrecord
+                       (agent_id, key, request_fingerprint, response_headers, created_at)
                 VALUES (%s, %s, %s, '{}', now())
                 ON CONFLICT (agent_id, key) DO NOTHING
                 RETURNING id
@@ -63,8 +64,15 @@ def idempotency_claim(*, agent: Agent, key: str, fingerprint: str) -> int | Stor
         existing = (
             IdempotencyRecord.objects.filter(agent=agent, key=key)
             .annotate(db_now=Now())
-            .values("id", "request_fingerprint", "response_status", "response_body", "response_headers",
-                    "created_at", "db_now")
+            .values(
+                "id",
+                "request_fingerprint",
+                "response_status",
+                "response_body",
+                "response_headers",
+                "created_at",
+                "db_now",
+            )
             .first()
         )
         if existing is None:
@@ -73,9 +81,15 @@ def idempotency_claim(*, agent: Agent, key: str, fingerprint: str) -> int | Stor
         abandoned = existing["response_status"] is None and age > stale
         if age > ttl or abandoned:
             # Expired, or left "in progress" by a worker that died: take it over, CAS on created_at.
-            taken = IdempotencyRecord.objects.filter(id=existing["id"], created_at=existing["created_at"]).update(
-                request_fingerprint=fingerprint, response_status=None, response_body=None,
-                response_headers={}, created_at=Now(), completed_at=None,
+            taken = IdempotencyRecord.objects.filter(
+                id=existing["id"], created_at=existing["created_at"]
+            ).update(
+                request_fingerprint=fingerprint,
+                response_status=None,
+                response_body=None,
+                response_headers={},
+                created_at=Now(),
+                completed_at=None,
             )
             if taken:
                 return int(existing["id"])
@@ -88,9 +102,12 @@ def idempotency_claim(*, agent: Agent, key: str, fingerprint: str) -> int | Stor
         if existing["response_status"] is None:
             raise IdempotencyInProgress(
                 "The first request with this Idempotency-Key has not finished; retry shortly.",
-                idempotency_key=key, retryable=True,
+                idempotency_key=key,
+                retryable=True,
             )
-        return StoredResponse(existing["response_status"], existing["response_body"], existing["response_headers"])
+        return StoredResponse(
+            existing["response_status"], existing["response_body"], existing["response_headers"]
+        )
     raise IdempotencyInProgress("The Idempotency-Key is contended; retry shortly.", retryable=True)
 
 

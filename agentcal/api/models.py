@@ -26,3 +26,6 @@ class IdempotencyRecord(models.Model):
             models.UniqueConstraint(fields=["agent", "key"], name="idempotency_one_claim_per_key"),
         ]
         indexes = [models.Index(fields=["created_at"], name="idempotency_created")]
+
+    def __str__(self) -> str:
+        return f"{self.agent_id}:{self.key}"

@@ -26,7 +26,9 @@ def page_size(raw: str | None) -> int:
     except ValueError:
         raise InvalidRequest("limit must be an integer.", errors={"limit": ["Not an integer."]}) from None
     if not 1 <= size <= MAX_PAGE_SIZE:
-        raise InvalidRequest(f"limit must be between 1 and {MAX_PAGE_SIZE}.", errors={"limit": ["Out of range."]})
+        raise InvalidRequest(
+            f"limit must be between 1 and {MAX_PAGE_SIZE}.", errors={"limit": ["Out of range."]}
+        )
     return size
 
 
@@ -51,7 +53,8 @@ def paginate(
             raise InvalidRequest("The cursor is not valid.", errors={"cursor": ["Invalid cursor."]}) from None
         if position.get("s") != scope:
             raise InvalidRequest(
-                "The cursor belongs to a different listing or filter.", errors={"cursor": ["Cursor mismatch."]}
+                "The cursor belongs to a different listing or filter.",
+                errors={"cursor": ["Cursor mismatch."]},
             )
         after_pk = Subquery(queryset.filter(**{key_field: position["after"]}).values("pk")[:1])
         queryset = queryset.filter(pk__lt=after_pk) if descending else queryset.filter(pk__gt=after_pk)

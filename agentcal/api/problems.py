@@ -23,7 +23,9 @@ PROBLEM_CONTENT_TYPE = "application/problem+json"
 
 class ProblemResponse(Response):
     def __init__(self, error: AgentCalError, headers: dict[str, str] | None = None) -> None:
-        super().__init__(error.problem(), status=error.status, headers=headers, content_type=PROBLEM_CONTENT_TYPE)
+        super().__init__(
+            error.problem(), status=error.status, headers=headers, content_type=PROBLEM_CONTENT_TYPE
+        )
 
 
 def as_domain_error(exc: Exception) -> AgentCalError | None:
@@ -40,7 +42,9 @@ def as_domain_error(exc: Exception) -> AgentCalError | None:
     if isinstance(exc, drf.ParseError):
         return _generic(400, "malformed_json", "The body is not valid JSON", str(exc.detail))
     if isinstance(exc, drf.UnsupportedMediaType):
-        return _generic(415, "unsupported_media_type", "Send JSON (Content-Type: application/json)", str(exc.detail))
+        return _generic(
+            415, "unsupported_media_type", "Send JSON (Content-Type: application/json)", str(exc.detail)
+        )
     if isinstance(exc, drf.MethodNotAllowed):
         return _generic(405, "method_not_allowed", "Method not allowed", str(exc.detail))
     if isinstance(exc, drf.NotAcceptable):
@@ -99,7 +103,10 @@ def _audit_refusal(error: AgentCalError, request: Any, view: Any, original: Exce
             failure_reason=error.code,
             key_prefix=getattr(original, "key_prefix", ""),
             request_id=getattr(django_request, "request_id", ""),
-            details={"method": getattr(django_request, "method", ""), "path": getattr(django_request, "path", "")},
+            details={
+                "method": getattr(django_request, "method", ""),
+                "path": getattr(django_request, "path", ""),
+            },
         )
     error.audited = True
 
@@ -113,5 +120,7 @@ def api_not_found(request: HttpRequest, exception: Exception | None = None) -> J
 
 
 def api_server_error(request: HttpRequest) -> JsonResponse:
-    error = _generic(500, "internal_error", "Internal server error", "Something went wrong; it has been logged.")
+    error = _generic(
+        500, "internal_error", "Internal server error", "Something went wrong; it has been logged."
+    )
     return problem_json_response(error)

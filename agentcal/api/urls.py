@@ -7,13 +7,19 @@ from bookings import api as bookings
 
 urlpatterns = [
     path("health", HealthView.as_view(), name="health"),
-    path("schema", SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[]), name="schema"),
+    path(
+        "schema", SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[]), name="schema"
+    ),
     path("calendars", bookings.CalendarListView.as_view(), name="calendars"),
     path("calendars/<str:calendar_id>", bookings.CalendarDetailView.as_view(), name="calendar"),
-    path("calendars/<str:calendar_id>/availability", bookings.AvailabilityView.as_view(), name="availability"),
+    path(
+        "calendars/<str:calendar_id>/availability", bookings.AvailabilityView.as_view(), name="availability"
+    ),
     path("calendars/<str:calendar_id>/holds", bookings.HoldCreateView.as_view(), name="holds"),
     path("calendars/<str:calendar_id>/commits", bookings.CommitCreateView.as_view(), name="commits"),
-    path("calendars/<str:calendar_id>/bookings", bookings.BookingListView.as_view(), name="calendar-bookings"),
+    path(
+        "calendars/<str:calendar_id>/bookings", bookings.BookingListView.as_view(), name="calendar-bookings"
+    ),
     path("holds/<str:hold_id>", bookings.HoldDetailView.as_view(), name="hold"),
     path("holds/<str:hold_id>/extend", bookings.HoldExtendView.as_view(), name="hold-extend"),
     path("bookings/<str:booking_id>", bookings.BookingDetailView.as_view(), name="booking"),

@@ -78,5 +78,7 @@ class AgentAPIView(APIView):
             headers = {name: response[name] for name in REPLAYED_HEADERS if response.has_header(name)}
             if response.content_type:
                 headers["Content-Type"] = response.content_type
-            idempotency_complete(record_id=record_id, status=response.status_code, body=response.data, headers=headers)
+            idempotency_complete(
+                record_id=record_id, status=response.status_code, body=response.data, headers=headers
+            )
         return response

@@ -6,30 +6,41 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('workspaces', '0001_initial'),
+        ("workspaces", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='IdempotencyRecord',
+            name="IdempotencyRecord",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('key', models.CharField(max_length=255)),
-                ('request_fingerprint', models.CharField(max_length=64)),
-                ('response_status', models.PositiveSmallIntegerField(null=True)),
-                ('response_body', models.JSONField(null=True)),
-                ('response_headers', models.JSONField(default=dict)),
-                ('created_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
-                ('completed_at', models.DateTimeField(null=True)),
-                ('agent', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='workspaces.agent')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("key", models.CharField(max_length=255)),
+                ("request_fingerprint", models.CharField(max_length=64)),
+                ("response_status", models.PositiveSmallIntegerField(null=True)),
+                ("response_body", models.JSONField(null=True)),
+                ("response_headers", models.JSONField(default=dict)),
+                ("created_at", models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
+                ("completed_at", models.DateTimeField(null=True)),
+                (
+                    "agent",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="workspaces.agent"
+                    ),
+                ),
             ],
             options={
-                'indexes': [models.Index(fields=['created_at'], name='idempotency_created')],
-                'constraints': [models.UniqueConstraint(fields=('agent', 'key'), name='idempotency_one_claim_per_key')],
+                "indexes": [models.Index(fields=["created_at"], name="idempotency_created")],
+                "constraints": [
+                    models.UniqueConstraint(fields=("agent", "key"), name="idempotency_one_claim_per_key")
+                ],
             },
         ),
     ]

@@ -35,11 +35,15 @@ class Command(BaseCommand):
         if max_priority is not None and max_priority < priority:
             raise CommandError("--max-priority must be at least --priority")
         agent, key, raw = agent_key_bootstrap(
-            workspace_slug=options["workspace"], agent_name=options["agent"], scopes=scopes,
-            priority=priority, max_priority=max_priority,
+            workspace_slug=options["workspace"],
+            agent_name=options["agent"],
+            scopes=scopes,
+            priority=priority,
+            max_priority=max_priority,
         )
         self.stderr.write(
             f"agent {agent.public_id} ({agent.slug}) in workspace {agent.workspace.slug}: "
-            f"priority {agent.priority}, max {agent.max_priority}; key prefix {key.prefix}; scopes {','.join(key.scopes)}"
+            f"priority {agent.priority}, max {agent.max_priority}; "
+            f"key prefix {key.prefix}; scopes {','.join(key.scopes)}"
         )
         self.stdout.write(raw)
