@@ -13,6 +13,7 @@ from rest_framework.response import Response
 
 from agentcal.api.fields import OffsetDateTimeField
 from agentcal.api.pagination import page_size, paginate
+from agentcal.api.problems import problems
 from agentcal.api.views import AgentAPIView
 from audit.models import AuditRecord, Outcome
 from workspaces.models import Scope
@@ -66,7 +67,7 @@ class AuditListView(AgentAPIView):
     required_scopes = {"GET": Scope.AUDIT_READ}
     audit_action = "audit.read"
 
-    @extend_schema(parameters=[AuditQuery], responses=AuditRecordOutput(many=True))
+    @extend_schema(parameters=[AuditQuery], responses={200: AuditRecordOutput(many=True), **problems(400)})
     def get(self, request: Request) -> Response:
         validator = AuditQuery(data=request.query_params.dict())
         validator.is_valid(raise_exception=True)

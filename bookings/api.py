@@ -12,6 +12,7 @@ from rest_framework.response import Response
 
 from agentcal.api.fields import BoundedJSONField, OffsetDateTimeField, StrictSerializer, TimezoneField
 from agentcal.api.pagination import page_size, paginate
+from agentcal.api.problems import problems
 from agentcal.api.views import AgentAPIView
 from agentcal.errors import InvalidRange, InvalidRequest, NotFound
 from bookings import engine
@@ -216,7 +217,7 @@ class CalendarListView(AgentAPIView):
     audit_action = "calendar"
 
     @extend_schema(
-        responses=CalendarOutput(many=True),
+        responses={200: CalendarOutput(many=True), **problems(400)},
         parameters=[OpenApiParameter("cursor", str), OpenApiParameter("limit", int)],
     )
     def get(self, request: Request) -> Response:
@@ -230,7 +231,7 @@ class CalendarListView(AgentAPIView):
         )
         return Response({"results": CalendarOutput(calendars, many=True).data, "next_cursor": next_cursor})
 
-    @extend_schema(request=CalendarInput, responses={201: CalendarOutput})
+    @extend_schema(request=CalendarInput, responses={201: CalendarOutput, **problems(400)})
     def post(self, request: Request) -> Response:
         data = _validated(CalendarInput, request.data)
         calendar = engine.calendar_create(actor=self.actor, **data)
@@ -245,11 +246,11 @@ class CalendarDetailView(AgentAPIView):
     required_scopes = {"GET": Scope.CALENDARS_READ, "PATCH": Scope.CALENDARS_WRITE}
     audit_action = "calendar"
 
-    @extend_schema(responses=CalendarOutput)
+    @extend_schema(responses={200: CalendarOutput, **problems(404)})
     def get(self, request: Request, calendar_id: str) -> Response:
         return Response(CalendarOutput(calendar_for(self.actor, calendar_id)).data)
 
-    @extend_schema(request=CalendarInput(partial=True), responses=CalendarOutput)
+    @extend_schema(request=CalendarInput(partial=True), responses={200: CalendarOutput, **problems(400, 404)})
     def patch(self, request: Request, calendar_id: str) -> Response:
         calendar = calendar_for(self.actor, calendar_id)
         changes = _validated(CalendarInput, request.data, partial=True)
@@ -305,7 +306,7 @@ class AvailabilityView(AgentAPIView):
     required_scopes = {"GET": Scope.BOOKINGS_READ}
     audit_action = "calendar.availability"
 
-    @extend_schema(parameters=[AvailabilityQuery], responses=AvailabilityOutput)
+    @extend_schema(parameters=[AvailabilityQuery], responses={200: AvailabilityOutput, **problems(400, 404)})
     def get(self, request: Request, calendar_id: str) -> Response:
         calendar = calendar_for(self.actor, calendar_id)
         query = _validated(AvailabilityQuery, request.query_params.dict())
@@ -382,7 +383,7 @@ class HoldCreateView(AgentAPIView):
     required_scopes = {"POST": Scope.BOOKINGS_WRITE}
     audit_action = "calendar.hold"
 
-    @extend_schema(request=HoldInput, responses={201: HoldOutput})
+    @extend_schema(request=HoldInput, responses={201: HoldOutput, **problems(400, 404, 409, 412, 422)})
     def post(self, request: Request, calendar_id: str) -> Response:
         calendar = calendar_for(self.actor, calendar_id)
         data = _validated(HoldInput, request.data)
@@ -415,7 +416,7 @@ class HoldDetailView(AgentAPIView):
     required_scopes = {"GET": Scope.BOOKINGS_READ, "DELETE": Scope.BOOKINGS_WRITE}
     audit_action = "calendar.hold"
 
-    @extend_schema(responses=HoldOutput)
+    @extend_schema(responses={200: HoldOutput, **problems(404)})
     def get(self, request: Request, hold_id: str) -> Response:
         rows = reservation_group(workspace=self.actor.workspace, hold_id=hold_id)
         if not rows:
@@ -424,7 +425,7 @@ class HoldDetailView(AgentAPIView):
 
     @extend_schema(
         request=HoldTokenInput,
-        responses=HoldOutput,
+        responses={200: HoldOutput, **problems(400, 404, 409)},
         parameters=[OpenApiParameter("hold_token", str, required=False)],
     )
     def delete(self, request: Request, hold_id: str) -> Response:
@@ -440,7 +441,7 @@ class HoldExtendView(AgentAPIView):
     required_scopes = {"POST": Scope.BOOKINGS_WRITE}
     audit_action = "calendar.hold.extend"
 
-    @extend_schema(request=HoldExtendInput, responses=HoldOutput)
+    @extend_schema(request=HoldExtendInput, responses={200: HoldOutput, **problems(400, 404, 409)})
     def post(self, request: Request, hold_id: str) -> Response:
         data = _validated(HoldExtendInput, request.data)
         ttl = data.get("ttl_seconds")
@@ -486,7 +487,7 @@ class CommitCreateView(AgentAPIView):
     required_scopes = {"POST": Scope.BOOKINGS_WRITE}
     audit_action = "calendar.commit"
 
-    @extend_schema(request=CommitInput, responses={201: BookingOutput})
+    @extend_schema(request=CommitInput, responses={201: BookingOutput, **problems(400, 404, 409, 412, 422)})
     def post(self, request: Request, calendar_id: str) -> Response:
         calendar = calendar_for(self.actor, calendar_id)
         data = _validated(CommitInput, request.data)
@@ -525,7 +526,9 @@ class BookingListView(AgentAPIView):
     required_scopes = {"GET": Scope.BOOKINGS_READ}
     audit_action = "calendar.bookings"
 
-    @extend_schema(parameters=[BookingListQuery], responses=BookingOutput(many=True))
+    @extend_schema(
+        parameters=[BookingListQuery], responses={200: BookingOutput(many=True), **problems(400, 404)}
+    )
     def get(self, request: Request, calendar_id: str) -> Response:
         calendar = calendar_for(self.actor, calendar_id)
         query = _validated(BookingListQuery, request.query_params.dict())
@@ -559,14 +562,14 @@ class BookingDetailView(AgentAPIView):
     required_scopes = {"GET": Scope.BOOKINGS_READ, "DELETE": Scope.BOOKINGS_WRITE}
     audit_action = "calendar.booking"
 
-    @extend_schema(responses=BookingOutput)
+    @extend_schema(responses={200: BookingOutput, **problems(404)})
     def get(self, request: Request, booking_id: str) -> Response:
         rows = reservation_group(workspace=self.actor.workspace, booking_id=booking_id)
         if not rows:
             raise NotFound(f"No booking {booking_id} in this workspace.")
         return Response(booking_payload(engine.ReservationGroup(rows=rows), now=server_now()))
 
-    @extend_schema(request=None, responses=BookingOutput)
+    @extend_schema(request=None, responses={200: BookingOutput, **problems(404, 409)})
     def delete(self, request: Request, booking_id: str) -> Response:
         group = engine.booking_cancel(actor=self.actor, booking_id=booking_id)
         return Response(booking_payload(group, now=server_now()))

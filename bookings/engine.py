@@ -655,8 +655,7 @@ def _insert_group(
         for cal in calendars
     ]
     try:
-        with transaction.atomic(savepoint=True):
-            Reservation.objects.bulk_create(rows)
+        Reservation.objects.bulk_create(rows)
     except IntegrityError as exc:
         # Unreachable while every writer takes the calendar lock; if it ever happens, the constraint
         # did its job and the caller gets an ordinary conflict instead of a double booking.

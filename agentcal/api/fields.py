@@ -9,6 +9,8 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.utils.dateparse import parse_datetime
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from agentcal.errors import InvalidRange
@@ -27,6 +29,7 @@ class StrictSerializer(serializers.Serializer):
         return super().to_internal_value(data)
 
 
+@extend_schema_field(OpenApiTypes.DATETIME)
 class OffsetDateTimeField(serializers.Field):
     """RFC 3339 with an explicit offset; a naive time is `400 invalid_range`, not a guess."""
 

@@ -9,6 +9,7 @@ from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.db import transaction
 from django.http import Http404, HttpRequest, JsonResponse
 from rest_framework import exceptions as drf
+from rest_framework import serializers
 from rest_framework.response import Response
 
 from agentcal.errors import AgentCalError, InvalidRequest, NotFound, Unauthenticated
@@ -19,6 +20,21 @@ from workspaces.actor import Actor
 
 logger = logging.getLogger(__name__)
 PROBLEM_CONTENT_TYPE = "application/problem+json"
+
+
+class ProblemOutput(serializers.Serializer):
+    """RFC 9457 problem details; endpoint-specific members (e.g. `alternatives`) sit beside these."""
+
+    type = serializers.CharField()
+    title = serializers.CharField()
+    status = serializers.IntegerField()
+    detail = serializers.CharField()
+    error = serializers.CharField(help_text="Machine-readable code, e.g. slot_conflict.")
+
+
+def problems(*statuses: int) -> dict[int, Any]:
+    """OpenAPI responses for the error statuses an endpoint can return (401 and 403 always)."""
+    return dict.fromkeys(sorted({401, 403, *statuses}), ProblemOutput)
 
 
 class ProblemResponse(Response):
