@@ -41,6 +41,7 @@ class InvalidRange(AgentCalError):
 
 class Unauthenticated(AgentCalError):
     status, code, title = 401, "unauthenticated", "A valid API key is required"
+    key_prefix = ""  # the presented key's non-secret prefix, for the audit row (never in the response)
 
 
 class InsufficientScope(AgentCalError):

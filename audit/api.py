@@ -54,7 +54,7 @@ class AuditRecordOutput(serializers.Serializer):
         return self.context["workspace_public_id"]
 
     def get_requested_range(self, record: AuditRecord) -> dict[str, Any] | None:
-        if record.requested_start is None:
+        if record.requested_start is None or record.requested_end is None:
             return None
         field = serializers.DateTimeField()
         return {

@@ -284,7 +284,10 @@ class BusyOutput(serializers.Serializer):
     id = serializers.CharField()
     expires_at = serializers.DateTimeField(required=False)
     bump_window_ends_at = serializers.DateTimeField(required=False)
-    source = serializers.CharField(help_text="`agentcal` now; `upstream` for synced provider events.")
+    # A field named like Field.source: DRF moves it into _declared_fields, so it works; mypy can't tell.
+    source = serializers.CharField(  # type: ignore[assignment]
+        help_text="`agentcal` now; `upstream` for synced provider events."
+    )
 
 
 class FreeSlotOutput(serializers.Serializer):
@@ -429,9 +432,10 @@ class HoldDetailView(AgentAPIView):
         parameters=[OpenApiParameter("hold_token", str, required=False)],
     )
     def delete(self, request: Request, hold_id: str) -> Response:
-        body = request.data if request.data else {"hold_token": request.query_params.get("hold_token")}
-        if body.get("hold_token") is None:
-            body = {}
+        # The token may come in the body or, for clients that cannot send a DELETE body, the query.
+        body = request.data
+        if not body and "hold_token" in request.query_params:
+            body = {"hold_token": request.query_params["hold_token"]}
         data = _validated(HoldTokenInput, body)
         group = engine.hold_release(actor=self.actor, hold_id=hold_id, hold_token=data["hold_token"])
         return Response(hold_payload(group))

@@ -515,7 +515,7 @@ def _reserve_locked(
         )
         for row in in_the_way:
             can_take_over = row.priority < priority and (
-                row.status == ReservationStatus.HELD or row.bump_window_ends_at > now  # type: ignore[operator]
+                row.status == ReservationStatus.HELD or row.bump_window_ends_at > now
             )
             if not can_take_over:
                 raise _slot_conflict(row, span, priority)

@@ -34,7 +34,7 @@ def _check_database() -> str:
 
 def _check_redis() -> str:
     try:
-        client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1, socket_timeout=1)
+        client = redis.Redis.from_url(str(settings.REDIS_URL), socket_connect_timeout=1, socket_timeout=1)
         client.ping()
         return "ok"
     except Exception as exc:

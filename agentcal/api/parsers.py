@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
@@ -16,7 +17,9 @@ class BoundedJSONParser(JSONParser):
     DRF reads the request stream directly, so Django's DATA_UPLOAD_MAX_MEMORY_SIZE does not apply.
     """
 
-    def parse(self, stream: Any, media_type: str | None = None, parser_context: dict | None = None) -> Any:
+    def parse(
+        self, stream: Any, media_type: str | None = None, parser_context: Mapping[str, Any] | None = None
+    ) -> Any:
         limit = settings.API_MAX_BODY_BYTES
         request = (parser_context or {}).get("request")
         declared = int(request.META.get("CONTENT_LENGTH") or 0) if request is not None else 0

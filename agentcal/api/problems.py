@@ -66,7 +66,9 @@ def as_domain_error(exc: Exception) -> AgentCalError | None:
     if isinstance(exc, drf.NotAcceptable):
         return _generic(406, "not_acceptable", "Not acceptable", str(exc.detail))
     if isinstance(exc, drf.Throttled):
-        return _generic(429, "rate_limited", "Too many requests", str(exc.detail), retry_after=exc.wait)
+        return _generic(
+            429, "rate_limited", "Too many requests", str(exc.detail), retry_after=getattr(exc, "wait", None)
+        )
     if isinstance(exc, drf.PermissionDenied | DjangoPermissionDenied):
         return _generic(403, "forbidden", "Forbidden", str(exc))
     if isinstance(exc, drf.APIException):
@@ -100,6 +102,7 @@ def _audit_refusal(error: AgentCalError, request: Any, view: Any, original: Exce
     actor = getattr(request, "_user", None) if request is not None else None
     actor = actor if isinstance(actor, Actor) else None
     action = getattr(view, "audit_action", None)
+    event: str
     if error.status == 401:
         event = AuditEvent.AUTH_REJECTED
     elif action:

@@ -51,6 +51,7 @@ class AgentAPIView(APIView):
             query=request.META.get("QUERY_STRING", ""),
             body=request.data,  # parsed here, so malformed JSON is refused before anything is claimed
         )
+        assert self.actor.agent is not None
         outcome = idempotency_claim(agent=self.actor.agent, key=key, fingerprint=fingerprint)
         if isinstance(outcome, StoredResponse):
             raise _Replay(outcome)
