@@ -41,7 +41,9 @@ class InvalidRange(AgentCalError):
 
 class Unauthenticated(AgentCalError):
     status, code, title = 401, "unauthenticated", "A valid API key is required"
-    key_prefix = ""  # the presented key's non-secret prefix, for the audit row (never in the response)
+    # For the audit row, never the response: the presented key's non-secret prefix and its workspace.
+    key_prefix = ""
+    workspace_id: int | None = None
 
 
 class InsufficientScope(AgentCalError):

@@ -49,6 +49,10 @@ def audit_record(
     )
 
 
+# Rows with no workspace (e.g. a refused request with an unknown key); must match migration 0003.
+ORPHAN_RETENTION_DAYS = 90
+
+
 @transaction.atomic(durable=True)
 def audit_purge_expired() -> int:
     """Delete rows past their workspace's retention window (the only DELETE the trigger allows)."""
@@ -57,9 +61,10 @@ def audit_purge_expired() -> int:
         cursor.execute(
             """
             DELETE FROM audit_auditrecord a
-             USING workspaces_workspace w
-             WHERE a.workspace_id = w.id
-               AND a.timestamp < now() - make_interval(days => w.audit_retention_days)
-            """
+             WHERE a.timestamp < now() - make_interval(days => COALESCE(
+                     (SELECT w.audit_retention_days FROM workspaces_workspace w WHERE w.id = a.workspace_id),
+                     %s))
+            """,
+            [ORPHAN_RETENTION_DAYS],
         )
         return cursor.rowcount

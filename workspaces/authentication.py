@@ -31,6 +31,7 @@ class ApiKeyAuthentication(BaseAuthentication):
             logger.info("rejected API key prefix=%r reason=%s", prefix, exc)
             error = Unauthenticated("The API key is invalid, revoked or expired.")
             error.key_prefix = prefix  # for the audit row, not the response
+            error.workspace_id = exc.workspace_id
             raise error from exc
         actor = Actor(
             workspace=key.agent.workspace,
@@ -55,7 +56,8 @@ class HasRequiredScope(BasePermission):
         method = "GET" if request.method == "HEAD" else request.method
         required = getattr(view, "required_scopes", {}).get(method)
         if required is None:
-            return request.method == "OPTIONS"
+            # A method the view does not implement: let DRF answer 405 rather than a misleading 403.
+            return request.method == "OPTIONS" or not hasattr(view, method.lower())
         if required not in actor.scopes:
             raise InsufficientScope(
                 f"This endpoint needs the `{required}` scope.", required_scope=str(required)

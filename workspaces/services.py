@@ -19,25 +19,34 @@ def parse_scopes(raw: str) -> list[str]:
     return scopes
 
 
+DEFAULT_PRIORITY = 100
+
+
 @transaction.atomic
 def agent_key_bootstrap(
-    *, workspace_slug: str, agent_name: str, scopes: list[str], priority: int, max_priority: int | None
+    *, workspace_slug: str, agent_name: str, scopes: list[str], priority: int | None, max_priority: int | None
 ) -> tuple[Agent, ApiKey, str]:
-    """Create the workspace and agent when missing (updating the agent's priorities), and a new key."""
+    """Create the workspace and agent when missing, and a new key for the agent.
+
+    Priorities given are applied (to an existing agent too); priorities not given leave an existing
+    agent as it is, so minting a second key never quietly demotes an agent.
+    """
     workspace, _ = Workspace.objects.get_or_create(slug=workspace_slug, defaults={"name": workspace_slug})
     agent_slug = slugify(agent_name) or "agent"
-    agent, created = Agent.objects.get_or_create(
-        workspace=workspace,
-        slug=agent_slug,
-        defaults={
-            "name": agent_name,
-            "priority": priority,
-            "max_priority": max(priority, max_priority or priority),
-        },
-    )
-    if not created:
-        agent.priority = priority
-        agent.max_priority = max(priority, max_priority if max_priority is not None else agent.max_priority)
+    agent = Agent.objects.filter(workspace=workspace, slug=agent_slug).first()
+    if agent is None:
+        base = DEFAULT_PRIORITY if priority is None else priority
+        agent = Agent.objects.create(
+            workspace=workspace,
+            slug=agent_slug,
+            name=agent_name,
+            priority=base,
+            max_priority=max(base, max_priority if max_priority is not None else base),
+        )
+    elif priority is not None or max_priority is not None:
+        agent.priority = agent.priority if priority is None else priority
+        ceiling = agent.max_priority if max_priority is None else max_priority
+        agent.max_priority = max(agent.priority, ceiling)
         agent.save(update_fields=["priority", "max_priority"])
     key, raw = api_key_create(agent=agent, scopes=scopes)
     return agent, key, raw

@@ -121,6 +121,7 @@ def _audit_refusal(error: AgentCalError, request: Any, view: Any, original: Exce
             http_status=error.status,
             failure_reason=error.code,
             key_prefix=getattr(original, "key_prefix", ""),
+            workspace_id=getattr(original, "workspace_id", None),
             request_id=getattr(django_request, "request_id", ""),
             details={
                 "method": getattr(django_request, "method", ""),

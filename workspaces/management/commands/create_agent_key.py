@@ -20,7 +20,12 @@ class Command(BaseCommand):
         parser.add_argument(
             "--scopes", default=",".join(Scope.values), help="comma-separated scopes (default: all)"
         )
-        parser.add_argument("--priority", type=int, default=100)
+        parser.add_argument(
+            "--priority",
+            type=int,
+            default=None,
+            help="default 100 for a new agent; an existing one keeps its own",
+        )
         parser.add_argument("--max-priority", type=int, default=None)
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -32,7 +37,7 @@ class Command(BaseCommand):
         for value in (priority, max_priority):
             if value is not None and not MIN_PRIORITY <= value <= MAX_PRIORITY:
                 raise CommandError(f"priorities must be between {MIN_PRIORITY} and {MAX_PRIORITY}")
-        if max_priority is not None and max_priority < priority:
+        if max_priority is not None and priority is not None and max_priority < priority:
             raise CommandError("--max-priority must be at least --priority")
         agent, key, raw = agent_key_bootstrap(
             workspace_slug=options["workspace"],
