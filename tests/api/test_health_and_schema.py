@@ -1,0 +1,50 @@
+"""GET /v1/health and GET /v1/schema answer without auth."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+
+
+def test_health_reports_database_and_redis_without_auth(anonymous):
+    response = anonymous.get("/health")
+
+    assert response.status_code == 200, response.text
+    assert response.json() == {"status": "ok", "database": "ok", "redis": "ok"}
+
+
+def test_health_ignores_a_bad_key(anonymous):
+    response = anonymous.get("/health", headers={"Authorization": "Bearer avs_live_nonsense"})
+    assert response.status_code == 200, response.text
+
+
+def test_schema_is_an_openapi_document_with_the_hold_endpoint(anonymous):
+    response = anonymous.get("/schema")
+
+    assert response.status_code == 200, response.text
+    document = yaml.safe_load(response.text)
+    assert document["openapi"].startswith("3.")
+    assert "/v1/calendars/{calendar_id}/holds" in document["paths"]
+    assert "post" in document["paths"]["/v1/calendars/{calendar_id}/holds"]
+
+
+def test_schema_is_available_as_json(anonymous):
+    response = anonymous.get("/schema", params={"format": "json"})
+
+    assert response.status_code == 200, response.text
+    document = json.loads(response.text)
+    paths = document["paths"]
+    for path in (
+        "/v1/calendars",
+        "/v1/calendars/{calendar_id}",
+        "/v1/calendars/{calendar_id}/availability",
+        "/v1/calendars/{calendar_id}/holds",
+        "/v1/calendars/{calendar_id}/commits",
+        "/v1/calendars/{calendar_id}/bookings",
+        "/v1/holds/{hold_id}",
+        "/v1/holds/{hold_id}/extend",
+        "/v1/bookings/{booking_id}",
+        "/v1/audit",
+    ):
+        assert path in paths, sorted(paths)
