@@ -8,12 +8,17 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 
+_PROBLEM_MEMBERS = frozenset({"type", "title", "status", "detail", "error"})
+
+
 class AgentCalError(Exception):
     status: ClassVar[int] = 400
     code: ClassVar[str] = "bad_request"
     title: ClassVar[str] = "Bad request"
 
     def __init__(self, detail: str | None = None, **extra: Any) -> None:
+        reserved = _PROBLEM_MEMBERS.intersection(extra)
+        assert not reserved, f"extra members would overwrite RFC 9457 members: {sorted(reserved)}"
         self.detail = detail or self.title
         self.extra = extra
         # Set once an audit row has been written for this rejection, so it is not written twice.

@@ -683,7 +683,7 @@ def _raise_not_live(head: Reservation, now: datetime) -> None:
     status = head.status
     if status == ReservationStatus.HELD and head.expires_at is not None and head.expires_at <= now:
         status = ReservationStatus.EXPIRED
-    common = {"hold_id": head.hold_id, "status": status}
+    common = {"hold_id": head.hold_id, "hold_status": status}
     if status == ReservationStatus.EXPIRED:
         raise HoldExpired(f"Hold {head.hold_id} expired at {isoformat_z(head.expires_at)}.", **common)  # type: ignore[arg-type]
     if status == ReservationStatus.EVICTED:
@@ -880,7 +880,9 @@ def booking_cancel(*, actor: Actor, booking_id: str) -> ReservationGroup:
                 .values_list("status", flat=True)
                 .first()
             )
-            raise BookingNotLive(f"Booking {booking_id} is {status}.", booking_id=booking_id, status=status)
+            raise BookingNotLive(
+                f"Booking {booking_id} is {status}.", booking_id=booking_id, booking_status=status
+            )
         cancelled = _ordered(cancelled)
         audit_record(
             event_type=AuditEvent.BOOKING_CANCELLED,

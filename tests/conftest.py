@@ -65,12 +65,19 @@ def make_agent(live_server: Any, transactional_db: None) -> Iterator[Callable[..
         ws, _ = Workspace.objects.get_or_create(slug=workspace, defaults={"name": workspace.title()})
         name = name or f"agent-{next(counter)}"
         agent = Agent.objects.create(
-            workspace=ws, name=name, slug=name, priority=priority,
+            workspace=ws,
+            name=name,
+            slug=name,
+            priority=priority,
             max_priority=max_priority if max_priority is not None else priority,
         )
         key, raw = api_key_create(agent=agent, scopes=ALL_SCOPES if scopes is None else scopes)
+        # Connection: close — Django's test live server handles keep-alive connections slowly
+        # (~50 ms a request instead of ~15 ms).
         client = httpx.Client(
-            base_url=f"{live_server.url}/v1", headers={"Authorization": f"Bearer {raw}"}, timeout=30
+            base_url=f"{live_server.url}/v1",
+            headers={"Authorization": f"Bearer {raw}", "Connection": "close"},
+            timeout=30,
         )
         clients.append(client)
         return Persona(agent=agent, key=key, raw_key=raw, client=client)

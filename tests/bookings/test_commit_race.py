@@ -32,9 +32,13 @@ def test_exactly_one_of_ten_concurrent_commits_wins(make_agent):
     losers = [r.json() for r in responses if r.status_code == 409]
     assert all(body["error"] == "slot_conflict" and body["retryable"] is False for body in losers)
     assert all(body["alternatives"] for body in losers)
-    assert all(r.headers["content-type"] == "application/problem+json" for r in responses if r.status_code == 409)
+    assert all(
+        r.headers["content-type"] == "application/problem+json" for r in responses if r.status_code == 409
+    )
 
-    live = Reservation.objects.filter(calendar__public_id=cal["id"], status__in=[ReservationStatus.COMMITTED, ReservationStatus.HELD])
+    live = Reservation.objects.filter(
+        calendar__public_id=cal["id"], status__in=[ReservationStatus.COMMITTED, ReservationStatus.HELD]
+    )
     assert live.count() == 1
     assert overlapping_live_pairs(cal["id"]) == []
     assert len(audit_rows(event_type="calendar.commit.created", calendar_public_id=cal["id"])) == 1

@@ -61,7 +61,9 @@ def _span(base: datetime, slot: int, length: int) -> dict[str, str]:
     return {"start_time": iso(start), "end_time": iso(start + timedelta(minutes=SLOT_MINUTES * length))}
 
 
-def _play(persona: Any, plan: dict[str, Any], cal: str, other_cal: str, base: datetime, barrier: Barrier) -> list[Any]:
+def _play(
+    persona: Any, plan: dict[str, Any], cal: str, other_cal: str, base: datetime, barrier: Barrier
+) -> list[Any]:
     responses = []
     with persona.new_client() as client:
 
@@ -74,8 +76,11 @@ def _play(persona: Any, plan: dict[str, Any], cal: str, other_cal: str, base: da
         barrier.wait()
         for op in plan["ops"]:
             if op["op"] == "hold":
-                held = call("POST", f"/calendars/{cal}/holds",
-                            json={**_span(base, op["slot"], op["length"]), "ttl_seconds": op["ttl"]})
+                held = call(
+                    "POST",
+                    f"/calendars/{cal}/holds",
+                    json={**_span(base, op["slot"], op["length"]), "ttl_seconds": op["ttl"]},
+                )
                 if held.status_code != 201:
                     continue
                 hold = held.json()
@@ -84,7 +89,11 @@ def _play(persona: Any, plan: dict[str, Any], cal: str, other_cal: str, base: da
                 if op["then"] in ("extend", "extend_then_commit"):
                     call("POST", f"/holds/{hold['id']}/extend", json={**token, "ttl_seconds": 2})
                 if op["then"] in ("commit", "extend_then_commit"):
-                    call("POST", f"/calendars/{cal}/commits", json={**token, "fencing_token": hold["fencing_token"]})
+                    call(
+                        "POST",
+                        f"/calendars/{cal}/commits",
+                        json={**token, "fencing_token": hold["fencing_token"]},
+                    )
                 elif op["then"] == "release":
                     call("DELETE", f"/holds/{hold['id']}", params=token)
             elif op["op"] == "commit":
@@ -92,8 +101,11 @@ def _play(persona: Any, plan: dict[str, Any], cal: str, other_cal: str, base: da
                 if booked.status_code == 201 and op["cancel"]:
                     call("DELETE", f"/bookings/{booked.json()['id']}")
             else:
-                call("POST", f"/calendars/{cal}/holds",
-                     json={**_span(base, op["slot"], 2), "ttl_seconds": 2, "also_calendars": [other_cal]})
+                call(
+                    "POST",
+                    f"/calendars/{cal}/holds",
+                    json={**_span(base, op["slot"], 2), "ttl_seconds": 2, "also_calendars": [other_cal]},
+                )
     return responses
 
 
@@ -101,7 +113,11 @@ def _play(persona: Any, plan: dict[str, Any], cal: str, other_cal: str, base: da
     max_examples=5,
     deadline=None,
     derandomize=True,  # the same schedules on every run: a failure reproduces
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+    ],
 )
 @given(plans=st.lists(agent_plan, min_size=4, max_size=7))
 def test_invariants_hold_under_random_concurrent_schedules(make_agent, plans):
@@ -113,7 +129,10 @@ def test_invariants_hold_under_random_concurrent_schedules(make_agent, plans):
     barrier = Barrier(len(agents))
 
     with ThreadPoolExecutor(max_workers=len(agents)) as pool:
-        futures = [pool.submit(_play, a, p, cal, other_cal, base, barrier) for a, p in zip(agents, plans, strict=True)]
+        futures = [
+            pool.submit(_play, a, p, cal, other_cal, base, barrier)
+            for a, p in zip(agents, plans, strict=True)
+        ]
         responses = [r for f in futures for r in f.result()]
 
     assert overlapping_live_pairs(cal) == []
@@ -124,9 +143,7 @@ def test_invariants_hold_under_random_concurrent_schedules(make_agent, plans):
 
 def _assert_fencing_tokens_unique_and_increasing() -> None:
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT calendar_id, fencing_token FROM bookings_reservation ORDER BY calendar_id, id"
-        )
+        cursor.execute("SELECT calendar_id, fencing_token FROM bookings_reservation ORDER BY calendar_id, id")
         rows = cursor.fetchall()
     by_calendar: dict[int, list[int]] = {}
     for calendar_id, token in rows:
