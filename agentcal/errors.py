@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-
 _PROBLEM_MEMBERS = frozenset({"type", "title", "status", "detail", "error"})
 
 
