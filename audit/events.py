@@ -24,3 +24,6 @@ class AuditEvent(models.TextChoices):
     BOOKING_BUMPED = "calendar.booking.bumped"
     BOOKING_CANCELLED = "calendar.booking.cancelled"
     BOOKING_CANCEL_REJECTED = "calendar.booking.cancel.rejected"
+    WEBHOOK_ENDPOINT_CREATED = "webhook.endpoint.created"
+    WEBHOOK_ENDPOINT_DISABLED = "webhook.endpoint.disabled"
+    WEBHOOK_DELIVERY_REPLAYED = "webhook.delivery.replayed"

@@ -55,6 +55,7 @@ from agentcal.ids import new_public_id
 from audit.events import AuditEvent
 from audit.models import Outcome
 from audit.services import audit_record
+from bookings.events import emit_reservation_event
 from bookings.models import LIVE_STATUSES, Calendar, Reservation, ReservationStatus
 from bookings.selectors import reservation_group
 from bookings.spans import (
@@ -66,6 +67,7 @@ from bookings.spans import (
     isoformat_z,
     nearest_free,
 )
+from webhooks.models import EventType
 from workspaces.actor import Actor
 
 P = ParamSpec("P")
@@ -430,7 +432,7 @@ def _lock_calendars(
 
 
 def _expire_lapsed_holds(
-    *, calendar_ids: Sequence[int], span: Span | None, now: datetime
+    *, calendar_ids: Sequence[int], span: Span | None, now: datetime, lazily: bool = True
 ) -> list[Reservation]:
     """Move holds past their expiry to `expired` (whole groups), so they never block the write at hand.
 
@@ -448,20 +450,50 @@ def _expire_lapsed_holds(
         to_status=ReservationStatus.EXPIRED,
         now=now,
     )
-    for row in expired:
-        if row.is_primary:
-            audit_record(
-                event_type=AuditEvent.HOLD_EXPIRED,
-                outcome=Outcome.SUCCESS,
-                actor=None,
-                workspace_id=row.calendar.workspace_id,
-                calendar_public_id=row.calendar.public_id,
-                reservation_public_id=row.hold_id,
-                requested_start=row.start_time,
-                requested_end=row.end_time,
-                fencing_token=row.fencing_token,
-                details={"expires_at": isoformat_z(row.expires_at), "expired_lazily": True},  # type: ignore[arg-type]
-            )
+    for rows in _groups(expired):
+        head = rows[0]
+        audit_record(
+            event_type=AuditEvent.HOLD_EXPIRED,
+            outcome=Outcome.SUCCESS,
+            actor=None,
+            workspace_id=head.calendar.workspace_id,
+            calendar_public_id=head.calendar.public_id,
+            reservation_public_id=head.hold_id,
+            requested_start=head.start_time,
+            requested_end=head.end_time,
+            fencing_token=head.fencing_token,
+            details={"expires_at": isoformat_z(head.expires_at), "expired_lazily": lazily},  # type: ignore[arg-type]
+        )
+        emit_reservation_event(EventType.HOLD_EXPIRED, rows)
+    return expired
+
+
+def _groups(rows: Iterable[Reservation]) -> list[list[Reservation]]:
+    """Rows of several holds/bookings, grouped per hold, each group primary first."""
+    by_hold: dict[str, list[Reservation]] = {}
+    for row in rows:
+        by_hold.setdefault(row.hold_id, []).append(row)
+    return [_ordered(group) for _, group in sorted(by_hold.items())]
+
+
+def holds_expire_lapsed(limit: int = 100) -> int:
+    """The background sweep: expire lapsed holds nobody has written over, calendar by calendar.
+
+    Only for the state people and agents see, and for `hold.expired` events: writes never wait for it.
+    Safe on several workers at once: each calendar is handled under its lock and each hold moves by
+    CAS, so a hold is expired (and audited, and announced) exactly once.
+    """
+    calendar_ids = list(
+        Reservation.objects.filter(status=ReservationStatus.HELD, expires_at__lte=Now())
+        .values_list("calendar_id", flat=True)
+        .distinct()[:limit]
+    )
+    expired = 0
+    for calendar_id in calendar_ids:
+        with transaction.atomic(durable=True):
+            now, _ = _lock_calendars([calendar_id])
+            rows = _expire_lapsed_holds(calendar_ids=[calendar_id], span=None, now=now, lazily=False)
+            expired += len(_groups(rows))
     return expired
 
 
@@ -564,9 +596,9 @@ def _reserve_locked(
                 "displaced": sorted({r.booking_id or r.hold_id for r in displaced if r.is_primary}),
             },
         )
-        for victim in displaced:
-            if victim.is_primary:
-                _audit_displacement(victim, by=head, actor=actor)
+        emit_reservation_event(EventType.BOOKING_COMMITTED if commit else EventType.HOLD_CREATED, group.rows)
+        for victim_rows in _groups(displaced):
+            _announce_displacement(victim_rows, by=head, actor=actor)
     return group
 
 
@@ -590,7 +622,10 @@ def _displace(victim_groups: set[str], in_the_way: list[Reservation], *, now: da
     return displaced
 
 
-def _audit_displacement(victim: Reservation, *, by: Reservation, actor: Actor) -> None:
+def _announce_displacement(victim_rows: list[Reservation], *, by: Reservation, actor: Actor) -> None:
+    """Audit the eviction/bump and tell the victim's agent, with alternatives computed right here,
+    in the evicting transaction, so they already account for the reservation that displaced it."""
+    victim = victim_rows[0]
     bumped = victim.status == ReservationStatus.BUMPED
     audit_record(
         event_type=AuditEvent.BOOKING_BUMPED if bumped else AuditEvent.HOLD_EVICTED,
@@ -607,6 +642,18 @@ def _audit_displacement(victim: Reservation, *, by: Reservation, actor: Actor) -
             "displaced_by": by.booking_id or by.hold_id,
             "displaced_by_priority": by.priority,
         },
+    )
+    emit_reservation_event(
+        EventType.BOOKING_BUMPED if bumped else EventType.HOLD_EVICTED,
+        victim_rows,
+        displaced_by={
+            "id": by.booking_id or by.hold_id,
+            "agent_id": by.agent.public_id,
+            "priority": by.priority,
+        },
+        alternatives=_alternatives(
+            [r.calendar for r in victim_rows], Span(victim.start_time, victim.end_time)
+        ),
     )
 
 
@@ -716,9 +763,12 @@ def hold_commit(
     with transaction.atomic(durable=True):
         now, _ = _lock_calendars(sorted(r.calendar_id for r in rows))
         rows = _ordered(
-            Reservation.objects.select_for_update()
+            # Row locks in id order, like every group-row lock (see _transition_groups); `of=self` so
+            # the joined calendar and agent rows are read, not locked.
+            Reservation.objects.select_for_update(of=("self",))
             .filter(hold_id=head.hold_id)
             .select_related("calendar", "agent")
+            .order_by("id")
         )
         primary = rows[0]
         _raise_not_live(primary, now)
@@ -760,6 +810,7 @@ def hold_commit(
             fencing_token=head_row.fencing_token,
             details={"hold_id": head_row.hold_id, "from_hold": True},
         )
+        emit_reservation_event(EventType.BOOKING_COMMITTED, committed)
     return ReservationGroup(rows=committed)
 
 
@@ -854,6 +905,7 @@ def hold_release(*, actor: Actor, hold_id: str, hold_token: str) -> ReservationG
             requested_end=released[0].end_time,
             fencing_token=released[0].fencing_token,
         )
+        emit_reservation_event(EventType.HOLD_RELEASED, released)
     return ReservationGroup(rows=released)
 
 
@@ -894,6 +946,7 @@ def booking_cancel(*, actor: Actor, booking_id: str) -> ReservationGroup:
             requested_end=cancelled[0].end_time,
             fencing_token=cancelled[0].fencing_token,
         )
+        emit_reservation_event(EventType.BOOKING_CANCELLED, cancelled)
     return ReservationGroup(rows=cancelled)
 
 

@@ -4,6 +4,7 @@ from drf_spectacular.views import SpectacularAPIView
 from agentcal.api.health import HealthView
 from audit.api import AuditListView
 from bookings import api as bookings
+from webhooks import api as webhooks
 
 urlpatterns = [
     path("health", HealthView.as_view(), name="health"),
@@ -24,4 +25,22 @@ urlpatterns = [
     path("holds/<str:hold_id>/extend", bookings.HoldExtendView.as_view(), name="hold-extend"),
     path("bookings/<str:booking_id>", bookings.BookingDetailView.as_view(), name="booking"),
     path("audit", AuditListView.as_view(), name="audit"),
+    path("webhook-endpoints", webhooks.EndpointListView.as_view(), name="webhook-endpoints"),
+    path(
+        "webhook-endpoints/<str:endpoint_id>", webhooks.EndpointDetailView.as_view(), name="webhook-endpoint"
+    ),
+    path(
+        "webhook-endpoints/<str:endpoint_id>/deliveries",
+        webhooks.EndpointDeliveriesView.as_view(),
+        name="webhook-endpoint-deliveries",
+    ),
+    path(
+        "webhook-deliveries/<str:delivery_id>", webhooks.DeliveryDetailView.as_view(), name="webhook-delivery"
+    ),
+    path(
+        "webhook-deliveries/<str:delivery_id>/replay",
+        webhooks.DeliveryReplayView.as_view(),
+        name="webhook-delivery-replay",
+    ),
+    path("events", webhooks.EventListView.as_view(), name="events"),
 ]

@@ -1,0 +1,274 @@
+"""Agent API for webhook endpoints, their deliveries and the agent's outbox."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from agentcal.api.fields import StrictSerializer
+from agentcal.api.pagination import page_size, paginate
+from agentcal.api.problems import problems
+from agentcal.api.views import AgentAPIView
+from agentcal.errors import AgentCalError, InvalidRequest, NotFound
+from audit.events import AuditEvent
+from audit.models import Outcome
+from audit.services import audit_record
+from webhooks.models import DeliveryStatus, EventType, OutboxEvent, WebhookDelivery, WebhookEndpoint
+from webhooks.outbox import endpoint_disable
+from webhooks.signing import new_signing_secret
+from webhooks.url_guard import UnsafeWebhookUrl, validate_webhook_url
+from workspaces.actor import Actor
+from workspaces.models import Scope
+
+MAX_ENDPOINTS_PER_AGENT = 20
+_FAMILIES = sorted({value.split(".")[0] + ".*" for value in EventType.values})
+
+
+class UnsafeUrl(AgentCalError):
+    status, code, title = 400, "unsafe_webhook_url", "The webhook URL is not allowed"
+
+
+class TooManyEndpoints(AgentCalError):
+    status, code, title = 409, "too_many_endpoints", "This agent has the maximum number of webhook endpoints"
+
+
+# --- Serializers --------------------------------------------------------------------------------------
+
+
+class EndpointInput(StrictSerializer):
+    url = serializers.CharField(max_length=2048)
+    events = serializers.ListField(child=serializers.CharField(max_length=64), min_length=1, max_length=50)
+    description = serializers.CharField(max_length=200, required=False, allow_blank=True)
+
+    def validate_events(self, events: list[str]) -> list[str]:
+        known = {*EventType.values, *_FAMILIES, "*"}
+        unknown = sorted(set(events) - known)
+        if unknown:
+            raise serializers.ValidationError(
+                f"Unknown event type(s) {unknown}; use exact types, a family such as 'hold.*', or '*'."
+            )
+        return sorted(set(events))
+
+
+class EndpointOutput(serializers.Serializer):
+    id = serializers.CharField(source="public_id")
+    url = serializers.CharField()
+    description = serializers.CharField()
+    events = serializers.ListField(child=serializers.CharField())
+    status = serializers.SerializerMethodField()
+    disabled_reason = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    disabled_at = serializers.DateTimeField(allow_null=True)
+    failing_since = serializers.DateTimeField(allow_null=True)
+
+    def get_status(self, endpoint: WebhookEndpoint) -> str:
+        return "disabled" if endpoint.disabled_at else "active"
+
+
+class EndpointCreatedOutput(EndpointOutput):
+    secret = serializers.CharField(help_text="whsec_…: shown only in this response.")
+
+
+class AttemptOutput(serializers.Serializer):
+    attempted_at = serializers.DateTimeField()
+    status_code = serializers.IntegerField(allow_null=True)
+    latency_ms = serializers.IntegerField()
+    response_excerpt = serializers.CharField()
+    error = serializers.CharField()
+    is_replay = serializers.BooleanField()
+
+
+class DeliveryOutput(serializers.Serializer):
+    id = serializers.CharField(source="public_id")
+    endpoint_id = serializers.CharField(source="endpoint.public_id")
+    event_id = serializers.CharField(source="event.public_id", help_text="Also the webhook-id header.")
+    event_type = serializers.CharField(source="event.event_type")
+    status = serializers.CharField()
+    attempt_count = serializers.IntegerField()
+    next_attempt_at = serializers.DateTimeField(allow_null=True)
+    created_at = serializers.DateTimeField()
+    completed_at = serializers.DateTimeField(allow_null=True)
+
+
+class DeliveryDetailOutput(DeliveryOutput):
+    payload = serializers.JSONField(source="event.payload")
+    attempts = AttemptOutput(many=True, source="attempts.all")
+
+
+class EventOutput(serializers.Serializer):
+    id = serializers.CharField(source="public_id")
+    type = serializers.CharField(source="event_type")
+    created_at = serializers.DateTimeField()
+    dispatched_at = serializers.DateTimeField(allow_null=True)
+    # Named like Serializer.data: DRF moves declared fields into _declared_fields, so this works.
+    data = serializers.JSONField(source="payload")  # type: ignore[assignment]
+    deliveries = serializers.SerializerMethodField()
+
+    def get_deliveries(self, event: OutboxEvent) -> list[dict[str, Any]]:
+        return [
+            {"id": d.public_id, "endpoint_id": d.endpoint.public_id, "status": d.status}
+            for d in event.deliveries.all()
+        ]
+
+
+# --- Look-ups (another agent's objects are 404, like another workspace's) ---------------------------------
+
+
+def _endpoint_for(actor: Actor, public_id: str) -> WebhookEndpoint:
+    endpoint = WebhookEndpoint.objects.filter(agent=actor.agent, public_id=public_id).first()
+    if endpoint is None:
+        raise NotFound(f"No webhook endpoint {public_id} for this agent.")
+    return endpoint
+
+
+def _delivery_for(actor: Actor, public_id: str) -> WebhookDelivery:
+    delivery = (
+        WebhookDelivery.objects.select_related("event", "endpoint")
+        .filter(endpoint__agent=actor.agent, public_id=public_id)
+        .first()
+    )
+    if delivery is None:
+        raise NotFound(f"No webhook delivery {public_id} for this agent.")
+    return delivery
+
+
+def _page(request: Request, queryset: Any, *, scope: str) -> tuple[list[Any], str | None]:
+    return paginate(
+        queryset,
+        cursor=request.query_params.get("cursor"),
+        limit=page_size(request.query_params.get("limit")),
+        descending=True,
+        scope=scope,
+        key_field="public_id",
+    )
+
+
+# --- Views ----------------------------------------------------------------------------------------------
+
+
+class EndpointListView(AgentAPIView):
+    required_scopes = {"GET": Scope.WEBHOOKS_WRITE, "POST": Scope.WEBHOOKS_WRITE}
+    audit_action = "webhook.endpoint"
+
+    @extend_schema(responses={200: EndpointOutput(many=True), **problems(400)})
+    def get(self, request: Request) -> Response:
+        endpoints, next_cursor = _page(
+            request, WebhookEndpoint.objects.filter(agent=self.actor.agent), scope="webhook-endpoints"
+        )
+        return Response({"results": EndpointOutput(endpoints, many=True).data, "next_cursor": next_cursor})
+
+    @extend_schema(request=EndpointInput, responses={201: EndpointCreatedOutput, **problems(400, 409)})
+    def post(self, request: Request) -> Response:
+        serializer = EndpointInput(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        try:
+            validate_webhook_url(data["url"])
+        except UnsafeWebhookUrl as exc:
+            raise UnsafeUrl(str(exc)) from exc
+        actor = self.actor
+        assert actor.agent is not None
+        with transaction.atomic(durable=True):
+            if WebhookEndpoint.objects.filter(agent=actor.agent, disabled_at__isnull=True).count() >= (
+                MAX_ENDPOINTS_PER_AGENT
+            ):
+                raise TooManyEndpoints(f"At most {MAX_ENDPOINTS_PER_AGENT} active endpoints per agent.")
+            endpoint = WebhookEndpoint.objects.create(
+                agent=actor.agent,
+                url=data["url"],
+                events=data["events"],
+                description=data.get("description", ""),
+                secret=new_signing_secret(),
+            )
+            audit_record(
+                event_type=AuditEvent.WEBHOOK_ENDPOINT_CREATED,
+                outcome=Outcome.SUCCESS,
+                actor=actor,
+                details={"endpoint_id": endpoint.public_id, "url": endpoint.url, "events": endpoint.events},
+            )
+        body = EndpointCreatedOutput(endpoint).data
+        return Response(body, status=201, headers={"Location": f"/v1/webhook-endpoints/{endpoint.public_id}"})
+
+
+class EndpointDetailView(AgentAPIView):
+    required_scopes = {"GET": Scope.WEBHOOKS_WRITE, "DELETE": Scope.WEBHOOKS_WRITE}
+    audit_action = "webhook.endpoint"
+
+    @extend_schema(responses={200: EndpointOutput, **problems(404)})
+    def get(self, request: Request, endpoint_id: str) -> Response:
+        return Response(EndpointOutput(_endpoint_for(self.actor, endpoint_id)).data)
+
+    @extend_schema(request=None, responses={200: EndpointOutput, **problems(404)})
+    def delete(self, request: Request, endpoint_id: str) -> Response:
+        """Disable the endpoint (kept, with its delivery history) and cancel its pending deliveries."""
+        endpoint = _endpoint_for(self.actor, endpoint_id)
+        endpoint_disable(endpoint, reason="deleted by the agent", actor=self.actor)
+        endpoint.refresh_from_db()
+        return Response(EndpointOutput(endpoint).data)
+
+
+class EndpointDeliveriesView(AgentAPIView):
+    required_scopes = {"GET": Scope.WEBHOOKS_WRITE}
+    audit_action = "webhook.delivery"
+
+    @extend_schema(responses={200: DeliveryOutput(many=True), **problems(400, 404)})
+    def get(self, request: Request, endpoint_id: str) -> Response:
+        endpoint = _endpoint_for(self.actor, endpoint_id)
+        status = request.query_params.get("status")
+        deliveries = WebhookDelivery.objects.filter(endpoint=endpoint).select_related("event", "endpoint")
+        if status is not None:
+            if status not in DeliveryStatus.values:
+                raise InvalidRequest(f"status must be one of {', '.join(DeliveryStatus.values)}.")
+            deliveries = deliveries.filter(status=status)
+        page, next_cursor = _page(request, deliveries, scope=f"deliveries:{endpoint.public_id}:{status}")
+        return Response({"results": DeliveryOutput(page, many=True).data, "next_cursor": next_cursor})
+
+
+class DeliveryDetailView(AgentAPIView):
+    required_scopes = {"GET": Scope.WEBHOOKS_WRITE}
+    audit_action = "webhook.delivery"
+
+    @extend_schema(responses={200: DeliveryDetailOutput, **problems(404)})
+    def get(self, request: Request, delivery_id: str) -> Response:
+        return Response(DeliveryDetailOutput(_delivery_for(self.actor, delivery_id)).data)
+
+
+class DeliveryReplayView(AgentAPIView):
+    required_scopes = {"POST": Scope.WEBHOOKS_WRITE}
+    audit_action = "webhook.delivery.replay"
+
+    @extend_schema(request=None, responses={202: DeliveryOutput, **problems(404)})
+    def post(self, request: Request, delivery_id: str) -> Response:
+        """Send the delivery once more (same webhook-id, current secret, no retries), in the background."""
+        from webhooks.tasks import replay_webhook
+
+        delivery = _delivery_for(self.actor, delivery_id)
+        with transaction.atomic(durable=True):
+            audit_record(
+                event_type=AuditEvent.WEBHOOK_DELIVERY_REPLAYED,
+                outcome=Outcome.SUCCESS,
+                actor=self.actor,
+                details={"delivery_id": delivery.public_id, "event_id": delivery.event.public_id},
+            )
+            transaction.on_commit(lambda: replay_webhook.delay(delivery.pk))
+        return Response(DeliveryOutput(delivery).data, status=202)
+
+
+class EventListView(AgentAPIView):
+    required_scopes = {"GET": Scope.WEBHOOKS_WRITE}
+    audit_action = "webhook.events"
+
+    @extend_schema(responses={200: EventOutput(many=True), **problems(400)})
+    def get(self, request: Request) -> Response:
+        """The agent's outbox: every event addressed to it, newest first, with its deliveries."""
+        events = OutboxEvent.objects.filter(agent=self.actor.agent).prefetch_related("deliveries__endpoint")
+        event_type = request.query_params.get("type")
+        if event_type:
+            events = events.filter(event_type=event_type)
+        page, next_cursor = _page(request, events, scope=f"events:{event_type}")
+        return Response({"results": EventOutput(page, many=True).data, "next_cursor": next_cursor})
