@@ -39,6 +39,7 @@ class AuditRecordOutput(serializers.Serializer):
     outcome = serializers.CharField()
     workspace_id = serializers.SerializerMethodField()
     agent_id = serializers.CharField(source="agent_public_id")
+    actor_user = serializers.CharField()
     auth_key_prefix = serializers.CharField()
     calendar = serializers.CharField(source="calendar_public_id")
     reservation = serializers.CharField(source="reservation_public_id")

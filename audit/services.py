@@ -35,6 +35,7 @@ def audit_record(
         outcome=outcome,
         workspace_id=actor.workspace.pk if actor else workspace_id,
         agent_public_id=actor.agent_public_id if actor else "",
+        actor_user=actor.user_email if actor else "",
         auth_key_prefix=(actor.key_prefix if actor else "") or key_prefix,
         calendar_public_id=calendar_public_id,
         reservation_public_id=reservation_public_id,

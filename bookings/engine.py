@@ -57,7 +57,7 @@ from audit.models import Outcome
 from audit.services import audit_record
 from bookings.events import emit_reservation_event
 from bookings.models import LIVE_STATUSES, Calendar, Reservation, ReservationStatus
-from bookings.selectors import reservation_group
+from bookings.selectors import reservation_group, server_now
 from bookings.spans import (
     MAX_BUCKETS,
     BusyIndex,
@@ -348,9 +348,7 @@ def _live_overlapping(calendar_ids: Iterable[int], span: Span) -> Any:
 
 
 def _precheck(calendars: Sequence[Calendar], span: Span, priority: int) -> None:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT now()")
-        (now,) = cursor.fetchone()
+    now = server_now()
     if span.end <= now or span.start < now - PAST_START_GRACE:
         raise InvalidRange("The span is in the past by the server's clock.", server_time=isoformat_z(now))
     blocker = (
@@ -759,14 +757,28 @@ def hold_commit(
         raise NotFound(f"No hold with this hold_token on calendar {calendar.public_id}.")
     if actor.agent is None or head.agent_id != actor.agent.pk:
         raise NotOwner("Only the agent that made the hold may commit it.")
-    rows = reservation_group(workspace=actor.workspace, hold_id=head.hold_id)
+    return _commit_hold(actor=actor, hold_id=head.hold_id, fencing_token=fencing_token)
+
+
+@_audit_rejections(AuditEvent.COMMIT_REJECTED)
+def hold_commit_approved(*, actor: Actor, hold_id: str) -> ReservationGroup:
+    """Commit a hold whose approval a human granted: the server commits on the agent's behalf, with
+    the same rules (CAS, still live) as the agent's own commit. `actor` is the requesting agent with
+    the deciding human recorded on it."""
+    return _commit_hold(actor=actor, hold_id=hold_id, fencing_token=None)
+
+
+def _commit_hold(*, actor: Actor, hold_id: str, fencing_token: int | None) -> ReservationGroup:
+    rows = reservation_group(workspace=actor.workspace, hold_id=hold_id)
+    if not rows:
+        raise NotFound(f"No hold {hold_id} in this workspace.")
     with transaction.atomic(durable=True):
         now, _ = _lock_calendars(sorted(r.calendar_id for r in rows))
         rows = _ordered(
             # Row locks in id order, like every group-row lock (see _transition_groups); `of=self` so
             # the joined calendar and agent rows are read, not locked.
             Reservation.objects.select_for_update(of=("self",))
-            .filter(hold_id=head.hold_id)
+            .filter(hold_id=hold_id)
             .select_related("calendar", "agent")
             .order_by("id")
         )
@@ -803,7 +815,7 @@ def hold_commit(
             event_type=AuditEvent.COMMIT_CREATED,
             outcome=Outcome.SUCCESS,
             actor=actor,
-            calendar_public_id=calendar.public_id,
+            calendar_public_id=head_row.calendar.public_id,
             reservation_public_id=head_row.booking_id or "",
             requested_start=head_row.start_time,
             requested_end=head_row.end_time,
@@ -880,6 +892,51 @@ def hold_extend(*, actor: Actor, hold_id: str, hold_token: str, ttl_seconds: int
 @_audit_rejections(AuditEvent.HOLD_RELEASE_REJECTED)
 def hold_release(*, actor: Actor, hold_id: str, hold_token: str) -> ReservationGroup:
     rows = _owned_hold(actor=actor, hold_id=hold_id, hold_token=hold_token)
+    return _release_hold(actor=actor, hold_id=hold_id, rows=rows)
+
+
+def hold_release_unless_settled(*, actor: Actor, hold_id: str) -> ReservationGroup | None:
+    """Release a hold if it is still live (an approval was denied, expired or cancelled); None if it
+    already ended some other way (expired, evicted, released) — there is nothing left to undo."""
+    rows = reservation_group(workspace=actor.workspace, hold_id=hold_id)
+    if not rows:
+        return None
+    try:
+        return _release_hold(actor=actor, hold_id=hold_id, rows=rows)
+    except (HoldExpired, HoldEvicted, HoldReleased, HoldAlreadyCommitted):
+        return None
+
+
+@transaction.atomic(durable=True)
+def hold_pin_expiry(*, actor: Actor, hold_id: str, until: datetime, reason: str) -> ReservationGroup:
+    """Keep a live hold alive until `until` (an approval's expiry) instead of its TTL; CAS on live."""
+    moved = Reservation.objects.filter(
+        hold_id=hold_id,
+        status=ReservationStatus.HELD,
+        expires_at__gt=Now(),
+        calendar__workspace=actor.workspace,
+    ).update(expires_at=until, version=F("version") + 1)
+    rows = reservation_group(workspace=actor.workspace, hold_id=hold_id)
+    if not rows:
+        raise NotFound(f"No hold {hold_id} in this workspace.")
+    if moved != len(rows):
+        _raise_not_live(rows[0], server_now())
+        raise HoldExpired(f"Hold {hold_id} is no longer live.", hold_id=hold_id)
+    audit_record(
+        event_type=AuditEvent.HOLD_EXTENDED,
+        outcome=Outcome.SUCCESS,
+        actor=actor,
+        calendar_public_id=rows[0].calendar.public_id,
+        reservation_public_id=hold_id,
+        requested_start=rows[0].start_time,
+        requested_end=rows[0].end_time,
+        fencing_token=rows[0].fencing_token,
+        details={"expires_at": isoformat_z(until), "reason": reason},
+    )
+    return ReservationGroup(rows=rows)
+
+
+def _release_hold(*, actor: Actor, hold_id: str, rows: list[Reservation]) -> ReservationGroup:
     if rows[0].status == ReservationStatus.RELEASED:
         return ReservationGroup(rows=rows)  # releasing twice is harmless: same answer, nothing written
     with transaction.atomic(durable=True):
@@ -958,9 +1015,7 @@ def _alternatives(calendars: Sequence[Calendar], span: Span) -> list[dict[str, s
     slot_minutes = calendars[0].slot_minutes
     reach = timedelta(minutes=slot_minutes * ALTERNATIVES_MAX_STEPS)
     window = Span(span.start - reach, span.end + reach)
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT now()")
-        (now,) = cursor.fetchone()
+    now = server_now()
     busy = BusyIndex(
         Span(start, end)
         for start, end in _live_overlapping((c.pk for c in calendars), window)

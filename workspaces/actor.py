@@ -18,6 +18,8 @@ class Actor:
     key_prefix: str = ""
     scopes: frozenset[str] = field(default_factory=frozenset)
     request_id: str = ""
+    # The signed-in human acting (dashboard), alone or on an agent's behalf (deciding its approval).
+    user_email: str = ""
 
     # DRF treats request.user as a user object; an authenticated actor is always authenticated.
     is_authenticated = True
