@@ -63,9 +63,10 @@ INSTALLED_APPS = [
     "agentcal.api",
     "workspaces",
     "bookings",
-    "approvals",
     "audit",
     "webhooks",
+    "accounts",
+    "approvals",
 ]
 
 MIDDLEWARE = [
