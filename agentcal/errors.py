@@ -5,6 +5,7 @@ Extra keyword arguments become top-level members of the problem document (e.g. `
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 _PROBLEM_MEMBERS = frozenset({"type", "title", "status", "detail", "error"})
@@ -94,6 +95,14 @@ class HoldAlreadyCommitted(AgentCalError):
     status, code, title = 409, "hold_already_committed", "The hold is already committed"
 
 
+class HoldAwaitingApproval(AgentCalError):
+    status, code, title = (
+        409,
+        "hold_awaiting_approval",
+        "A person has not yet decided the approval gating this hold",
+    )
+
+
 class StaleFencingToken(AgentCalError):
     status, code, title = 409, "stale_fencing_token", "A newer fencing token was issued for this range"
 
@@ -128,3 +137,66 @@ class IdempotencyKeyReused(AgentCalError):
         "idempotency_key_reused",
         "This Idempotency-Key was used with a different request",
     )
+
+
+# --- Approvals ----------------------------------------------------------------------------------------
+
+
+class NotAMember(AgentCalError):
+    status, code, title = 403, "not_a_member", "You are not a member of this workspace"
+
+
+class ApprovalExists(AgentCalError):
+    status, code, title = 409, "approval_exists", "A pending approval already gates this hold"
+
+    def __init__(self, detail: str | None = None, *, approval_id: str, hold_id: str, **extra: Any) -> None:
+        super().__init__(detail, approval_id=approval_id, hold_id=hold_id, **extra)
+        self.approval_id = approval_id  # the pending approval that already exists
+        self.hold_id = hold_id
+
+
+class ApprovalAlreadyDecided(AgentCalError):
+    """The approval left `pending` before this decision (another person decided it, or the agent
+    cancelled it). Carries who and when, so the dashboard can say "already approved by X"."""
+
+    status, code, title = 409, "approval_already_decided", "The approval was already decided"
+
+    def __init__(
+        self,
+        detail: str | None = None,
+        *,
+        approval_id: str,
+        approval_status: str,
+        decided_by: str | None,
+        decided_at: datetime | None,
+        **extra: Any,
+    ) -> None:
+        super().__init__(
+            detail,
+            approval_id=approval_id,
+            approval_status=approval_status,
+            decided_by=decided_by,
+            decided_at=_rfc3339(decided_at),
+            **extra,
+        )
+        self.approval_id = approval_id
+        self.approval_status = approval_status  # `status` is the HTTP status (409)
+        self.decided_by_email = decided_by
+        self.decided_at = decided_at
+
+
+class ApprovalExpired(AgentCalError):
+    status, code, title = 409, "approval_expired", "The approval expired before it was decided"
+
+    def __init__(
+        self, detail: str | None = None, *, approval_id: str, expires_at: datetime, **extra: Any
+    ) -> None:
+        super().__init__(detail, approval_id=approval_id, expires_at=_rfc3339(expires_at), **extra)
+        self.approval_id = approval_id
+        self.expires_at = expires_at
+
+
+def _rfc3339(moment: datetime | None) -> str | None:
+    if moment is None:
+        return None
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
+from urllib.parse import urlparse
 
 import dj_database_url
 
@@ -58,6 +59,8 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django.contrib.postgres",
+    "django_htmx",
+    "template_partials",
     "rest_framework",
     "drf_spectacular",
     "agentcal.api",
@@ -67,16 +70,19 @@ INSTALLED_APPS = [
     "webhooks",
     "accounts",
     "approvals",
+    "dashboard",
 ]
 
 MIDDLEWARE = [
     "agentcal.middleware.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
@@ -103,14 +109,39 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_TZ = True
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / ".data" / "static"
+# WhiteNoise serves the dashboard's few static files from the app's own folders (no collectstatic
+# step, no separate web server), with far-future caching for the versioned vendor files.
+WHITENOISE_USE_FINDERS = True
+# Only for deployments that run collectstatic (e.g. to put the files behind a CDN).
+STATIC_ROOT = env_str("STATIC_ROOT") or None
+
+# --- Dashboard sign-in (passkeys, magic links) ----------------------------------------------------
+# The public base URL people reach the dashboard at (links in emails; the WebAuthn origin).
+DASHBOARD_BASE_URL = (env_str("DASHBOARD_BASE_URL", "http://localhost:8000") or "").rstrip("/")
+# The WebAuthn relying-party id: the dashboard's host name (never an IP address; browsers refuse it).
+WEBAUTHN_RP_ID = env_str("WEBAUTHN_RP_ID", urlparse(DASHBOARD_BASE_URL).hostname or "localhost")
+WEBAUTHN_RP_NAME = env_str("WEBAUTHN_RP_NAME", "AgentCal")
+MAGIC_LINK_TTL_SECONDS = env_int("MAGIC_LINK_TTL_SECONDS", 15 * 60, minimum=60)
+LOGIN_URL = "/auth/sign-in"
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "AgentCal <agentcal@localhost>")
+SESSION_COOKIE_AGE = env_int("SESSION_COOKIE_AGE", 14 * 86400, minimum=300)
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_HTTPONLY = False  # the dashboard's JavaScript reads it for htmx and passkey requests
 
 # --- Security ------------------------------------------------------------------------------------
 SESSION_COOKIE_HTTPONLY = True
-SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", not DEBUG)
+# Secure cookies whenever the dashboard is served over https (browsers also accept them on http://localhost).
+SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", DASHBOARD_BASE_URL.startswith("https:"))
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
+CSRF_TRUSTED_ORIGINS = [DASHBOARD_BASE_URL]
 
 # --- API -----------------------------------------------------------------------------------------
 REST_FRAMEWORK = {
@@ -189,6 +220,7 @@ CELERY_BEAT_SCHEDULE = {
     "webhooks-catch-up": {"task": "webhooks.catch_up", "schedule": float(WEBHOOK_CATCH_UP_SECONDS)},
     "purge-idempotency-records": {"task": "agentcal.purge_idempotency_records", "schedule": 3600.0},
     "purge-expired-audit-records": {"task": "audit.purge_expired", "schedule": 6 * 3600.0},
+    "expire-due-approvals": {"task": "approvals.expire_due", "schedule": 30.0},
 }
 # Celery beat keeps its schedule state in the data folder, not in the working directory.
 CELERY_BEAT_SCHEDULE_FILENAME = str(embedded.data_dir() / "celerybeat-schedule")

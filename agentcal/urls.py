@@ -1,7 +1,12 @@
 from django.urls import include, path
 
-urlpatterns = [path("v1/", include("agentcal.api.urls"))]
+urlpatterns = [
+    path("v1/", include("agentcal.api.urls")),
+    path("auth/", include("accounts.urls")),
+    path("", include("dashboard.urls")),
+]
 
-# Unknown URLs and crashes answer in problem+json too: agents parse one error format.
-handler404 = "agentcal.api.problems.api_not_found"
-handler500 = "agentcal.api.problems.api_server_error"
+# Unknown URLs and crashes under /v1 answer in problem+json (agents parse one error format);
+# the dashboard gets HTML pages.
+handler404 = "agentcal.views.not_found"
+handler500 = "agentcal.views.server_error"

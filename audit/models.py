@@ -26,7 +26,7 @@ class AuditRecord(models.Model):
     workspace_id = models.BigIntegerField(null=True)
     agent_public_id = models.CharField(max_length=32, blank=True)
     # The signed-in person who acted in the dashboard, if a person did.
-    actor_user = models.CharField(max_length=254, blank=True)
+    actor_user = models.CharField(max_length=254, blank=True, db_default="")
     auth_key_prefix = models.CharField(max_length=16, blank=True)
     calendar_public_id = models.CharField(max_length=32, blank=True)
     reservation_public_id = models.CharField(max_length=32, blank=True)

@@ -39,6 +39,7 @@ from agentcal.errors import (
     BookingNotLive,
     BookingTooLong,
     HoldAlreadyCommitted,
+    HoldAwaitingApproval,
     HoldEvicted,
     HoldExpired,
     HoldReleased,
@@ -720,7 +721,18 @@ def _owned_hold(*, actor: Actor, hold_id: str, hold_token: str) -> list[Reservat
     head = rows[0]
     if head.hold_token_hash is None or not hmac.compare_digest(head.hold_token_hash, _hash_token(hold_token)):
         raise HoldTokenMismatch("The hold_token does not belong to this hold.")
+    _refuse_if_gated(head)
     return rows
+
+
+def _refuse_if_gated(head: Reservation) -> None:
+    if head.awaiting_approval and head.status == ReservationStatus.HELD:
+        raise HoldAwaitingApproval(
+            f"Hold {head.hold_id} waits for approval {head.awaiting_approval}; its decision commits or "
+            "releases it (cancel the approval to let go of the hold).",
+            hold_id=head.hold_id,
+            approval_id=head.awaiting_approval,
+        )
 
 
 def _raise_not_live(head: Reservation, now: datetime) -> None:
@@ -750,13 +762,14 @@ def hold_commit(
         Reservation.objects.filter(
             hold_token_hash=_hash_token(hold_token), is_primary=True, calendar__workspace=actor.workspace
         )
-        .only("hold_id", "calendar_id", "agent_id")
+        .only("hold_id", "calendar_id", "agent_id", "status", "awaiting_approval")
         .first()
     )
     if head is None or head.calendar_id != calendar.pk:
         raise NotFound(f"No hold with this hold_token on calendar {calendar.public_id}.")
     if actor.agent is None or head.agent_id != actor.agent.pk:
         raise NotOwner("Only the agent that made the hold may commit it.")
+    _refuse_if_gated(head)
     return _commit_hold(actor=actor, hold_id=head.hold_id, fencing_token=fencing_token)
 
 
@@ -908,14 +921,21 @@ def hold_release_unless_settled(*, actor: Actor, hold_id: str) -> ReservationGro
 
 
 @transaction.atomic(durable=True)
-def hold_pin_expiry(*, actor: Actor, hold_id: str, until: datetime, reason: str) -> ReservationGroup:
-    """Keep a live hold alive until `until` (an approval's expiry) instead of its TTL; CAS on live."""
+def hold_pin_expiry(
+    *, actor: Actor, hold_id: str, until: datetime, reason: str, approval_id: str | None = None
+) -> ReservationGroup:
+    """Keep a live hold alive until `until` (an approval's expiry) instead of its TTL; CAS on live.
+
+    With `approval_id` the hold is gated: the agent can no longer extend, commit or release it
+    itself; the approval's decision does (hold_commit_approved / hold_release_unless_settled).
+    Without it, any gate is lifted (an approval that was not created after all).
+    """
     moved = Reservation.objects.filter(
         hold_id=hold_id,
         status=ReservationStatus.HELD,
         expires_at__gt=Now(),
         calendar__workspace=actor.workspace,
-    ).update(expires_at=until, version=F("version") + 1)
+    ).update(expires_at=until, awaiting_approval=approval_id, version=F("version") + 1)
     rows = reservation_group(workspace=actor.workspace, hold_id=hold_id)
     if not rows:
         raise NotFound(f"No hold {hold_id} in this workspace.")

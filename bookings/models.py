@@ -107,6 +107,9 @@ class Reservation(models.Model):
     committed_at = models.DateTimeField(null=True, blank=True)
     bump_window_ends_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
+    # Set while a human approval gates this hold: only the approval's decision may commit or release
+    # it, and the agent's heartbeat must not shorten the approval's pin.
+    awaiting_approval = models.CharField(max_length=32, null=True, blank=True)
     # Which reservation took this one's place (eviction or bump); never chains further.
     displaced_by = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

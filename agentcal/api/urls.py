@@ -2,6 +2,7 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
 from agentcal.api.health import HealthView
+from approvals import api as approvals
 from audit.api import AuditListView
 from bookings import api as bookings
 from webhooks import api as webhooks
@@ -43,4 +44,9 @@ urlpatterns = [
         name="webhook-delivery-replay",
     ),
     path("events", webhooks.EventListView.as_view(), name="events"),
+    path("approvals", approvals.ApprovalListView.as_view(), name="approvals"),
+    path("approvals/<str:approval_id>", approvals.ApprovalDetailView.as_view(), name="approval"),
+    path(
+        "approvals/<str:approval_id>/cancel", approvals.ApprovalCancelView.as_view(), name="approval-cancel"
+    ),
 ]

@@ -12,6 +12,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="auditrecord",
             name="actor_user",
-            field=models.CharField(blank=True, max_length=254),
+            field=models.CharField(blank=True, db_default="", max_length=254),
         ),
     ]

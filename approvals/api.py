@@ -1,0 +1,171 @@
+"""Agent API for approvals: request, read, list, cancel. Deciding is the dashboard's (a signed-in person);
+there is no endpoint for it."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Q
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from agentcal.api.fields import StrictSerializer
+from agentcal.api.pagination import page_size, paginate
+from agentcal.api.problems import problems
+from agentcal.api.views import AgentAPIView
+from approvals import services
+from approvals.models import SUMMARY_MAX_CHARS, Approval, ApprovalStatus
+from bookings.selectors import server_now
+from workspaces.models import Scope
+
+
+class _SizedJSONField(serializers.JSONField):
+    """Free-form JSON capped in size (BoundedJSONField's idea with the approval's own limits)."""
+
+    def __init__(self, *, max_bytes: int, expect_object: bool = False, **kwargs: Any) -> None:
+        self.max_bytes = max_bytes
+        self.expect_object = expect_object
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> Any:
+        value = super().to_internal_value(data)
+        if self.expect_object and not isinstance(value, dict):
+            raise serializers.ValidationError("Must be a JSON object.")
+        if len(json.dumps(value).encode()) > self.max_bytes:
+            raise serializers.ValidationError(f"Must serialize to at most {self.max_bytes} bytes.")
+        return value
+
+
+class OneLineField(serializers.CharField):
+    def to_internal_value(self, data: Any) -> str:
+        value = super().to_internal_value(data)
+        if value.splitlines() != [value]:
+            raise serializers.ValidationError("Must be one line (no line breaks).")
+        return value
+
+
+class ApprovalInput(StrictSerializer):
+    summary = OneLineField(max_length=SUMMARY_MAX_CHARS, trim_whitespace=False)
+    evidence = _SizedJSONField(max_bytes=services.EVIDENCE_MAX_BYTES, expect_object=True)
+    expires_in_seconds = serializers.IntegerField(
+        min_value=services.MIN_EXPIRES_IN_SECONDS, max_value=services.MAX_EXPIRES_IN_SECONDS, required=False
+    )
+    hold_id = serializers.CharField(max_length=32, required=False)
+    state = _SizedJSONField(
+        max_bytes=services.STATE_MAX_BYTES,
+        required=False,
+        allow_null=True,
+        help_text="Opaque agent data, echoed back in the approval and its webhooks.",
+    )
+
+
+class ApprovalOutput(serializers.Serializer):
+    id = serializers.CharField()
+    status = serializers.ChoiceField(choices=ApprovalStatus.choices)
+    summary = serializers.CharField()
+    evidence = serializers.JSONField()
+    state = serializers.JSONField(allow_null=True)
+    hold_id = serializers.CharField(allow_null=True)
+    booking_id = serializers.CharField(
+        allow_null=True, help_text="Set once an approved approval's hold has been committed."
+    )
+    booking_error = serializers.CharField(
+        allow_blank=True,
+        help_text='Why an approved hold could not be committed (e.g. "hold_evicted"); empty otherwise.',
+    )
+    agent_id = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    expires_at = serializers.DateTimeField()
+    decided_by = serializers.CharField(allow_null=True, help_text="Email of the person who decided.")
+    decided_at = serializers.DateTimeField(allow_null=True)
+    note = serializers.CharField(allow_blank=True)
+
+
+def approval_payload(approval: Approval, now: datetime | None = None) -> dict[str, Any]:
+    return {**services.approval_data(approval, now=now), "evidence": approval.evidence}
+
+
+class ApprovalListQuery(serializers.Serializer):
+    status = serializers.ChoiceField(choices=ApprovalStatus.choices, required=False)
+    cursor = serializers.CharField(required=False)
+    limit = serializers.CharField(required=False)
+
+
+def _validated(serializer_class: type[serializers.Serializer], data: Any) -> dict[str, Any]:
+    serializer = serializer_class(data=data)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
+
+
+class ApprovalListView(AgentAPIView):
+    required_scopes = {"GET": Scope.APPROVALS_READ, "POST": Scope.APPROVALS_WRITE}
+    audit_action = "approval"
+
+    @extend_schema(
+        parameters=[ApprovalListQuery], responses={200: ApprovalOutput(many=True), **problems(400)}
+    )
+    def get(self, request: Request) -> Response:
+        query = _validated(ApprovalListQuery, request.query_params.dict())
+        approvals = Approval.objects.filter(agent=self.actor.agent).select_related("agent")
+        status = query.get("status")
+        now = server_now()
+        # Filter on the status as reads report it: an unswept expiry is `expired`, not `pending`.
+        if status == ApprovalStatus.PENDING:
+            approvals = approvals.filter(status=status, expires_at__gt=now)
+        elif status == ApprovalStatus.EXPIRED:
+            approvals = approvals.filter(
+                Q(status=status) | Q(status=ApprovalStatus.PENDING, expires_at__lte=now)
+            )
+        elif status:
+            approvals = approvals.filter(status=status)
+        page, next_cursor = paginate(
+            approvals,
+            cursor=query.get("cursor"),
+            limit=page_size(query.get("limit")),
+            descending=True,
+            scope=f"approvals:{self.actor.agent_public_id}:{status or ''}",
+            key_field="public_id",
+        )
+        results = [ApprovalOutput(approval_payload(a, now)).data for a in page]
+        return Response({"results": results, "next_cursor": next_cursor})
+
+    @extend_schema(request=ApprovalInput, responses={201: ApprovalOutput, **problems(400, 404, 409)})
+    def post(self, request: Request) -> Response:
+        data = _validated(ApprovalInput, request.data)
+        approval = services.approval_request(
+            actor=self.actor,
+            summary=data["summary"],
+            evidence=data["evidence"],
+            expires_in_seconds=data.get("expires_in_seconds"),
+            hold_id=data.get("hold_id"),
+            state=data.get("state"),
+        )
+        return Response(
+            ApprovalOutput(approval_payload(approval)).data,
+            status=201,
+            headers={"Location": f"/v1/approvals/{approval.public_id}"},
+        )
+
+
+class ApprovalDetailView(AgentAPIView):
+    required_scopes = {"GET": Scope.APPROVALS_READ}
+    audit_action = "approval"
+
+    @extend_schema(responses={200: ApprovalOutput, **problems(404)})
+    def get(self, request: Request, approval_id: str) -> Response:
+        approval = services.approval_for_agent(actor=self.actor, approval_id=approval_id)
+        return Response(ApprovalOutput(approval_payload(approval, server_now())).data)
+
+
+class ApprovalCancelView(AgentAPIView):
+    required_scopes = {"POST": Scope.APPROVALS_WRITE}
+    audit_action = "approval.cancel"
+
+    @extend_schema(request=None, responses={200: ApprovalOutput, **problems(404, 409)})
+    def post(self, request: Request, approval_id: str) -> Response:
+        approval = services.approval_cancel(actor=self.actor, approval_id=approval_id)
+        return Response(ApprovalOutput(approval_payload(approval, server_now())).data)

@@ -1,0 +1,29 @@
+from django.urls import path
+
+from dashboard.views import agents, approvals, audit, calendars, home
+
+app_name = "dashboard"
+W = "w/<slug:workspace_slug>"
+urlpatterns = [
+    path("", home.home, name="home"),
+    path(f"{W}/approvals", approvals.queue, name="approvals"),
+    path(f"{W}/approvals/<str:approval_id>", approvals.detail, name="approval"),
+    path(f"{W}/approvals/<str:approval_id>/decide", approvals.decide, name="approval_decide"),
+    path(f"{W}/audit", audit.browser, name="audit"),
+    path(f"{W}/calendars", calendars.calendar_list, name="calendars"),
+    path(f"{W}/calendars/<str:calendar_id>", calendars.calendar_view, name="calendar"),
+    path(f"{W}/agents", agents.agent_list, name="agents"),
+    path(f"{W}/agents/<str:agent_id>", agents.agent_detail, name="agent"),
+]
+
+# Agents & keys: POST actions for owners and admins (creating an agent is a POST to the list).
+urlpatterns += [
+    path(f"{W}/agents/<str:agent_id>/priority", agents.agent_edit, name="agent_edit"),
+    path(f"{W}/agents/<str:agent_id>/keys", agents.key_create, name="agent_key_create"),
+    path(
+        f"{W}/agents/<str:agent_id>/keys/<str:key_prefix>/revoke", agents.key_revoke, name="agent_key_revoke"
+    ),
+    path(
+        f"{W}/agents/<str:agent_id>/keys/<str:key_prefix>/rotate", agents.key_rotate, name="agent_key_rotate"
+    ),
+]

@@ -1,0 +1,369 @@
+"""Agents and their API keys: who may book at what priority, and with which credentials.
+
+Everyone in the workspace can read these pages; only owners and admins change anything (each change
+is audited by the service it calls). A new raw key is rendered once, in the response to the POST that
+made it, and kept nowhere: not in the session, not in the database, not in a cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django import forms
+from django.contrib import messages
+from django.db.models import Count, F, Q
+from django.db.models.functions import Now
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils.cache import add_never_cache_headers
+from django.views.decorators.http import require_http_methods, require_POST
+
+from audit.events import AuditEvent
+from audit.models import AuditRecord, Outcome
+from bookings.models import Reservation
+from bookings.selectors import server_now
+from dashboard.access import page_context, workspace_page
+from webhooks.models import DeliveryAttempt, WebhookEndpoint
+from workspaces.models import MAX_PRIORITY, MIN_PRIORITY, Agent, ApiKey, Scope, Workspace
+from workspaces.services import (
+    DEFAULT_PRIORITY,
+    AgentSlugTaken,
+    InvalidScopes,
+    KeyNotActive,
+    PriorityOutOfBounds,
+    agent_create,
+    agent_update,
+    api_key_issue,
+    api_key_revoke,
+    api_key_rotate,
+)
+
+# How long a rotated key keeps working, so agents can switch over without an outage.
+GRACE_PERIODS = {
+    "1h": ("1 hour", timedelta(hours=1)),
+    "24h": ("24 hours", timedelta(hours=24)),
+    "7d": ("7 days", timedelta(days=7)),
+}
+DEFAULT_GRACE = "24h"
+RECENT_ATTEMPTS = 10
+CONFLICT_EVENTS = (AuditEvent.HOLD_REJECTED, AuditEvent.COMMIT_REJECTED)
+
+
+# --- Forms: parsing and field errors only; the rules live in workspaces.services -------------------------
+
+
+class _PriorityFields(forms.Form):
+    priority = forms.IntegerField(min_value=MIN_PRIORITY, max_value=MAX_PRIORITY)
+    max_priority = forms.IntegerField(min_value=MIN_PRIORITY, max_value=MAX_PRIORITY)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        priority, ceiling = data.get("priority"), data.get("max_priority")
+        if priority is not None and ceiling is not None and ceiling < priority:
+            self.add_error("max_priority", "Must be at least the default priority.")
+        return data
+
+
+class AgentCreateForm(_PriorityFields):
+    name = forms.CharField(max_length=200, strip=True)
+    slug = forms.SlugField(max_length=64, required=False, help_text="Derived from the name when blank.")
+    max_priority = forms.IntegerField(min_value=MIN_PRIORITY, max_value=MAX_PRIORITY, required=False)
+
+
+class PriorityForm(_PriorityFields):
+    pass
+
+
+class KeyCreateForm(forms.Form):
+    name = forms.CharField(max_length=200, required=False, strip=True)
+    scopes = forms.MultipleChoiceField(
+        choices=Scope.choices, error_messages={"required": "Choose at least one scope."}
+    )
+
+
+class RotateForm(forms.Form):
+    grace = forms.ChoiceField(choices=[(value, label) for value, (label, _) in GRACE_PERIODS.items()])
+
+
+# --- Read models -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class AgentStats:
+    holds: int = 0
+    commits: int = 0
+    commits_from_holds: int = 0
+    conflicts: int = 0
+
+    @property
+    def conversion(self) -> int | None:
+        """Percent of holds that became bookings; None before the first hold."""
+        return round(100 * self.commits_from_holds / self.holds) if self.holds else None
+
+
+def agent_stats(workspace: Workspace, agents: Sequence[Agent]) -> dict[int, AgentStats]:
+    stats = {agent.pk: AgentStats() for agent in agents}
+    # One row per hold or booking (a multi-calendar hold has a row per calendar; count its primary).
+    # Holds carry a hold-token hash; direct commits do not.
+    counts = (
+        Reservation.objects.filter(agent__in=stats.keys(), is_primary=True)
+        .values("agent_id")
+        .annotate(
+            holds=Count("id", filter=Q(hold_token_hash__isnull=False)),
+            commits=Count("id", filter=Q(committed_at__isnull=False)),
+            commits_from_holds=Count(
+                "id", filter=Q(hold_token_hash__isnull=False, committed_at__isnull=False)
+            ),
+        )
+    )
+    for row in counts:
+        entry = stats[row["agent_id"]]
+        entry.holds, entry.commits = row["holds"], row["commits"]
+        entry.commits_from_holds = row["commits_from_holds"]
+    # Conflicts are rejected holds and commits, as far back as the audit trail is kept.
+    by_public_id = {agent.public_id: agent.pk for agent in agents}
+    rejected = (
+        AuditRecord.objects.filter(
+            workspace_id=workspace.pk,
+            timestamp__gte=Now() - timedelta(days=workspace.audit_retention_days),
+            event_type__in=CONFLICT_EVENTS,
+            outcome=Outcome.REJECTED,
+            agent_public_id__in=by_public_id.keys(),
+        )
+        .values("agent_public_id")
+        .annotate(n=Count("id"))
+    )
+    for conflict in rejected:
+        stats[by_public_id[conflict["agent_public_id"]]].conflicts = conflict["n"]
+    return stats
+
+
+def key_status(key: ApiKey, now: datetime) -> str:
+    if key.revoked_at is not None:
+        return "revoked"
+    if key.expires_at is not None:
+        return "expiring" if key.expires_at > now else "expired"
+    return "active"
+
+
+def endpoint_status(endpoint: WebhookEndpoint) -> str:
+    if endpoint.disabled_at is not None:
+        return "disabled"
+    return "failing" if endpoint.failing_since is not None else "active"
+
+
+# --- Agent list and creation --------------------------------------------------------------------------------
+
+
+@require_http_methods(["GET", "HEAD", "POST"])
+def agent_list(request: HttpRequest, workspace_slug: str) -> HttpResponse:
+    """GET lists the agents; POST creates one (owners and admins)."""
+    if request.method == "POST":
+        return _agent_create(request, workspace_slug)
+    return _agent_list(request, workspace_slug)
+
+
+def _render_agent_list(
+    request: HttpRequest, workspace: Workspace, form: AgentCreateForm | None = None, status: int = 200
+) -> HttpResponse:
+    now = server_now()
+    active_key = Q(api_keys__revoked_at__isnull=True) & (
+        Q(api_keys__expires_at__isnull=True) | Q(api_keys__expires_at__gt=now)
+    )
+    agents = list(
+        Agent.objects.filter(workspace=workspace)
+        .annotate(active_keys=Count("api_keys", filter=active_key), all_keys=Count("api_keys"))
+        .order_by("-is_active", "name", "id")
+    )
+    stats = agent_stats(workspace, agents)
+    context = page_context(
+        request,
+        "agents",
+        rows=[{"agent": agent, "stats": stats[agent.pk]} for agent in agents],
+        form=form or AgentCreateForm(initial={"priority": DEFAULT_PRIORITY}),
+        can_manage=request.membership.can_manage,  # type: ignore[attr-defined]
+        min_priority=MIN_PRIORITY,
+        max_priority=MAX_PRIORITY,
+        retention_days=workspace.audit_retention_days,
+    )
+    return render(request, "dashboard/agents/list.html", context, status=status)
+
+
+@workspace_page()
+def _agent_list(request: HttpRequest, workspace: Workspace) -> HttpResponse:
+    return _render_agent_list(request, workspace)
+
+
+@workspace_page(manage=True)
+def _agent_create(request: HttpRequest, workspace: Workspace) -> HttpResponse:
+    form = AgentCreateForm(request.POST)
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            agent = agent_create(
+                actor=request.actor,  # type: ignore[attr-defined]
+                name=data["name"],
+                slug=data["slug"],
+                priority=data["priority"],
+                max_priority=data["max_priority"],
+            )
+        except AgentSlugTaken:
+            form.add_error("slug", "Another agent in this workspace already has this slug.")
+        except PriorityOutOfBounds as exc:
+            form.add_error("max_priority", str(exc))
+        else:
+            messages.success(request, f"Agent {agent.name} created. Give it a key to start booking.")
+            return redirect("dashboard:agent", workspace.slug, agent.public_id)
+    return _render_agent_list(request, workspace, form=form, status=400)
+
+
+# --- Agent detail and its actions ---------------------------------------------------------------------------
+
+
+def _agent(workspace: Workspace, agent_id: str) -> Agent:
+    agent = Agent.objects.filter(workspace=workspace, public_id=agent_id).first()
+    if agent is None:
+        raise Http404("No such agent")
+    return agent
+
+
+def _key(agent: Agent, key_prefix: str) -> ApiKey:
+    key = ApiKey.objects.select_related("agent").filter(agent=agent, prefix=key_prefix).first()
+    if key is None:
+        raise Http404("No such key")
+    return key
+
+
+def _render_agent_detail(
+    request: HttpRequest,
+    workspace: Workspace,
+    agent: Agent,
+    *,
+    status: int = 200,
+    new_key: dict[str, Any] | None = None,
+    priority_form: PriorityForm | None = None,
+    key_form: KeyCreateForm | None = None,
+) -> HttpResponse:
+    now = server_now()
+    keys = list(agent.api_keys.order_by("-created_at", "-id"))
+    # Working endpoints first, then disabled ones; newest first within each.
+    endpoints = list(agent.webhook_endpoints.order_by(F("disabled_at").desc(nulls_first=True), "-created_at"))
+    endpoint_rows = [
+        {
+            "endpoint": endpoint,
+            "status": endpoint_status(endpoint),
+            "attempts": list(
+                DeliveryAttempt.objects.filter(delivery__endpoint=endpoint)
+                .select_related("delivery__event")
+                .order_by("-attempted_at", "-id")[:RECENT_ATTEMPTS]
+            ),
+        }
+        for endpoint in endpoints
+    ]
+    context = page_context(
+        request,
+        "agents",
+        agent=agent,
+        stats=agent_stats(workspace, [agent])[agent.pk],
+        keys=[{"key": key, "status": key_status(key, now)} for key in keys],
+        endpoints=endpoint_rows,
+        can_manage=request.membership.can_manage,  # type: ignore[attr-defined]
+        new_key=new_key,
+        priority_form=priority_form
+        or PriorityForm(initial={"priority": agent.priority, "max_priority": agent.max_priority}),
+        key_form=key_form or KeyCreateForm(),
+        scopes=Scope.choices,
+        grace_periods=[(value, label) for value, (label, _) in GRACE_PERIODS.items()],
+        default_grace=DEFAULT_GRACE,
+        min_priority=MIN_PRIORITY,
+        max_priority=MAX_PRIORITY,
+        retention_days=workspace.audit_retention_days,
+    )
+    response = render(request, "dashboard/agents/detail.html", context, status=status)
+    if new_key is not None:
+        # The one response that carries a raw key: no browser or proxy may keep a copy.
+        add_never_cache_headers(response)
+    return response
+
+
+@workspace_page()
+def agent_detail(request: HttpRequest, workspace: Workspace, agent_id: str) -> HttpResponse:
+    return _render_agent_detail(request, workspace, _agent(workspace, agent_id))
+
+
+@require_POST
+@workspace_page(manage=True)
+def agent_edit(request: HttpRequest, workspace: Workspace, agent_id: str) -> HttpResponse:
+    agent = _agent(workspace, agent_id)
+    form = PriorityForm(request.POST)
+    if form.is_valid():
+        try:
+            agent = agent_update(
+                actor=request.actor,  # type: ignore[attr-defined]
+                agent=agent,
+                priority=form.cleaned_data["priority"],
+                max_priority=form.cleaned_data["max_priority"],
+            )
+        except PriorityOutOfBounds as exc:
+            form.add_error("max_priority", str(exc))
+        else:
+            messages.success(request, f"Priority set to {agent.priority} (max {agent.max_priority}).")
+            return redirect("dashboard:agent", workspace.slug, agent.public_id)
+    return _render_agent_detail(request, workspace, agent, status=400, priority_form=form)
+
+
+@require_POST
+@workspace_page(manage=True)
+def key_create(request: HttpRequest, workspace: Workspace, agent_id: str) -> HttpResponse:
+    agent = _agent(workspace, agent_id)
+    form = KeyCreateForm(request.POST)
+    if form.is_valid():
+        try:
+            key, raw = api_key_issue(
+                actor=request.actor,  # type: ignore[attr-defined]
+                agent=agent,
+                scopes=form.cleaned_data["scopes"],
+                name=form.cleaned_data["name"],
+            )
+        except InvalidScopes as exc:
+            form.add_error("scopes", str(exc))
+        else:
+            new_key = {"key": key, "raw": raw, "rotated_from": None}
+            return _render_agent_detail(request, workspace, agent, status=201, new_key=new_key)
+    return _render_agent_detail(request, workspace, agent, status=400, key_form=form)
+
+
+@require_POST
+@workspace_page(manage=True)
+def key_revoke(request: HttpRequest, workspace: Workspace, agent_id: str, key_prefix: str) -> HttpResponse:
+    agent = _agent(workspace, agent_id)
+    key = _key(agent, key_prefix)
+    try:
+        api_key_revoke(actor=request.actor, key=key)  # type: ignore[attr-defined]
+    except KeyNotActive:
+        messages.error(request, f"Key {key.prefix}… was already revoked.")
+    else:
+        messages.success(request, f"Key {key.prefix}… revoked. Requests with it are refused from now on.")
+    return redirect("dashboard:agent", workspace.slug, agent.public_id)
+
+
+@require_POST
+@workspace_page(manage=True)
+def key_rotate(request: HttpRequest, workspace: Workspace, agent_id: str, key_prefix: str) -> HttpResponse:
+    agent = _agent(workspace, agent_id)
+    old = _key(agent, key_prefix)
+    form = RotateForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Choose how long the old key keeps working.")
+        return redirect("dashboard:agent", workspace.slug, agent.public_id)
+    label, grace = GRACE_PERIODS[form.cleaned_data["grace"]]
+    try:
+        key, raw = api_key_rotate(actor=request.actor, key=old, grace=grace)  # type: ignore[attr-defined]
+    except KeyNotActive:
+        messages.error(request, f"Key {old.prefix}… is revoked, expired or already rotated.")
+        return redirect("dashboard:agent", workspace.slug, agent.public_id)
+    new_key = {"key": key, "raw": raw, "rotated_from": old, "grace_label": label}
+    return _render_agent_detail(request, workspace, agent, status=201, new_key=new_key)

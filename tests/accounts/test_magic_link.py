@@ -1,0 +1,103 @@
+"""Magic links: the bootstrap and recovery path. Single use, 15 minutes, throttled, never revealing."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+
+from accounts.models import MagicLink
+from accounts.services import MAX_LINKS_PER_EMAIL, MAX_LINKS_PER_IP
+from tests.accounts.conftest import ORIGIN
+
+
+def link_from(mail) -> str:
+    match = re.search(r"https?://\S+/auth/magic/(\S+)", mail.body)
+    assert match, mail.body
+    return match.group(1)
+
+
+@pytest.fixture
+def base_url(settings):
+    settings.DASHBOARD_BASE_URL = ORIGIN
+    return settings
+
+
+def test_a_link_signs_in_once_and_asks_for_a_passkey(client, owner, mailoutbox, base_url):
+    page = client.post("/auth/magic-link", {"email": "Olivia@Acme.test "})
+    assert page.status_code == 200 and "Check your email" in page.content.decode()
+    (mail,) = mailoutbox
+    assert mail.to == ["olivia@acme.test"]
+    token = link_from(mail)
+
+    # GET only shows a button (mail scanners that prefetch links must not use them up).
+    assert client.get(f"/auth/magic/{token}").status_code == 200
+    assert MagicLink.objects.get().used_at is None
+    response = client.post(f"/auth/magic/{token}")
+    assert response.status_code == 302 and response.url == "/auth/passkeys"
+    assert "Add a passkey now" in client.get("/auth/passkeys").content.decode()
+
+    client.post("/auth/sign-out")
+    again = client.post(f"/auth/magic/{token}")
+    assert again.status_code == 400
+    assert client.get("/").status_code == 302  # not signed in
+
+
+def test_an_unknown_address_gets_the_same_answer_and_no_email(client, owner, mailoutbox, base_url):
+    def page(email: str) -> str:
+        html = client.post("/auth/magic-link", {"email": email}).content.decode()
+        html = re.sub(r"[A-Za-z0-9]{64}", "TOKEN", html)  # per-response CSRF tokens
+        return html.replace(email.split("@")[0], "X")
+
+    assert page("olivia@acme.test") == page("nobody@acme.test")
+    assert len(mailoutbox) == 1
+
+
+def test_an_expired_link_does_not_sign_in(client, owner, mailoutbox, base_url):
+    client.post("/auth/magic-link", {"email": "olivia@acme.test"})
+    token = link_from(mailoutbox[0])
+    link = MagicLink.objects.get()
+    MagicLink.objects.filter(pk=link.pk).update(
+        created_at=link.created_at - timedelta(minutes=20), expires_at=link.created_at - timedelta(minutes=5)
+    )
+    assert client.post(f"/auth/magic/{token}").status_code == 400
+
+
+def test_requests_are_throttled_per_address_and_per_ip(client, owner, mailoutbox, base_url):
+    for _ in range(MAX_LINKS_PER_EMAIL + 3):
+        client.post("/auth/magic-link", {"email": "olivia@acme.test"})
+    assert len(mailoutbox) == MAX_LINKS_PER_EMAIL
+    for i in range(MAX_LINKS_PER_IP + 5):
+        client.post("/auth/magic-link", {"email": f"probe{i}@acme.test"}, REMOTE_ADDR="203.0.113.9")
+    assert MagicLink.objects.filter(requested_ip="203.0.113.9").count() == MAX_LINKS_PER_IP
+
+
+def test_sign_out_everywhere_ends_every_session(owner, client, django_user_model):
+    from django.test import Client
+
+    other_browser = Client()
+    client.force_login(owner)
+    other_browser.force_login(owner)
+    assert other_browser.get("/").status_code == 302 and other_browser.get("/").url == "/w/acme/approvals"
+    client.post("/auth/sign-out-everywhere")
+    assert other_browser.get("/").url.startswith("/auth/sign-in")
+    assert client.get("/").url.startswith("/auth/sign-in")
+
+
+def test_create_owner_prints_a_one_time_link(db, capsys, client, base_url):
+    call_command("create_owner", "new@acme.test", "--workspace", "fresh")
+    link = capsys.readouterr().out.strip().splitlines()[-1]
+    assert link.startswith(f"{ORIGIN}/auth/magic/")
+    token = link.rsplit("/", 1)[1]
+    assert client.post(f"/auth/magic/{token}").status_code == 302
+    assert client.get("/").url == "/w/fresh/approvals"
+
+
+def test_csrf_is_enforced_on_sign_in_forms(owner):
+    from django.test import Client
+
+    strict = Client(enforce_csrf_checks=True)
+    assert strict.post("/auth/magic-link", {"email": "olivia@acme.test"}).status_code == 403
+    assert strict.post("/auth/passkeys/authenticate/options").status_code == 403

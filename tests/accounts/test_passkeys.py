@@ -1,0 +1,144 @@
+"""Passkey registration and sign-in through the real endpoints, with a software authenticator."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.test import Client
+
+from accounts.models import Passkey
+from tests.accounts.authenticator import SoftAuthenticator
+from tests.accounts.conftest import ORIGIN, make_person
+
+
+def register(client: Client, authenticator: SoftAuthenticator, name: str = "Laptop", **kwargs) -> object:
+    options = client.post("/auth/passkeys/register/options").json()
+    credential = authenticator.create(options, **kwargs)
+    return client.post(
+        "/auth/passkeys/register/verify",
+        data=json.dumps({"credential": credential, "name": name}),
+        content_type="application/json",
+    )
+
+
+def sign_in(client: Client, authenticator: SoftAuthenticator, **kwargs) -> object:
+    options = client.post("/auth/passkeys/authenticate/options").json()
+    assert options["allowCredentials"] == []  # discoverable: no user named up front
+    assert options["userVerification"] == "required"
+    credential = authenticator.get(options, **kwargs)
+    return client.post(
+        "/auth/passkeys/authenticate/verify",
+        data=json.dumps({"credential": credential}),
+        content_type="application/json",
+    )
+
+
+def test_a_signed_in_person_registers_a_passkey_and_signs_in_with_it(client, owner, authenticator):
+    client.force_login(owner)
+    response = register(client, authenticator, name="Work laptop")
+    assert response.status_code == 201, response.content
+    passkey = Passkey.objects.get()
+    assert passkey.name == "Work laptop" and passkey.user == owner
+
+    client.post("/auth/sign-out")
+    assert client.get("/").status_code == 302  # signed out
+
+    response = sign_in(client, authenticator)
+    assert response.status_code == 200, response.content
+    assert response.json()["redirect"] == "/"
+    assert client.get("/").url == "/w/acme/approvals"
+    passkey.refresh_from_db()
+    assert passkey.sign_count == 1 and passkey.last_used_at is not None
+
+
+def test_registration_requires_user_verification(client, owner, webauthn_settings):
+    client.force_login(owner)
+    no_uv = SoftAuthenticator(rp_id="testserver", origin=ORIGIN, user_verified=False)
+    response = register(client, no_uv)
+    assert response.status_code == 400
+    assert Passkey.objects.count() == 0
+
+
+def test_sign_in_requires_user_verification(client, owner, authenticator):
+    client.force_login(owner)
+    register(client, authenticator)
+    client.post("/auth/sign-out")
+    authenticator.user_verified = False
+    assert sign_in(client, authenticator).status_code == 400
+    assert client.get("/").status_code == 302
+
+
+def test_a_response_from_another_origin_is_refused(client, owner, authenticator):
+    client.force_login(owner)
+    register(client, authenticator)
+    client.post("/auth/sign-out")
+    assert sign_in(client, authenticator, origin="https://evil.example").status_code == 400
+
+
+def test_a_challenge_cannot_be_replayed(client, owner, authenticator):
+    client.force_login(owner)
+    register(client, authenticator)
+    client.post("/auth/sign-out")
+    options = client.post("/auth/passkeys/authenticate/options").json()
+    credential = authenticator.get(options)
+    body = json.dumps({"credential": credential})
+    assert (
+        client.post(
+            "/auth/passkeys/authenticate/verify", data=body, content_type="application/json"
+        ).status_code
+        == 200
+    )
+    client.post("/auth/sign-out")
+    replay = client.post("/auth/passkeys/authenticate/verify", data=body, content_type="application/json")
+    assert replay.status_code == 400
+
+
+def test_an_unknown_passkey_is_refused(client, owner, authenticator, webauthn_settings):
+    client.force_login(owner)
+    register(client, authenticator)
+    client.post("/auth/sign-out")
+    stranger = SoftAuthenticator(rp_id="testserver", origin=ORIGIN)
+    stranger.user_handle = authenticator.user_handle
+    assert sign_in(client, stranger).status_code == 400
+
+
+def test_a_person_may_have_several_passkeys_rename_them_but_not_remove_the_last(
+    client, owner, webauthn_settings
+):
+    client.force_login(owner)
+    first, second = (SoftAuthenticator(rp_id="testserver", origin=ORIGIN) for _ in range(2))
+    assert register(client, first, name="Laptop").status_code == 201
+    assert register(client, second, name="Phone").status_code == 201
+    laptop, phone = Passkey.objects.order_by("id")
+    client.post(f"/auth/passkeys/{phone.pk}/rename", {"name": "Pixel"})
+    phone.refresh_from_db()
+    assert phone.name == "Pixel"
+    client.post(f"/auth/passkeys/{laptop.pk}/delete")
+    assert list(Passkey.objects.values_list("name", flat=True)) == ["Pixel"]
+    page = client.post(f"/auth/passkeys/{phone.pk}/delete", follow=True)
+    assert Passkey.objects.count() == 1
+    assert "cannot remove your last passkey" in page.content.decode()
+
+
+def test_one_person_cannot_touch_anothers_passkeys(client, owner, authenticator):
+    client.force_login(owner)
+    register(client, authenticator)
+    other = make_person("mallory@acme.test", role="member")
+    client.force_login(other)
+    passkey = Passkey.objects.get()
+    assert client.post(f"/auth/passkeys/{passkey.pk}/delete").status_code == 404
+    assert client.post(f"/auth/passkeys/{passkey.pk}/rename", {"name": "x"}).status_code == 404
+
+
+def test_registering_needs_a_signed_in_person(client, db):
+    response = client.post("/auth/passkeys/register/options")
+    assert response.status_code == 302 and response.url.startswith("/auth/sign-in")
+
+
+@pytest.mark.parametrize("body", [b"not json", b"[]", b'{"credential": {"id": 1}}'])
+def test_malformed_ceremony_bodies_are_refused_cleanly(client, owner, authenticator, body):
+    client.post("/auth/passkeys/authenticate/options")
+    response = client.post("/auth/passkeys/authenticate/verify", data=body, content_type="application/json")
+    assert response.status_code == 400
+    assert "error" in response.json()

@@ -1,0 +1,258 @@
+"""The audit browser: filters in the query string, keyset pages, read-time retention, expansion."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from html import unescape
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from django.core import signing
+
+from audit.events import AuditEvent
+from audit.models import Outcome
+from audit.services import audit_record
+from tests.dashboard.pages_helpers import (
+    actor,
+    insert_audit_row,
+    make_calendar,
+    make_team,
+    signed_in,
+    text,
+)
+
+AUDIT = "/w/acme/audit"
+
+
+@pytest.fixture
+def team(db, django_user_model):
+    return make_team(django_user_model)
+
+
+def row_ids(html: str) -> list[str]:
+    return re.findall(r'data-testid="audit-row" data-record="(aud_[a-z0-9]+)"', html)
+
+
+def older_link(html: str) -> str:
+    match = re.search(r'data-testid="older" href="([^"]+)"', html)
+    assert match, "no Older link"
+    return unescape(match.group(1))
+
+
+def test_a_member_sees_the_trail_newest_first_with_agent_names(team):
+    cal = make_calendar(team.workspace, "Sales team")
+    first = audit_record(
+        event_type=AuditEvent.CALENDAR_CREATED,
+        outcome=Outcome.SUCCESS,
+        actor=actor(team.sdr),
+        calendar_public_id=cal.public_id,
+    )
+    second = audit_record(
+        event_type=AuditEvent.HOLD_CREATED, outcome=Outcome.SUCCESS, actor=actor(team.exec_assistant)
+    )
+
+    response = signed_in(team.member).get(AUDIT)
+
+    assert response.status_code == 200
+    html = text(response)
+    assert row_ids(html) == [second.public_id, first.public_id]
+    assert "SDR bot" in html and "Exec assistant" in html and "Sales team" in html
+    assert "calendar.hold.created" in html
+
+
+def test_rejected_rows_are_marked_with_their_reason(team):
+    rejected = audit_record(
+        event_type=AuditEvent.HOLD_REJECTED,
+        outcome=Outcome.REJECTED,
+        actor=actor(team.sdr),
+        http_status=409,
+        failure_reason="slot_conflict",
+    )
+    html = text(signed_in(team.member).get(AUDIT))
+    assert re.search(rf'class="audit-row rejected"[^>]*data-record="{rejected.public_id}"', html)
+    assert "slot_conflict" in html and "409" in html
+    assert '<span class="pill rejected">rejected</span>' in html
+
+
+def test_the_htmx_partial_is_just_the_results(team):
+    audit_record(event_type=AuditEvent.HOLD_CREATED, outcome=Outcome.SUCCESS, actor=actor(team.sdr))
+    response = signed_in(team.member).get(AUDIT, {"outcome": "success"}, HTTP_HX_REQUEST="true")
+    assert response.status_code == 200
+    partial = text(response)
+    assert 'id="audit-results"' in partial and "calendar.hold.created" in partial
+    assert "<html" not in partial and "sidebar" not in partial and "audit-filters" not in partial
+
+
+def test_a_row_expands_to_its_full_record_escaped(team):
+    record = audit_record(
+        event_type=AuditEvent.HOLD_REJECTED,
+        outcome=Outcome.REJECTED,
+        actor=actor(team.sdr),
+        failure_reason="slot_conflict",
+        conflict_details={"note": "<script>alert(1)</script>"},
+    )
+    client = signed_in(team.member)
+    html = text(client.get(AUDIT))
+    assert f'hx-get="/w/acme/audit?record={record.public_id}"' in html
+
+    partial = client.get(AUDIT, {"record": record.public_id}, HTTP_HX_REQUEST="true")
+    assert partial.status_code == 200
+    body = text(partial)
+    assert "<html" not in body and 'data-testid="record-detail"' in body
+    assert '<span class="j-key">&quot;failure_reason&quot;</span>' in body
+    assert "<script>alert(1)</script>" not in body and "&lt;script&gt;alert(1)&lt;/script&gt;" in body
+    assert team.sdr.public_id in body and team.workspace.public_id in body  # the API's representation
+
+    page = client.get(AUDIT, {"record": record.public_id})
+    assert page.status_code == 200 and "<html" in text(page) and "Permalink" in text(page)
+
+
+def test_filters_by_event_family_agent_calendar_and_outcome(team):
+    cal = make_calendar(team.workspace)
+    hold = audit_record(
+        event_type=AuditEvent.HOLD_CREATED,
+        outcome=Outcome.SUCCESS,
+        actor=actor(team.sdr),
+        calendar_public_id=cal.public_id,
+    )
+    extend = audit_record(event_type=AuditEvent.HOLD_EXTENDED, outcome=Outcome.SUCCESS, actor=actor(team.sdr))
+    commit = audit_record(
+        event_type=AuditEvent.COMMIT_CREATED,
+        outcome=Outcome.SUCCESS,
+        actor=actor(team.exec_assistant),
+        calendar_public_id=cal.public_id,
+    )
+    rejected = audit_record(
+        event_type=AuditEvent.HOLD_REJECTED,
+        outcome=Outcome.REJECTED,
+        actor=actor(team.exec_assistant),
+    )
+    client = signed_in(team.member)
+
+    def ids(**query: str) -> set[str]:
+        response = client.get(AUDIT, query)
+        assert response.status_code == 200
+        return set(row_ids(text(response)))
+
+    assert ids(event_type="calendar.hold.*") == {hold.public_id, extend.public_id, rejected.public_id}
+    assert ids(event_type="calendar.commit.created") == {commit.public_id}
+    assert ids(agent=team.sdr.public_id) == {hold.public_id, extend.public_id}
+    assert ids(calendar=cal.public_id) == {hold.public_id, commit.public_id}
+    assert ids(outcome="rejected") == {rejected.public_id}
+    assert ids(event_type="calendar.hold.*", agent=team.exec_assistant.public_id) == {rejected.public_id}
+    # The form shows the filters it applied, so the URL is the whole state.
+    html = text(client.get(AUDIT, {"event_type": "calendar.hold.*", "outcome": "rejected"}))
+    assert '<option value="calendar.hold.*" selected>' in html
+    assert '<option value="rejected" selected>' in html
+
+
+def test_the_time_range_is_read_as_utc(team):
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    ws = team.workspace.pk
+    old = insert_audit_row(workspace_id=ws, at=now - timedelta(hours=3))
+    middle = insert_audit_row(workspace_id=ws, at=now - timedelta(hours=2))
+    recent = insert_audit_row(workspace_id=ws, at=now - timedelta(hours=1))
+    fmt = "%Y-%m-%dT%H:%M"
+    since = (now - timedelta(hours=2, minutes=30)).strftime(fmt)
+    until = (now - timedelta(hours=1, minutes=30)).strftime(fmt)
+    client = signed_in(team.member)
+
+    assert row_ids(text(client.get(AUDIT, {"since": since, "until": until}))) == [middle]
+    assert row_ids(text(client.get(AUDIT, {"since": since}))) == [recent, middle]
+    assert row_ids(text(client.get(AUDIT, {"until": until}))) == [middle, old]
+
+
+def test_a_malformed_filter_is_reported_and_ignored(team):
+    audit_record(event_type=AuditEvent.HOLD_CREATED, outcome=Outcome.SUCCESS, actor=actor(team.sdr))
+    response = signed_in(team.member).get(AUDIT, {"since": "yesterday", "outcome": "maybe"})
+    assert response.status_code == 200
+    html = text(response)
+    assert 'data-testid="filter-errors"' in html and "Use YYYY-MM-DDTHH:MM (UTC)." in html
+    assert len(row_ids(html)) == 1
+
+
+def test_older_pages_follow_a_signed_cursor_that_keeps_the_filters(team):
+    now = datetime.now(UTC)
+    inserted = [
+        insert_audit_row(workspace_id=team.workspace.pk, at=now - timedelta(minutes=60 - n))
+        for n in range(60)
+    ]
+    ids = inserted[::-1]  # newest first, as the page lists them
+    insert_audit_row(workspace_id=team.workspace.pk, at=now, event_type="calendar.commit.created")
+    client = signed_in(team.member)
+
+    first = text(client.get(AUDIT, {"event_type": "calendar.hold.*"}))
+    assert row_ids(first) == ids[:50]
+    link = older_link(first)
+    assert "event_type=calendar.hold.%2A" in link
+    cursor = parse_qs(urlsplit(link).query)["cursor"][0]
+    # The cursor names a row by its public id, signed; internal integer ids never appear.
+    position = signing.loads(cursor, salt="agentcal.api.cursor")
+    assert position["after"] == ids[49]
+
+    second = client.get(link)
+    assert second.status_code == 200
+    html = text(second)
+    assert row_ids(html) == ids[50:]
+    assert 'data-testid="older"' not in html and "← Newest" in html
+    # The htmx version of the same link gives the same rows as a partial.
+    assert row_ids(text(client.get(link, HTTP_HX_REQUEST="true"))) == ids[50:]
+
+
+def test_a_tampered_cursor_starts_again_from_the_newest(team):
+    newest = audit_record(event_type=AuditEvent.HOLD_CREATED, outcome=Outcome.SUCCESS, actor=actor(team.sdr))
+    response = signed_in(team.member).get(AUDIT, {"cursor": "not-a-cursor"})
+    assert response.status_code == 200
+    assert "no longer valid" in text(response) and row_ids(text(response)) == [newest.public_id]
+
+
+def test_rows_past_the_retention_window_are_never_shown(team):
+    team.workspace.audit_retention_days = 30
+    team.workspace.save(update_fields=["audit_retention_days"])
+    now = datetime.now(UTC)
+    kept = insert_audit_row(workspace_id=team.workspace.pk, at=now - timedelta(days=29))
+    expired = insert_audit_row(workspace_id=team.workspace.pk, at=now - timedelta(days=31))
+    client = signed_in(team.member)
+
+    html = text(client.get(AUDIT, {"since": (now - timedelta(days=400)).strftime("%Y-%m-%dT%H:%M")}))
+    assert row_ids(html) == [kept]
+    assert client.get(AUDIT, {"record": expired}).status_code == 404
+    assert client.get(AUDIT, {"record": expired}, HTTP_HX_REQUEST="true").status_code == 404
+
+
+def test_empty_states_distinguish_no_activity_from_no_match(team):
+    client = signed_in(team.member)
+    assert "No activity yet" in text(client.get(AUDIT))
+    audit_record(event_type=AuditEvent.HOLD_CREATED, outcome=Outcome.SUCCESS, actor=actor(team.sdr))
+    html = text(client.get(AUDIT, {"outcome": "rejected"}))
+    assert "No events match these filters" in html and row_ids(html) == []
+
+
+def test_another_workspaces_rows_never_show(team):
+    theirs = audit_record(
+        event_type=AuditEvent.HOLD_CREATED, outcome=Outcome.SUCCESS, actor=actor(team.rival)
+    )
+    client = signed_in(team.member)
+    assert theirs.public_id not in text(client.get(AUDIT))
+    assert client.get(AUDIT, {"record": theirs.public_id}).status_code == 404
+
+
+def test_anonymous_is_sent_to_sign_in_and_outsiders_get_404(team, client):
+    ours = audit_record(event_type=AuditEvent.HOLD_CREATED, outcome=Outcome.SUCCESS, actor=actor(team.sdr))
+    response = client.get(AUDIT)
+    assert response.status_code == 302 and response["Location"].startswith("/auth/sign-in")
+    outsider = signed_in(team.outsider)
+    assert outsider.get(AUDIT).status_code == 404
+    assert outsider.get(AUDIT, HTTP_HX_REQUEST="true").status_code == 404
+    assert outsider.get(AUDIT, {"record": ours.public_id}, HTTP_HX_REQUEST="true").status_code == 404
+
+
+def test_admin_actions_appear_with_the_persons_email(team):
+    owner = signed_in(team.owner)
+    owner.post("/w/acme/agents", {"name": "Night shift", "priority": "100"})
+
+    html = text(signed_in(team.member).get(AUDIT, {"event_type": "agent.*"}))
+
+    assert len(row_ids(html)) == 1
+    assert "agent.created" in html and "olivia@acme.test" in html and "Night shift" in html

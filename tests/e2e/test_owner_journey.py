@@ -1,0 +1,101 @@
+"""End to end in real Chromium: from `create_owner` to deciding an agent's approval with a passkey."""
+
+from __future__ import annotations
+
+import re
+from io import StringIO
+
+import httpx
+import pytest
+from django.core.management import call_command
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+from accounts.models import Passkey
+from tests.e2e.conftest import add_virtual_authenticator, screenshot
+from workspaces.keys import api_key_create
+from workspaces.models import Agent, Workspace
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def dashboard_settings(live_server, settings):
+    # Browse http://localhost:PORT: an IP address is not a valid WebAuthn relying-party id.
+    settings.DASHBOARD_BASE_URL = live_server.url.replace("127.0.0.1", "localhost")
+    settings.WEBAUTHN_RP_ID = "localhost"
+    settings.CSRF_TRUSTED_ORIGINS = [settings.DASHBOARD_BASE_URL]
+    return settings
+
+
+def test_owner_signs_up_with_a_magic_link_adds_a_passkey_and_approves_an_agents_request(
+    live_server, dashboard_settings, browser_page, transactional_db
+):
+    base = dashboard_settings.DASHBOARD_BASE_URL
+    page = browser_page
+    cdp, authenticator_id = add_virtual_authenticator(page)
+
+    out = StringIO()
+    call_command("create_owner", "olivia@acme.test", "--workspace", "acme", stdout=out, stderr=StringIO())
+    link = out.getvalue().strip().splitlines()[-1]
+    assert link.startswith(f"{base}/auth/magic/")
+
+    # 1. First sign-in by magic link; the page asks for a passkey.
+    page.goto(link)
+    page.get_by_test_id("magic-continue").click()
+    page.wait_for_url(f"{base}/auth/passkeys")
+    assert page.get_by_test_id("add-passkey-prompt").is_visible()
+    page.get_by_placeholder(re.compile("Name")).fill("Olivia's laptop")
+    page.get_by_role("button", name="Add a passkey").click()
+    page.get_by_test_id("passkey-row").wait_for()
+    assert Passkey.objects.filter(user__email="olivia@acme.test", name="Olivia's laptop").count() == 1
+    assert len(cdp.send("WebAuthn.getCredentials", {"authenticatorId": authenticator_id})["credentials"]) == 1
+    screenshot(page, "passkeys")
+
+    # 2. Sign out, then sign in with the passkey.
+    page.get_by_role("button", name="Sign out", exact=True).click()
+    page.wait_for_url(re.compile(r"/auth/sign-in"))
+    screenshot(page, "sign-in")
+    # The sign-in page starts a conditional-UI (autofill) passkey request; Chromium's virtual
+    # authenticator, which simulates the user's touch, may complete it by itself. Otherwise the button.
+    try:
+        page.wait_for_url(f"{base}/w/acme/approvals", timeout=3_000)
+    except PlaywrightTimeout:
+        page.get_by_role("button", name="Sign in with a passkey").click()
+        page.wait_for_url(f"{base}/w/acme/approvals")
+    screenshot(page, "approvals-empty")
+
+    # 3. An agent opens an approval through the API; the queue shows it without a reload.
+    workspace = Workspace.objects.get(slug="acme")
+    agent = Agent.objects.create(
+        workspace=workspace, name="SDR bot", slug="sdr-bot", priority=100, max_priority=100
+    )
+    _, raw = api_key_create(agent=agent, scopes=["approvals:read", "approvals:write"])
+    api = httpx.Client(base_url=f"{live_server.url}/v1", headers={"Authorization": f"Bearer {raw}"})
+    created = api.post(
+        "/approvals",
+        json={
+            "summary": "Book a 30-minute intro with Dana (ACME) on Tuesday",
+            "evidence": {"thread": ["Can we meet Tuesday?", "<script>alert('x')</script>"], "score": 0.92},
+            "state": {"step": 3},
+        },
+    )
+    assert created.status_code == 201, created.text
+    approval_id = created.json()["id"]
+    page.get_by_test_id("pending-row").wait_for(timeout=15_000)  # htmx polling brings it in
+    screenshot(page, "approvals-queue")
+
+    # 4. Decide it; the evidence is escaped, not executed.
+    page.get_by_test_id("pending-row").get_by_role("link", name="Review").click()
+    page.wait_for_url(f"{base}/w/acme/approvals/{approval_id}")
+    assert "<script>alert('x')</script>" in page.locator("pre.json").first.inner_text()
+    screenshot(page, "approval-detail")
+    page.get_by_label("Note to the agent").fill("Go ahead.")
+    page.get_by_test_id("approve").click()
+    page.wait_for_url(f"{base}/w/acme/approvals")
+
+    # 5. The agent reads the decision back.
+    decided = api.get(f"/approvals/{approval_id}").json()
+    assert decided["status"] == "approved"
+    assert decided["decided_by"] == "olivia@acme.test"
+    assert decided["note"] == "Go ahead."
+    api.close()
