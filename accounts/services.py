@@ -13,7 +13,6 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
 from django.core.mail import send_mail
 from django.db import transaction
 from django.db.models.functions import Now
@@ -78,7 +77,7 @@ def owner_create(*, email: str, workspace_slug: str, workspace_name: str | None 
     return membership
 
 
-def sign_out_everywhere(user: AbstractBaseUser) -> None:
+def sign_out_everywhere(user: Any) -> None:
     """Invalidate every session of this person: Django ties sessions to a hash of the password
     field, and a fresh unusable password changes it."""
     user.set_unusable_password()
@@ -150,7 +149,7 @@ def magic_link_request(*, email: str, ip: str | None) -> None:
         logger.exception("could not send a magic link email")
 
 
-def magic_link_redeem(*, token: str) -> AbstractBaseUser:
+def magic_link_redeem(*, token: str) -> Any:
     """Use a link once (CAS on used_at, judged by the database clock) and return its person."""
     used = MagicLink.objects.filter(token_hash=_hash(token), used_at__isnull=True, expires_at__gt=Now())
     link = used.first()
@@ -165,7 +164,7 @@ def magic_link_redeem(*, token: str) -> AbstractBaseUser:
 # --- Passkeys ------------------------------------------------------------------------------------------
 
 
-def user_handle(user: AbstractBaseUser) -> bytes:
+def user_handle(user: Any) -> bytes:
     """The WebAuthn user handle: stable per person, opaque (no email or id in it)."""
     return hmac.new(
         settings.SECRET_KEY.encode(), f"webauthn-user:{user.pk}".encode(), hashlib.sha256

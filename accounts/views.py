@@ -22,6 +22,11 @@ _AUTH_CHALLENGE = "webauthn_authentication_challenge"
 MAX_CEREMONY_BODY = 64 * 1024
 
 
+def _person(request: HttpRequest) -> Any:
+    """The signed-in person (views using it are behind login_required)."""
+    return request.user
+
+
 def _client_ip(request: HttpRequest) -> str | None:
     return request.META.get("REMOTE_ADDR")
 
@@ -67,7 +72,7 @@ def sign_out(request: HttpRequest) -> HttpResponse:
 @require_POST
 @login_required
 def sign_out_everywhere(request: HttpRequest) -> HttpResponse:
-    services.sign_out_everywhere(request.user)
+    services.sign_out_everywhere(_person(request))
     logout(request)
     return redirect("accounts:sign_in")
 
@@ -77,7 +82,7 @@ def sign_out_everywhere(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def passkeys(request: HttpRequest) -> HttpResponse:
-    keys = request.user.passkeys.order_by("created_at")
+    keys = _person(request).passkeys.order_by("created_at")
     return render(request, "accounts/passkeys.html", {"passkeys": keys})
 
 
@@ -96,7 +101,7 @@ def passkey_rename(request: HttpRequest, passkey_id: int) -> HttpResponse:
 @login_required
 def passkey_delete(request: HttpRequest, passkey_id: int) -> HttpResponse:
     passkey = get_object_or_404(Passkey, pk=passkey_id, user=request.user)
-    if request.user.passkeys.count() <= 1:
+    if _person(request).passkeys.count() <= 1:
         messages.error(request, "You cannot remove your last passkey: you would have no way to sign in.")
     else:
         passkey.delete()
@@ -143,7 +148,7 @@ def _problem(message: str, status: int = 400) -> JsonResponse:
 @require_POST
 @login_required
 def passkey_registration_options(request: HttpRequest) -> HttpResponse:
-    options_json, challenge = services.passkey_registration_options(request.user)
+    options_json, challenge = services.passkey_registration_options(_person(request))
     _remember_challenge(request, _REG_CHALLENGE, challenge)
     return HttpResponse(options_json, content_type="application/json")
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 
 def _setup_django() -> None:
@@ -22,7 +24,18 @@ def _setup_django() -> None:
     django.setup()
 
 
+def _prepare_multiprocess_metrics() -> None:
+    """Several processes record metrics; they share a folder the scrape aggregates (cleared per run)."""
+    from agentcal.embedded import data_dir
+
+    folder = Path(os.environ.get("PROMETHEUS_MULTIPROC_DIR") or data_dir() / "prometheus")
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(folder)
+
+
 def run(args: argparse.Namespace) -> int:
+    _prepare_multiprocess_metrics()  # before anything imports prometheus_client
     _setup_django()
     from django.core.management import call_command
 
@@ -44,6 +57,8 @@ def run(args: argparse.Namespace) -> int:
             "-",
             "--graceful-timeout",
             "10",
+            "--config",
+            "python:agentcal.gunicorn_conf",
         ],
         "worker": [
             python,

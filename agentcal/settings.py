@@ -119,8 +119,8 @@ STATIC_ROOT = env_str("STATIC_ROOT") or None
 # The public base URL people reach the dashboard at (links in emails; the WebAuthn origin).
 DASHBOARD_BASE_URL = (env_str("DASHBOARD_BASE_URL", "http://localhost:8000") or "").rstrip("/")
 # The WebAuthn relying-party id: the dashboard's host name (never an IP address; browsers refuse it).
-WEBAUTHN_RP_ID = env_str("WEBAUTHN_RP_ID", urlparse(DASHBOARD_BASE_URL).hostname or "localhost")
-WEBAUTHN_RP_NAME = env_str("WEBAUTHN_RP_NAME", "AgentCal")
+WEBAUTHN_RP_ID = str(env_str("WEBAUTHN_RP_ID") or urlparse(DASHBOARD_BASE_URL).hostname or "localhost")
+WEBAUTHN_RP_NAME = str(env_str("WEBAUTHN_RP_NAME") or "AgentCal")
 MAGIC_LINK_TTL_SECONDS = env_int("MAGIC_LINK_TTL_SECONDS", 15 * 60, minimum=60)
 LOGIN_URL = "/auth/sign-in"
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
@@ -192,6 +192,12 @@ WEBHOOK_RETRY_SCHEDULE = [
 ]
 # An endpoint whose deliveries have failed for this long without a success is disabled.
 WEBHOOK_DISABLE_AFTER_SECONDS = env_int("WEBHOOK_DISABLE_AFTER_SECONDS", 5 * 86400, minimum=60)
+
+# --- Metrics -------------------------------------------------------------------------------------
+# GET /metrics: with a token, scrapers send `Authorization: Bearer <token>`; without one, only these
+# client addresses may scrape (REMOTE_ADDR: behind a reverse proxy, prefer the token).
+METRICS_TOKEN = env_str("METRICS_TOKEN") or ""
+METRICS_ALLOWED_IPS = env_list("METRICS_ALLOWED_IPS", ["127.0.0.1", "::1"])
 
 # --- Celery --------------------------------------------------------------------------------------
 CELERY_BROKER_URL = REDIS_URL

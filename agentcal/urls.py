@@ -1,6 +1,9 @@
 from django.urls import include, path
 
+from agentcal.views import metrics
+
 urlpatterns = [
+    path("metrics", metrics, name="metrics"),
     path("v1/", include("agentcal.api.urls")),
     path("auth/", include("accounts.urls")),
     path("", include("dashboard.urls")),

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import hmac
+
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from agentcal.api.problems import api_not_found, api_server_error
 
@@ -22,3 +26,18 @@ def server_error(request: HttpRequest) -> HttpResponse:
     return render(
         request, "error.html", {"title": "Something went wrong", "message": "It has been logged."}, status=500
     )
+
+
+def metrics(request: HttpRequest) -> HttpResponse:
+    """Prometheus scrape endpoint. With METRICS_TOKEN set, it needs `Authorization: Bearer <token>`;
+    without, only the addresses in METRICS_ALLOWED_IPS (loopback by default) may scrape."""
+    from agentcal import metrics as agentcal_metrics
+
+    token = settings.METRICS_TOKEN
+    if token:
+        presented = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+        if not hmac.compare_digest(presented.encode(), token.encode()):
+            return HttpResponse("metrics: bad or missing token\n", status=401, content_type="text/plain")
+    elif request.META.get("REMOTE_ADDR") not in settings.METRICS_ALLOWED_IPS:
+        return HttpResponse("metrics: not from an allowed address\n", status=403, content_type="text/plain")
+    return HttpResponse(agentcal_metrics.render(), content_type=CONTENT_TYPE_LATEST)

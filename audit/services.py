@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
 
+from agentcal.metrics import record_audit_event
 from audit.events import AuditEvent
 from audit.models import AuditRecord, Outcome
 from workspaces.actor import Actor
@@ -30,7 +32,7 @@ def audit_record(
     key_prefix: str = "",
     request_id: str = "",
 ) -> AuditRecord:
-    return AuditRecord.objects.create(
+    record = AuditRecord.objects.create(
         event_type=str(event_type),
         outcome=outcome,
         workspace_id=actor.workspace.pk if actor else workspace_id,
@@ -48,6 +50,18 @@ def audit_record(
         request_id=(actor.request_id if actor else "") or request_id,
         details=details or {},
     )
+    # Counted once the audited change commits (immediately outside a transaction).
+    transaction.on_commit(
+        functools.partial(
+            record_audit_event,
+            event_type=record.event_type,
+            outcome=record.outcome,
+            failure_reason=record.failure_reason,
+            agent=record.agent_public_id,
+            calendar=record.calendar_public_id,
+        )
+    )
+    return record
 
 
 # Rows with no workspace (e.g. a refused request with an unknown key); must match migration 0003.

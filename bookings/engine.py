@@ -53,6 +53,7 @@ from agentcal.errors import (
     StaleFencingToken,
 )
 from agentcal.ids import new_public_id
+from agentcal.metrics import HOLD_EXPIRIES, WRITE_SECONDS
 from audit.events import AuditEvent
 from audit.models import Outcome
 from audit.services import audit_record
@@ -110,14 +111,17 @@ def _audit_rejections(event: AuditEvent) -> Callable[[Callable[P, R]], Callable[
     """Audit a domain error raised by an engine operation, after its transaction rolled back."""
 
     def decorate(operation: Callable[P, R]) -> Callable[P, R]:
+        timer = WRITE_SECONDS.labels(operation.__name__)
+
         @functools.wraps(operation)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-            try:
-                return operation(*args, **kwargs)
-            except AgentCalError as exc:
-                if not exc.audited:
-                    _audit_rejection(event, exc, kwargs)
-                raise
+            with timer.time():
+                try:
+                    return operation(*args, **kwargs)
+                except AgentCalError as exc:
+                    if not exc.audited:
+                        _audit_rejection(event, exc, kwargs)
+                    raise
 
         return wrapper
 
@@ -464,6 +468,7 @@ def _expire_lapsed_holds(
             details={"expires_at": isoformat_z(head.expires_at), "expired_lazily": lazily},  # type: ignore[arg-type]
         )
         emit_reservation_event(EventType.HOLD_EXPIRED, rows)
+        transaction.on_commit(HOLD_EXPIRIES.labels("lazy" if lazily else "sweep").inc)
     return expired
 
 

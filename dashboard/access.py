@@ -30,7 +30,7 @@ def workspace_page(*, manage: bool = False) -> Callable[[View], View]:
         def wrapper(request: HttpRequest, workspace_slug: str, *args: Any, **kwargs: Any) -> HttpResponse:
             membership = (
                 Membership.objects.select_related("workspace")
-                .filter(user=request.user, workspace__slug=workspace_slug)
+                .filter(user=request.user.pk, workspace__slug=workspace_slug)
                 .first()
             )
             if membership is None:

@@ -24,6 +24,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.db.models.functions import Now
 
+from agentcal.metrics import WEBHOOK_FAILURES, WEBHOOK_SECONDS
 from audit.events import AuditEvent
 from audit.models import Outcome
 from audit.services import audit_record
@@ -178,6 +179,7 @@ def delivery_attempt(delivery_id: int) -> float | None:
         )
         return None
     result = _send(delivery)
+    _observe(result)
     with transaction.atomic():
         _record_attempt(delivery, result, is_replay=False)
         if result.succeeded:
@@ -203,6 +205,13 @@ def delivery_attempt(delivery_id: int) -> float | None:
             next_attempt_at=Now() + timedelta(seconds=delay), leased_until=None
         )
     return delay
+
+
+def _observe(result: AttemptResult) -> None:
+    WEBHOOK_SECONDS.observe(result.latency_ms / 1000)
+    if not result.succeeded:
+        reason = f"http_{result.status_code // 100}xx" if result.status_code else result.error.split(":")[0]
+        WEBHOOK_FAILURES.labels(reason or "unknown").inc()
 
 
 def _retry_delay(scheduled: int, retry_after: int | None) -> float:

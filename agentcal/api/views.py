@@ -15,6 +15,7 @@ from agentcal.api.idempotency import (
     idempotency_complete,
     request_fingerprint,
 )
+from agentcal.metrics import IDEMPOTENT_REPLAYS
 from workspaces.actor import Actor
 
 MUTATING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -59,6 +60,7 @@ class AgentAPIView(APIView):
 
     def handle_exception(self, exc: Exception) -> Response:
         if isinstance(exc, _Replay):
+            IDEMPOTENT_REPLAYS.inc()
             stored = exc.stored
             headers = {**stored.headers, "Idempotent-Replayed": "true"}
             content_type = headers.pop("Content-Type", None)

@@ -33,7 +33,7 @@ def queue(request: HttpRequest, workspace: Workspace) -> HttpResponse:
         .order_by("-created_at")[:RECENT_DECISIONS]
     )
     template = "dashboard/approvals/queue.html"
-    if request.htmx:
+    if request.htmx:  # type: ignore[attr-defined]  # set by django_htmx's middleware
         template += "#queue-table"
     context = page_context(
         request, "approvals", pending=pending, recent=recent, poll_seconds=QUEUE_POLL_SECONDS
@@ -70,7 +70,7 @@ def decide(request: HttpRequest, workspace: Workspace, approval_id: str) -> Http
         approval = approval_decide(
             approval_id=approval_id,
             workspace=workspace,
-            user=request.user,
+            user=request.user,  # type: ignore[arg-type]  # workspace_page requires a signed-in person
             approve=decision == "approve",
             note=request.POST.get("note", "")[:2000],
         )

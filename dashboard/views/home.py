@@ -10,7 +10,7 @@ from accounts.models import Membership
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
     membership = (
-        Membership.objects.select_related("workspace").filter(user=request.user).order_by("id").first()
+        Membership.objects.select_related("workspace").filter(user=request.user.pk).order_by("id").first()
     )
     if membership is None:
         return render(request, "dashboard/no_workspace.html")

@@ -1,0 +1,115 @@
+"""Prometheus metrics, exposed at GET /metrics.
+
+Counts come from the one place every state change and refusal already passes — audit_record() — and
+are incremented only once the audited transaction commits (a rolled-back change counts nothing).
+Gauges that describe stored state (outbox lag, conversion over the last hour) are read from the
+database at scrape time, so they are right whichever process serves the scrape.
+
+Under `agentcal run` several processes (gunicorn workers, Celery) record metrics: PROMETHEUS_MULTIPROC_DIR
+is set and the scrape aggregates their files (prometheus-client's multiprocess mode).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+# Write transactions are short; buckets from 1 ms to 5 s.
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+AUDITED_EVENTS = Counter(
+    "agentcal_events_total",
+    "Audited state changes and refusals (holds, commits, evictions, bumps, expiries, ...).",
+    ["event_type", "outcome", "reason"],
+)
+CONFLICTS = Counter(
+    "agentcal_conflicts_total", "409 slot_conflict refusals by agent and calendar.", ["agent", "calendar"]
+)
+PREEMPTIONS = Counter("agentcal_preemptions_total", "Holds evicted and commits bumped.", ["kind"])
+HOLD_EXPIRIES = Counter(
+    "agentcal_hold_expiries_total", "Holds expired, lazily by a write or by the sweep.", ["how"]
+)
+WRITE_SECONDS = Histogram(
+    "agentcal_write_seconds", "Engine write operations, end to end.", ["operation"], buckets=_LATENCY_BUCKETS
+)
+IDEMPOTENT_REPLAYS = Counter(
+    "agentcal_idempotent_replays_total", "Responses replayed for a repeated Idempotency-Key."
+)
+WEBHOOK_SECONDS = Histogram(
+    "agentcal_webhook_delivery_seconds",
+    "Webhook delivery attempts (HTTP round trip).",
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0),
+)
+WEBHOOK_FAILURES = Counter(
+    "agentcal_webhook_delivery_failures_total", "Failed delivery attempts.", ["reason"]
+)
+
+
+def record_audit_event(
+    *, event_type: str, outcome: str, failure_reason: str, agent: str, calendar: str
+) -> None:
+    AUDITED_EVENTS.labels(event_type, outcome, failure_reason).inc()
+    if failure_reason == "slot_conflict":
+        CONFLICTS.labels(agent or "-", calendar or "-").inc()
+    if event_type == "calendar.hold.evicted":
+        PREEMPTIONS.labels("evicted").inc()
+    elif event_type == "calendar.booking.bumped":
+        PREEMPTIONS.labels("bumped").inc()
+
+
+class DatabaseStateCollector(Collector):
+    """Gauges read from PostgreSQL at scrape time."""
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        from django.db import connection
+
+        with connection.cursor() as cursor:
+            cursor.execute(
+                """
+                SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0), count(*)
+                  FROM webhooks_outboxevent WHERE dispatched_at IS NULL
+                """
+            )
+            lag, undispatched = cursor.fetchone()
+            cursor.execute("SELECT count(*) FROM webhooks_webhookdelivery WHERE status = 'pending'")
+            (pending_deliveries,) = cursor.fetchone()
+            cursor.execute(
+                """
+                SELECT count(*) FILTER (WHERE event_type = 'calendar.hold.created'),
+                       count(*) FILTER (WHERE event_type = 'calendar.commit.created'
+                                          AND details ->> 'from_hold' = 'true')
+                  FROM audit_auditrecord WHERE timestamp > now() - interval '1 hour'
+                """
+            )
+            holds, commits_from_holds = cursor.fetchone()
+        yield GaugeMetricFamily(
+            "agentcal_outbox_lag_seconds", "Age of the oldest undispatched event.", float(lag)
+        )
+        yield GaugeMetricFamily(
+            "agentcal_outbox_undispatched", "Events not yet turned into deliveries.", undispatched
+        )
+        yield GaugeMetricFamily(
+            "agentcal_webhook_deliveries_pending", "Deliveries awaiting an attempt.", pending_deliveries
+        )
+        yield GaugeMetricFamily(
+            "agentcal_hold_to_commit_conversion_ratio",
+            "Commits from holds / holds created, over the last hour.",
+            (commits_from_holds / holds) if holds else 0.0,
+        )
+
+
+def render() -> bytes:
+    """The scrape: this process's (or, in multiprocess mode, every process's) metrics + DB gauges."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry: Any = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+    else:
+        registry = REGISTRY
+    database = CollectorRegistry()
+    database.register(DatabaseStateCollector())
+    return generate_latest(registry) + generate_latest(database)
