@@ -1,6 +1,6 @@
 from django.urls import path
 
-from dashboard.views import agents, approvals, audit, calendars, home
+from dashboard.views import agents, approvals, audit, calendars, home, metrics
 
 app_name = "dashboard"
 W = "w/<slug:workspace_slug>"
@@ -12,6 +12,7 @@ urlpatterns = [
     path(f"{W}/audit", audit.browser, name="audit"),
     path(f"{W}/calendars", calendars.calendar_list, name="calendars"),
     path(f"{W}/calendars/<str:calendar_id>", calendars.calendar_view, name="calendar"),
+    path(f"{W}/metrics", metrics.metrics, name="metrics"),
     path(f"{W}/agents", agents.agent_list, name="agents"),
     path(f"{W}/agents/<str:agent_id>", agents.agent_detail, name="agent"),
 ]

@@ -11,6 +11,7 @@ from django.core.management import call_command
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from accounts.models import Passkey
+from tests.conftest import slot
 from tests.e2e.conftest import add_virtual_authenticator, screenshot
 from workspaces.keys import api_key_create
 from workspaces.models import Agent, Workspace
@@ -69,7 +70,10 @@ def test_owner_signs_up_with_a_magic_link_adds_a_passkey_and_approves_an_agents_
     agent = Agent.objects.create(
         workspace=workspace, name="SDR bot", slug="sdr-bot", priority=100, max_priority=100
     )
-    _, raw = api_key_create(agent=agent, scopes=["approvals:read", "approvals:write"])
+    _, raw = api_key_create(
+        agent=agent,
+        scopes=["approvals:read", "approvals:write", "calendars:write", "bookings:read", "bookings:write"],
+    )
     api = httpx.Client(base_url=f"{live_server.url}/v1", headers={"Authorization": f"Bearer {raw}"})
     created = api.post(
         "/approvals",
@@ -98,4 +102,24 @@ def test_owner_signs_up_with_a_magic_link_adds_a_passkey_and_approves_an_agents_
     assert decided["status"] == "approved"
     assert decided["decided_by"] == "olivia@acme.test"
     assert decided["note"] == "Go ahead."
+    # Some calendar activity for the timeline, audit and metrics pages.
+    cal = api.post("/calendars", json={"name": "Sales team", "hold_ttl_seconds": 600}).json()
+    for hours, minutes in [(2, 30), (3, 60), (26, 30)]:
+        window = slot(hours_ahead=hours, minutes=minutes)
+        api.post(f"/calendars/{cal['id']}/holds", json={**window, "title": f"Intro call +{hours}h"})
+        api.post(f"/calendars/{cal['id']}/holds", json=window)  # the same slot again: a conflict
+    api.post(f"/calendars/{cal['id']}/commits", json={**slot(hours_ahead=5), "title": "Board prep"})
     api.close()
+
+    # 6. The other pages render in the real browser (screenshots kept as test artifacts).
+    for path, name in [
+        ("audit", "audit-trail"),
+        ("calendars", "calendars"),
+        (f"calendars/{cal['id']}", "calendar-week"),
+        ("metrics", "metrics"),
+        ("agents", "agents"),
+        (f"agents/{agent.public_id}", "agent-detail"),
+    ]:
+        page.goto(f"{base}/w/acme/{path}")
+        assert page.locator("h1").first.is_visible()
+        screenshot(page, name)

@@ -1,0 +1,54 @@
+"""The dashboard's metrics page: counts from the workspace's own audit trail, per window."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from bookings import engine
+from bookings.spans import Span
+from tests.accounts.conftest import make_person
+from workspaces.actor import Actor
+from workspaces.models import Agent, Workspace
+
+
+@pytest.fixture
+def activity(db):
+    workspace = Workspace.objects.create(slug="acme", name="Acme")
+    low = Agent.objects.create(workspace=workspace, name="Low", slug="low", priority=100, max_priority=100)
+    high = Agent.objects.create(workspace=workspace, name="High", slug="high", priority=500, max_priority=500)
+    calendar = engine.calendar_create(actor=Actor(workspace=workspace, agent=low), name="Sales")
+    start = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) + timedelta(days=3)
+    span = Span(start, start + timedelta(minutes=30))
+    low_actor, high_actor = Actor(workspace=workspace, agent=low), Actor(workspace=workspace, agent=high)
+    held = engine.hold_create(actor=low_actor, calendar=calendar, span=span)
+    with pytest.raises(engine.SlotConflict):
+        engine.hold_create(actor=Actor(workspace=workspace, agent=low), calendar=calendar, span=span)
+    engine.hold_create(actor=high_actor, calendar=calendar, span=span)  # evicts
+    other = Span(span.end, span.end + timedelta(minutes=30))
+    second = engine.hold_create(actor=low_actor, calendar=calendar, span=other)
+    engine.hold_commit(actor=low_actor, calendar=calendar, hold_token=second.hold_token)
+    return workspace, held
+
+
+def test_it_counts_holds_commits_conflicts_and_preemptions(client, activity):
+    client.force_login(make_person("olivia@acme.test"))
+    page = client.get("/w/acme/metrics")
+    assert page.status_code == 200
+    charts = {chart.label: chart.total for chart in page.context["charts"]}
+    assert charts == {"Holds": 3, "Commits": 1, "Conflicts": 1, "Preemptions": 1, "Expiries": 0}
+    assert page.context["conversion"] == pytest.approx(1 / 3)
+    html = page.content.decode()
+    assert "<svg" in html and "33%" in html
+    assert client.get("/w/acme/metrics?window=day").context["charts"][0].total == 3
+
+
+def test_an_empty_workspace_shows_an_empty_state(client, db):
+    client.force_login(make_person("olivia@quiet.test", workspace_slug="quiet"))
+    assert "No agent activity in this window" in client.get("/w/quiet/metrics").content.decode()
+
+
+def test_another_workspace_cannot_see_the_metrics(client, activity):
+    client.force_login(make_person("eve@globex.test", workspace_slug="globex"))
+    assert client.get("/w/acme/metrics").status_code == 404
