@@ -70,10 +70,10 @@ def _series(workspace: Workspace, length: timedelta, bucket: timedelta) -> tuple
                    count(*) FILTER (WHERE event_type = 'calendar.commit.created'
                                       AND details ->> 'from_hold' = 'true') AS from_hold
               FROM audit_auditrecord
-             WHERE workspace_id = %s AND timestamp > statement_timestamp() - %s
+             WHERE workspace_id = %s AND timestamp > statement_timestamp() - %s::interval
              GROUP BY ago
             """,  # noqa: S608 — the interpolated parts are the constant SERIES conditions above
-            [bucket.total_seconds(), workspace.pk, length],
+            [bucket.total_seconds(), workspace.pk, f"{int(length.total_seconds())} seconds"],
         )
         rows = cursor.fetchall()
     counts = [[0] * buckets for _ in SERIES]
