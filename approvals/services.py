@@ -242,7 +242,7 @@ def _approval_insert(
                 },
             )
             _announce(EventType.APPROVAL_REQUESTED, approval)
-            transaction.on_commit(functools.partial(_notify_owners, approval.pk))
+            transaction.on_commit(functools.partial(_enqueue_owner_notification, approval.pk))
     except IntegrityError as exc:
         # Unreachable while requests for a hold take _hold_lock; if it ever happens, the constraint did
         # its job and the caller gets the ordinary answer.
@@ -256,7 +256,19 @@ def _approval_insert(
     return approval
 
 
-def _notify_owners(approval_pk: int) -> None:
+def _enqueue_owner_notification(approval_pk: int) -> None:
+    """Email from a Celery worker, not from the request; if the broker is down, send it right here
+    rather than lose it (the request has committed either way)."""
+    from approvals.tasks import notify_owners
+
+    try:
+        notify_owners.apply_async((approval_pk,), retry=False)
+    except Exception as exc:
+        logger.warning("could not enqueue the approval email (%s); sending it inline", type(exc).__name__)
+        approval_notify_owners(approval_pk)
+
+
+def approval_notify_owners(approval_pk: int) -> None:
     """After commit: email the workspace owner(s) a link to the approval in the dashboard queue.
 
     Never an approve/deny link or token: only a signed-in person decides. A mail failure is logged,
