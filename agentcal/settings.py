@@ -71,6 +71,7 @@ INSTALLED_APPS = [
     "accounts",
     "approvals",
     "dashboard",
+    "bench",  # only for `python manage.py bench` (no models, no URLs)
 ]
 
 MIDDLEWARE = [
@@ -190,6 +191,8 @@ WEBHOOK_RETRY_SCHEDULE = [
         ["0", "5", "300", "1800", "7200", "18000", "36000", "50400", "72000", "86400"],
     )
 ]
+# Dispatched events (and their delivery history) are kept this long, then purged daily.
+OUTBOX_RETENTION_DAYS = env_int("OUTBOX_RETENTION_DAYS", 30, minimum=1)
 # An endpoint whose deliveries have failed for this long without a success is disabled.
 WEBHOOK_DISABLE_AFTER_SECONDS = env_int("WEBHOOK_DISABLE_AFTER_SECONDS", 5 * 86400, minimum=60)
 
@@ -223,6 +226,7 @@ HOLD_SWEEP_SECONDS = env_int("HOLD_SWEEP_SECONDS", 5, minimum=1)
 WEBHOOK_CATCH_UP_SECONDS = env_int("WEBHOOK_CATCH_UP_SECONDS", 10, minimum=1)
 CELERY_BEAT_SCHEDULE = {
     "expire-lapsed-holds": {"task": "bookings.expire_lapsed_holds", "schedule": float(HOLD_SWEEP_SECONDS)},
+    "purge-old-outbox-events": {"task": "webhooks.purge_old_events", "schedule": 24 * 3600.0},
     "webhooks-catch-up": {"task": "webhooks.catch_up", "schedule": float(WEBHOOK_CATCH_UP_SECONDS)},
     "purge-idempotency-records": {"task": "agentcal.purge_idempotency_records", "schedule": 3600.0},
     "purge-expired-audit-records": {"task": "audit.purge_expired", "schedule": 6 * 3600.0},

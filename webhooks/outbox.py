@@ -257,6 +257,26 @@ def endpoint_disable(endpoint: WebhookEndpoint, *, reason: str, actor: Any = Non
     return True
 
 
+def outbox_purge_old(*, batch: int = 5000) -> int:
+    """Delete dispatched events (with their deliveries and attempts) past OUTBOX_RETENTION_DAYS.
+
+    Every reservation change writes an event, so without this the table only grows. Events not yet
+    dispatched, and deliveries still pending, are kept whatever their age.
+    """
+    cutoff = Now() - timedelta(days=settings.OUTBOX_RETENTION_DAYS)
+    deleted = 0
+    while True:
+        ids = list(
+            OutboxEvent.objects.filter(dispatched_at__lt=cutoff)
+            .exclude(deliveries__status=DeliveryStatus.PENDING)
+            .values_list("id", flat=True)[:batch]
+        )
+        if not ids:
+            return deleted
+        OutboxEvent.objects.filter(id__in=ids).delete()
+        deleted += len(ids)
+
+
 def delivery_replay(delivery_id: int) -> AttemptResult:
     """Send a delivery once more by hand: same webhook-id, the endpoint's current secret, no retries."""
     delivery = WebhookDelivery.objects.select_related("event", "endpoint").get(pk=delivery_id)

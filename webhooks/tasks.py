@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from webhooks.outbox import deliveries_due, delivery_attempt, delivery_replay, outbox_dispatch
+from webhooks.outbox import (
+    deliveries_due,
+    delivery_attempt,
+    delivery_replay,
+    outbox_dispatch,
+    outbox_purge_old,
+)
 
 
 @shared_task(name="webhooks.dispatch_outbox", ignore_result=True)
@@ -38,3 +44,8 @@ def catch_up() -> int:
     for delivery_id in due:
         deliver_webhook.delay(delivery_id)
     return dispatched + len(due)
+
+
+@shared_task(name="webhooks.purge_old_events", ignore_result=True)
+def purge_old_events() -> int:
+    return outbox_purge_old()

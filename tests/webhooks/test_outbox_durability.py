@@ -106,3 +106,33 @@ def test_a_rolled_back_change_leaves_no_outbox_row_and_sends_nothing(sdr, receiv
     assert [r.json["type"] for r in receiver.requests] == ["booking.committed"]
     assert list(OutboxEvent.objects.values_list("event_type", flat=True)) == ["booking.committed"]
     assert WebhookDelivery.objects.count() == 1
+
+
+def test_old_dispatched_events_are_purged_but_pending_work_is_kept(sdr, webhook_settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from webhooks.models import DeliveryStatus, WebhookEndpoint
+    from webhooks.outbox import outbox_dispatch, outbox_purge_old
+
+    endpoint = WebhookEndpoint.objects.create(
+        agent=sdr.agent, url="http://127.0.0.1:9/h", events=["*"], secret="whsec_AA=="
+    )
+    for i in range(3):
+        outbox_emit(
+            event_type=EventType.HOLD_CREATED,
+            workspace_id=sdr.agent.workspace_id,
+            agent_id=sdr.agent.pk,
+            data={"n": i},
+        )
+    outbox_dispatch()
+    old = timezone.now() - timedelta(days=webhook_settings.OUTBOX_RETENTION_DAYS + 1)
+    OutboxEvent.objects.update(dispatched_at=old)
+    first, second, third = WebhookDelivery.objects.order_by("id")
+    WebhookDelivery.objects.filter(pk__in=[first.pk, second.pk]).update(status=DeliveryStatus.SUCCEEDED)
+    # third stays pending: its event must survive the purge
+
+    assert outbox_purge_old() == 2
+    assert list(OutboxEvent.objects.values_list("payload__n", flat=True)) == [2]
+    assert WebhookDelivery.objects.get().endpoint == endpoint
