@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import threading
 import time
 from datetime import timedelta
 from typing import Any
@@ -60,13 +61,44 @@ def outbox_emit(
 # After a failed nudge, skip nudging for a while: the catch-up will deliver anyway, and every request
 # would otherwise wait out the broker connection timeout while Redis is down.
 NUDGE_BACKOFF_SECONDS = 10.0
+# Under load one nudge per process per interval is enough (each costs a broker round trip): a running
+# dispatcher drains the whole outbox, and a nudge skipped inside the interval is sent once at its end.
+NUDGE_MIN_INTERVAL_SECONDS = 0.2
+_nudge_lock = threading.Lock()
 _nudges_suppressed_until = 0.0
+_last_nudge = 0.0
+_trailing_nudge_scheduled = False
 
 
 def _nudge_dispatcher() -> None:
-    global _nudges_suppressed_until
-    if time.monotonic() < _nudges_suppressed_until:
+    global _last_nudge, _trailing_nudge_scheduled
+    now = time.monotonic()
+    if now < _nudges_suppressed_until:
         return
+    with _nudge_lock:
+        if now - _last_nudge >= NUDGE_MIN_INTERVAL_SECONDS:
+            _last_nudge = now
+        elif not _trailing_nudge_scheduled:
+            _trailing_nudge_scheduled = True
+            timer = threading.Timer(NUDGE_MIN_INTERVAL_SECONDS - (now - _last_nudge), _trailing_nudge)
+            timer.daemon = True
+            timer.start()
+            return
+        else:
+            return
+    _send_nudge()
+
+
+def _trailing_nudge() -> None:
+    global _last_nudge, _trailing_nudge_scheduled
+    with _nudge_lock:
+        _trailing_nudge_scheduled = False
+        _last_nudge = time.monotonic()
+    _send_nudge()
+
+
+def _send_nudge() -> None:
+    global _nudges_suppressed_until
     from webhooks.tasks import dispatch_outbox
 
     try:
