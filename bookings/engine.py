@@ -58,7 +58,7 @@ from audit.events import AuditEvent
 from audit.models import Outcome
 from audit.services import audit_record
 from bookings.events import emit_reservation_event
-from bookings.models import LIVE_STATUSES, Calendar, Reservation, ReservationStatus
+from bookings.models import LIVE_STATUSES, MAX_RESERVATION_LENGTH, Calendar, Reservation, ReservationStatus
 from bookings.selectors import reservation_group, server_now
 from bookings.spans import (
     MAX_BUCKETS,
@@ -348,6 +348,7 @@ def _live_overlapping(calendar_ids: Iterable[int], span: Span) -> Any:
         calendar_id__in=list(calendar_ids),
         status__in=LIVE_STATUSES,
         start_time__lt=span.end,
+        start_time__gt=span.start - MAX_RESERVATION_LENGTH,
         end_time__gt=span.start,
     )
 
@@ -361,7 +362,7 @@ SELECT now(), blocker.id
   LEFT JOIN LATERAL (
       SELECT r.id FROM bookings_reservation r
        WHERE r.calendar_id = ANY(%(calendars)s) AND r.status IN ('held', 'committed')
-         AND r.start_time < %(end)s AND r.end_time > %(start)s
+         AND r.start_time < %(end)s AND r.start_time > %(earliest)s AND r.end_time > %(start)s
          AND NOT (r.status = 'held' AND r.expires_at <= now())
          AND NOT (r.priority < %(priority)s AND (r.status = 'held' OR r.bump_window_ends_at > now()))
        ORDER BY r.start_time
@@ -376,8 +377,8 @@ def _live_rows_in_the_way(calendar_ids: Sequence[int], span: Span) -> list[Reser
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT id FROM bookings_reservation WHERE calendar_id = ANY(%s)"
-            " AND status IN ('held', 'committed') AND start_time < %s AND end_time > %s",
-            [list(calendar_ids), span.end, span.start],
+            " AND status IN ('held', 'committed') AND start_time < %s AND start_time > %s AND end_time > %s",
+            [list(calendar_ids), span.end, span.start - MAX_RESERVATION_LENGTH, span.start],
         )
         ids = [row[0] for row in cursor.fetchall()]
     if not ids:
@@ -395,6 +396,7 @@ def _precheck(calendars: Sequence[Calendar], span: Span, priority: int) -> None:
                 "calendars": [c.pk for c in calendars],
                 "start": span.start,
                 "end": span.end,
+                "earliest": span.start - MAX_RESERVATION_LENGTH,
                 "priority": priority,
             },
         )
@@ -481,7 +483,11 @@ def _expire_lapsed_holds(
     """
     # One statement, which on the hot path usually finds nothing: whole groups of lapsed holds,
     # row locks taken in id order (like _transition_groups), status re-checked after the lock.
-    overlapping = "AND start_time < %(end)s AND end_time > %(start)s" if span is not None else ""
+    overlapping = (
+        "AND start_time < %(end)s AND start_time > %(earliest)s AND end_time > %(start)s"
+        if span is not None
+        else ""
+    )
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
@@ -500,6 +506,7 @@ def _expire_lapsed_holds(
                 "now": now,
                 "start": span.start if span else None,
                 "end": span.end if span else None,
+                "earliest": span.start - MAX_RESERVATION_LENGTH if span else None,
             },
         )
         expired_ids = [row[0] for row in cursor.fetchall()]
@@ -902,6 +909,7 @@ def _check_fencing_token(hold: Reservation, presented: int) -> None:
         Reservation.objects.filter(
             calendar_id=hold.calendar_id,
             start_time__lt=hold.end_time,
+            start_time__gt=hold.start_time - MAX_RESERVATION_LENGTH,
             end_time__gt=hold.start_time,
             fencing_token__gt=presented,
         )

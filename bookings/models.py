@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from functools import partial
 
 from django.contrib.postgres.constraints import ExclusionConstraint
@@ -65,6 +66,11 @@ class ReservationStatus(models.TextChoices):
 
 
 LIVE_STATUSES = (ReservationStatus.HELD, ReservationStatus.COMMITTED)
+
+# No reservation is longer than this (max_booking_minutes is capped at 7 days by the calendar's check
+# constraint). Overlap queries use it as a lower bound on start_time, so the (calendar, start_time)
+# index reads a bounded window instead of a calendar's whole history.
+MAX_RESERVATION_LENGTH = timedelta(days=7)
 
 
 class TsTzRange(Func):

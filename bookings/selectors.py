@@ -9,7 +9,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models.functions import Now
 
-from bookings.models import LIVE_STATUSES, Calendar, Reservation, ReservationStatus
+from bookings.models import LIVE_STATUSES, MAX_RESERVATION_LENGTH, Calendar, Reservation, ReservationStatus
 from bookings.spans import BusyIndex, Span, grid_slots
 from workspaces.models import Workspace
 
@@ -42,6 +42,7 @@ def availability(*, calendar: Calendar, window: Span, duration: timedelta | None
                 calendar=calendar,
                 status__in=LIVE_STATUSES,
                 start_time__lt=window.end,
+                start_time__gt=window.start - MAX_RESERVATION_LENGTH,
                 end_time__gt=window.start,
             )
             .exclude(status=ReservationStatus.HELD, expires_at__lte=Now())

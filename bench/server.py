@@ -1,0 +1,126 @@
+"""Gunicorn started and stopped by the benchmark, on a free loopback port.
+
+The command line is the one `agentcal run` uses (agentcal/cli.py) without the access log, for the
+AgentCal app and for the baseline WSGI app alike. The child inherits this process's environment, so it
+uses the same DATABASE_URL / REDIS_URL (the embedded servers export theirs when the settings load).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+import httpx
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+START_TIMEOUT_SECONDS = 60.0
+STOP_TIMEOUT_SECONDS = 15.0
+
+
+def default_workers() -> int:
+    """The same default as `agentcal run`: WEB_CONCURRENCY, else 2 x cores + 1."""
+    return int(os.environ.get("WEB_CONCURRENCY") or (os.cpu_count() or 1) * 2 + 1)
+
+
+def free_loopback_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class GunicornServer:
+    """`with GunicornServer("agentcal.wsgi:application", workers=5, health_path="/v1/health") as url:`"""
+
+    def __init__(
+        self,
+        app: str,
+        *,
+        workers: int,
+        health_path: str,
+        env: dict[str, str] | None = None,
+        log_dir: Path | None = None,
+    ) -> None:
+        self.app = app
+        self.workers = workers
+        self.health_path = health_path
+        self.env = {**os.environ, **(env or {})}
+        # A log folder of our own is removed on stop; failures quote the log's tail in the exception.
+        self._own_log_dir = log_dir is None
+        self.log_dir = log_dir or Path(tempfile.mkdtemp(prefix="agentcal-bench-"))
+        self.port = 0
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log_path = self.log_dir / f"gunicorn-{app.split(':')[0].replace('.', '-')}.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            self.app,
+            "--bind",
+            f"127.0.0.1:{self.port}",
+            "--workers",
+            str(self.workers),
+            "--graceful-timeout",
+            "10",
+        ]
+
+    def start(self) -> str:
+        self.port = free_loopback_port()
+        # A file, not a pipe: nobody reads a pipe while the benchmark runs, and a full one would block.
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                self.command(), cwd=BASE_DIR, env=self.env, stdout=log, stderr=subprocess.STDOUT
+            )
+        deadline = time.monotonic() + START_TIMEOUT_SECONDS
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                tail = self.log_tail()
+                self.stop()
+                raise RuntimeError(f"gunicorn {self.app} exited at start:\n{tail}")
+            try:
+                if httpx.get(self.url + self.health_path, timeout=2).status_code == 200:
+                    return self.url
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        tail = self.log_tail()
+        self.stop()
+        raise RuntimeError(f"gunicorn {self.app} did not answer in {START_TIMEOUT_SECONDS:.0f} s:\n{tail}")
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is not None and process.poll() is None:
+            process.terminate()  # SIGTERM: gunicorn stops its workers gracefully
+            try:
+                process.wait(timeout=STOP_TIMEOUT_SECONDS)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if self._own_log_dir:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def __enter__(self) -> str:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

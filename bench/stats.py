@@ -1,0 +1,172 @@
+"""What one benchmarked operation returned, and the numbers a scenario reports about many of them."""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+OK_STATUSES = frozenset({200, 201})
+# Error codes that are an expected, correct answer in the scenarios (not an error of the system).
+CONFLICT = "slot_conflict"
+HOLD_LOST_CODES = frozenset({"hold_expired", "hold_evicted"})
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One request: an HTTP-like status (0 when no answer came back), the machine error code, if any."""
+
+    op: str  # "hold", "commit", "release", "insert"
+    status: int
+    seconds: float
+    code: str = ""
+    hold_id: str = ""
+    hold_token: str = ""
+    # Number of alternative slots offered with a 409 slot_conflict.
+    alternatives: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.status in OK_STATUSES
+
+    @property
+    def conflict(self) -> bool:
+        return self.code == CONFLICT
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default); `sorted_values` must be sorted."""
+    if not sorted_values:
+        return math.nan
+    position = (len(sorted_values) - 1) * q / 100
+    lower = math.floor(position)
+    upper = min(lower + 1, len(sorted_values) - 1)
+    weight = position - lower
+    return sorted_values[lower] * (1 - weight) + sorted_values[upper] * weight
+
+
+def latency_summary(seconds: Iterable[float]) -> dict[str, float | int]:
+    values = sorted(s * 1000 for s in seconds)
+    return {
+        "count": len(values),
+        "p50": percentile(values, 50),
+        "p95": percentile(values, 95),
+        "p99": percentile(values, 99),
+        "max": values[-1] if values else math.nan,
+    }
+
+
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    """numerator / denominator, or None when either is unknown (None, NaN) or the denominator is 0."""
+    if numerator is None or denominator is None or math.isnan(numerator) or math.isnan(denominator):
+        return None
+    return numerator / denominator if denominator else None
+
+
+@dataclass
+class Recorder:
+    """Outcomes collected from many threads; list.append is atomic, the lock guards the counters."""
+
+    outcomes: list[Outcome] = field(default_factory=list)
+    completed_bookings: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, outcome: Outcome) -> None:
+        self.outcomes.append(outcome)
+
+    def booking_done(self) -> None:
+        with self._lock:
+            self.completed_bookings += 1
+
+    def __len__(self) -> int:
+        return len(self.outcomes)
+
+
+@dataclass
+class ScenarioResult:
+    """One row of the results table: a scenario run by one variant (engine or a baseline) in one mode."""
+
+    scenario: str  # "herd", "disjoint", "mix"
+    variant: str  # "engine", "naive", "advisory_lock", "raw_insert"
+    mode: str  # "in-process", "http", "psycopg"
+    outcomes: list[Outcome]
+    wall_seconds: float
+    double_bookings: int | None
+    completed_bookings: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return f"{self.scenario} · {VARIANT_LABELS.get(self.variant, self.variant)} · {self.mode}"
+
+    @property
+    def attempts(self) -> int:
+        return len(self.outcomes)
+
+    @property
+    def successes(self) -> int:
+        return sum(1 for o in self.outcomes if o.ok)
+
+    @property
+    def conflicts(self) -> int:
+        return sum(1 for o in self.outcomes if o.conflict)
+
+    @property
+    def lost_holds(self) -> int:
+        return sum(1 for o in self.outcomes if o.code in HOLD_LOST_CODES)
+
+    @property
+    def errors(self) -> int:
+        return self.attempts - self.successes - self.conflicts - self.lost_holds
+
+    @property
+    def ops_per_second(self) -> float:
+        return self.attempts / self.wall_seconds if self.wall_seconds > 0 else math.nan
+
+    @property
+    def bookings_per_second(self) -> float:
+        return self.completed_bookings / self.wall_seconds if self.wall_seconds > 0 else math.nan
+
+    def latency(self, predicate: Any = None) -> dict[str, float | int]:
+        chosen = self.outcomes if predicate is None else [o for o in self.outcomes if predicate(o)]
+        return latency_summary(o.seconds for o in chosen)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "scenario": self.scenario,
+            "variant": self.variant,
+            "mode": self.mode,
+            "label": self.label,
+            "attempts": self.attempts,
+            "successes": self.successes,
+            "conflicts": self.conflicts,
+            "lost_holds": self.lost_holds,
+            "errors": self.errors,
+            "error_codes": _error_codes(self.outcomes),
+            "double_bookings": self.double_bookings,
+            "completed_bookings": self.completed_bookings,
+            "wall_seconds": self.wall_seconds,
+            "ops_per_second": self.ops_per_second,
+            "bookings_per_second": self.bookings_per_second,
+            "latency_ms": self.latency(),
+            **self.extra,
+        }
+
+
+VARIANT_LABELS = {
+    "engine": "engine",
+    "naive": "(a) naive read-then-write",
+    "advisory_lock": "(b) advisory lock",
+    "raw_insert": "(c) raw insert",
+}
+
+
+def _error_codes(outcomes: Iterable[Outcome]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for o in outcomes:
+        if not o.ok and not o.conflict and o.code not in HOLD_LOST_CODES:
+            name = f"{o.status} {o.code}".strip()
+            counts[name] = counts.get(name, 0) + 1
+    return counts

@@ -1,0 +1,66 @@
+"""Tiny benchmark runs against the test database: the invariants, not the speed."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+import pytest
+
+from bench.baseline_wsgi import make_app
+from bench.runner import IN_PROCESS, BenchConfig, conninfo_for_baselines
+from bench.scenarios import MixPlan
+
+TEST_SCHEMA = "bench_test"
+
+
+def tiny(**overrides: Any) -> BenchConfig:
+    """A run of a few agents and rounds, in-process only, no key timing, no files."""
+    settings: dict[str, Any] = {
+        "agents": 4,
+        "rounds": 3,
+        "concurrency": 4,
+        "calendars": 2,
+        "duration": 1.0,
+        "max_ops": 400,
+        "herd_time_limit": 20.0,
+        "modes": (IN_PROCESS,),
+        "scenarios": ("herd",),
+        "baselines": False,
+        "key_verify_calls": 0,
+        "history_sizes": (),
+        "warmup_requests": 2,
+        "baseline_schema": TEST_SCHEMA,
+        "mix": MixPlan(calendars=2, slots=12, think_max=1.2, ttl_seconds=1),
+    }
+    settings.update(overrides)
+    return BenchConfig(**settings)
+
+
+class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def baseline_server(transactional_db: None) -> Iterator[str]:
+    """The baseline WSGI app on a loopback thread server, on the test database (no gunicorn)."""
+    server = make_server(
+        "127.0.0.1",
+        0,
+        make_app(conninfo_for_baselines(), TEST_SCHEMA),
+        server_class=_ThreadingWSGIServer,
+        handler_class=_QuietHandler,
+    )
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+    server.server_close()
