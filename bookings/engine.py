@@ -148,6 +148,29 @@ def _audit_rejection(event: AuditEvent, exc: AgentCalError, kwargs: dict[str, An
     exc.audited = True
 
 
+def _audit_reservation(
+    event_type: AuditEvent,
+    *,
+    actor: Actor | None,
+    row: Reservation,
+    reservation_public_id: str,
+    details: dict[str, Any] | None = None,
+) -> None:
+    """Audit a successful change to one hold or booking, described by its primary row."""
+    audit_record(
+        event_type=event_type,
+        outcome=Outcome.SUCCESS,
+        actor=actor,
+        workspace_id=row.calendar.workspace_id,
+        calendar_public_id=row.calendar.public_id,
+        reservation_public_id=reservation_public_id,
+        requested_start=row.start_time,
+        requested_end=row.end_time,
+        fencing_token=row.fencing_token,
+        details=details,
+    )
+
+
 def _conflict_details(exc: AgentCalError) -> dict[str, Any] | None:
     keys = (
         "conflicting",
@@ -515,16 +538,11 @@ def _expire_lapsed_holds(
     expired = list(Reservation.objects.filter(id__in=expired_ids).select_related("calendar", "agent"))
     for rows in _groups(expired):
         head = rows[0]
-        audit_record(
-            event_type=AuditEvent.HOLD_EXPIRED,
-            outcome=Outcome.SUCCESS,
-            actor=None,
-            workspace_id=head.calendar.workspace_id,
-            calendar_public_id=head.calendar.public_id,
+        _audit_reservation(
+            AuditEvent.HOLD_EXPIRED,
+            actor=None,  # time did it, not the request that noticed
+            row=head,
             reservation_public_id=head.hold_id,
-            requested_start=head.start_time,
-            requested_end=head.end_time,
-            fencing_token=head.fencing_token,
             details={"expires_at": isoformat_z(head.expires_at), "expired_lazily": lazily},  # type: ignore[arg-type]
         )
         emit_reservation_event(EventType.HOLD_EXPIRED, rows)
@@ -888,15 +906,11 @@ def _commit_hold(*, actor: Actor, hold_id: str, fencing_token: int | None) -> Re
             Reservation.objects.filter(hold_id=primary.hold_id).select_related("calendar", "agent")
         )
         head_row = committed[0]
-        audit_record(
-            event_type=AuditEvent.COMMIT_CREATED,
-            outcome=Outcome.SUCCESS,
+        _audit_reservation(
+            AuditEvent.COMMIT_CREATED,
             actor=actor,
-            calendar_public_id=head_row.calendar.public_id,
+            row=head_row,
             reservation_public_id=head_row.booking_id or "",
-            requested_start=head_row.start_time,
-            requested_end=head_row.end_time,
-            fencing_token=head_row.fencing_token,
             details={"hold_id": head_row.hold_id, "from_hold": True},
         )
         emit_reservation_event(EventType.BOOKING_COMMITTED, committed)
@@ -953,15 +967,11 @@ def hold_extend(*, actor: Actor, hold_id: str, hold_token: str, ttl_seconds: int
             _raise_not_live(fresh[0], now)
             raise HoldExpired(f"Hold {hold_id} is no longer live.", hold_id=hold_id)
         fresh = _ordered(Reservation.objects.filter(hold_id=hold_id).select_related("calendar", "agent"))
-        audit_record(
-            event_type=AuditEvent.HOLD_EXTENDED,
-            outcome=Outcome.SUCCESS,
+        _audit_reservation(
+            AuditEvent.HOLD_EXTENDED,
             actor=actor,
-            calendar_public_id=fresh[0].calendar.public_id,
+            row=fresh[0],
             reservation_public_id=hold_id,
-            requested_start=fresh[0].start_time,
-            requested_end=fresh[0].end_time,
-            fencing_token=fresh[0].fencing_token,
             details={"ttl_seconds": ttl_seconds, "expires_at": isoformat_z(fresh[0].expires_at)},  # type: ignore[arg-type]
         )
     return ReservationGroup(rows=fresh)
@@ -1007,15 +1017,11 @@ def hold_pin_expiry(
     if moved != len(rows):
         _raise_not_live(rows[0], server_now())
         raise HoldExpired(f"Hold {hold_id} is no longer live.", hold_id=hold_id)
-    audit_record(
-        event_type=AuditEvent.HOLD_EXTENDED,
-        outcome=Outcome.SUCCESS,
+    _audit_reservation(
+        AuditEvent.HOLD_EXTENDED,
         actor=actor,
-        calendar_public_id=rows[0].calendar.public_id,
+        row=rows[0],
         reservation_public_id=hold_id,
-        requested_start=rows[0].start_time,
-        requested_end=rows[0].end_time,
-        fencing_token=rows[0].fencing_token,
         details={"expires_at": isoformat_z(until), "reason": reason},
     )
     return ReservationGroup(rows=rows)
@@ -1037,15 +1043,11 @@ def _release_hold(*, actor: Actor, hold_id: str, rows: list[Reservation]) -> Res
             _raise_not_live(fresh[0], now)
             raise HoldExpired(f"Hold {hold_id} is no longer live.", hold_id=hold_id)
         released = _ordered(released)
-        audit_record(
-            event_type=AuditEvent.HOLD_RELEASED,
-            outcome=Outcome.SUCCESS,
+        _audit_reservation(
+            AuditEvent.HOLD_RELEASED,
             actor=actor,
-            calendar_public_id=released[0].calendar.public_id,
+            row=released[0],
             reservation_public_id=hold_id,
-            requested_start=released[0].start_time,
-            requested_end=released[0].end_time,
-            fencing_token=released[0].fencing_token,
         )
         emit_reservation_event(EventType.HOLD_RELEASED, released)
     return ReservationGroup(rows=released)
@@ -1078,15 +1080,11 @@ def booking_cancel(*, actor: Actor, booking_id: str) -> ReservationGroup:
                 f"Booking {booking_id} is {status}.", booking_id=booking_id, booking_status=status
             )
         cancelled = _ordered(cancelled)
-        audit_record(
-            event_type=AuditEvent.BOOKING_CANCELLED,
-            outcome=Outcome.SUCCESS,
+        _audit_reservation(
+            AuditEvent.BOOKING_CANCELLED,
             actor=actor,
-            calendar_public_id=cancelled[0].calendar.public_id,
+            row=cancelled[0],
             reservation_public_id=booking_id,
-            requested_start=cancelled[0].start_time,
-            requested_end=cancelled[0].end_time,
-            fencing_token=cancelled[0].fencing_token,
         )
         emit_reservation_event(EventType.BOOKING_CANCELLED, cancelled)
     return ReservationGroup(rows=cancelled)
