@@ -428,7 +428,9 @@ def _precheck(calendars: Sequence[Calendar], span: Span, priority: int) -> None:
         raise InvalidRange("The span is in the past by the server's clock.", server_time=isoformat_z(now))
     if blocker_id is not None:
         blocker = Reservation.objects.select_related("calendar", "agent").get(pk=blocker_id)
-        raise _slot_conflict(blocker, span, priority)
+        if blocker.status in LIVE_STATUSES:
+            raise _slot_conflict(blocker, span, priority)
+        # It ended between the two statements (released, cancelled, evicted): the locked phase decides.
 
 
 def _slot_conflict(blocker: Reservation, span: Span, caller_priority: int) -> SlotConflict:
@@ -440,10 +442,10 @@ def _slot_conflict(blocker: Reservation, span: Span, caller_priority: int) -> Sl
         "priority": blocker.priority,
         "agent_id": blocker.agent.public_id,
     }
-    if blocker.status == ReservationStatus.HELD:
-        conflicting["expires_at"] = isoformat_z(blocker.expires_at)  # type: ignore[arg-type]
-    else:
-        conflicting["bump_window_ends_at"] = isoformat_z(blocker.bump_window_ends_at)  # type: ignore[arg-type]
+    if blocker.status == ReservationStatus.HELD and blocker.expires_at is not None:
+        conflicting["expires_at"] = isoformat_z(blocker.expires_at)
+    elif blocker.bump_window_ends_at is not None:
+        conflicting["bump_window_ends_at"] = isoformat_z(blocker.bump_window_ends_at)
     frozen = blocker.status == ReservationStatus.COMMITTED and blocker.priority < caller_priority
     reason = "a frozen booking (past its bump window)" if frozen else f"priority {blocker.priority}"
     return SlotConflict(
