@@ -149,6 +149,12 @@ def magic_link_request(*, email: str, ip: str | None) -> None:
         logger.exception("could not send a magic link email")
 
 
+def magic_links_purge(*, older_than: timedelta = timedelta(days=7)) -> int:
+    """Delete used and expired links past `older_than` (the throttles only look back 15 minutes)."""
+    deleted, _ = MagicLink.objects.filter(created_at__lt=timezone.now() - older_than).delete()
+    return deleted
+
+
 def magic_link_redeem(*, token: str) -> Any:
     """Use a link once (CAS on used_at, judged by the database clock) and return its person."""
     used = MagicLink.objects.filter(token_hash=_hash(token), used_at__isnull=True, expires_at__gt=Now())

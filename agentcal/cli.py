@@ -36,6 +36,8 @@ def _prepare_multiprocess_metrics() -> None:
 
 def run(args: argparse.Namespace) -> int:
     _prepare_multiprocess_metrics()  # before anything imports prometheus_client
+    # Links in emails and the passkey origin must match where this server listens, unless configured.
+    os.environ.setdefault("DASHBOARD_BASE_URL", f"http://localhost:{args.port}")
     _setup_django()
     from django.core.management import call_command
 

@@ -226,6 +226,7 @@ HOLD_SWEEP_SECONDS = env_int("HOLD_SWEEP_SECONDS", 5, minimum=1)
 WEBHOOK_CATCH_UP_SECONDS = env_int("WEBHOOK_CATCH_UP_SECONDS", 10, minimum=1)
 CELERY_BEAT_SCHEDULE = {
     "expire-lapsed-holds": {"task": "bookings.expire_lapsed_holds", "schedule": float(HOLD_SWEEP_SECONDS)},
+    "purge-magic-links": {"task": "accounts.purge_magic_links", "schedule": 24 * 3600.0},
     "purge-old-outbox-events": {"task": "webhooks.purge_old_events", "schedule": 24 * 3600.0},
     "webhooks-catch-up": {"task": "webhooks.catch_up", "schedule": float(WEBHOOK_CATCH_UP_SECONDS)},
     "purge-idempotency-records": {"task": "agentcal.purge_idempotency_records", "schedule": 3600.0},

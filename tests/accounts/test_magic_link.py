@@ -101,3 +101,24 @@ def test_csrf_is_enforced_on_sign_in_forms(owner):
     strict = Client(enforce_csrf_checks=True)
     assert strict.post("/auth/magic-link", {"email": "olivia@acme.test"}).status_code == 403
     assert strict.post("/auth/passkeys/authenticate/options").status_code == 403
+
+
+def test_old_links_are_purged_and_recent_ones_kept(owner, base_url):
+    from accounts.services import magic_links_purge
+
+    recent = magic_link_issue_for("olivia@acme.test")
+    old = magic_link_issue_for("olivia@acme.test")
+    MagicLink.objects.filter(token_hash=old).update(
+        created_at=MagicLink.objects.get(token_hash=old).created_at - timedelta(days=8),
+        expires_at=MagicLink.objects.get(token_hash=old).created_at - timedelta(days=7, hours=23),
+    )
+    assert magic_links_purge() == 1
+    assert list(MagicLink.objects.values_list("token_hash", flat=True)) == [recent]
+
+
+def magic_link_issue_for(email: str) -> str:
+    import hashlib
+
+    from accounts.services import magic_link_issue
+
+    return hashlib.sha256(magic_link_issue(email=email).encode()).hexdigest()
