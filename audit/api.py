@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
-from django.db.models.functions import Now
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -16,6 +14,7 @@ from agentcal.api.pagination import page_size, paginate
 from agentcal.api.problems import problems
 from agentcal.api.views import AgentAPIView
 from audit.models import AuditRecord, Outcome
+from audit.selectors import audit_records
 from workspaces.models import Scope
 
 
@@ -74,34 +73,17 @@ class AuditListView(AgentAPIView):
         validator.is_valid(raise_exception=True)
         query = validator.validated_data
         workspace = self.actor.workspace
-        # Retention is enforced here, on read: rows past the tier's window never come back, whether
-        # or not the purge has deleted them yet.
-        records = AuditRecord.objects.filter(
-            workspace_id=workspace.pk,
-            timestamp__gte=Now() - timedelta(days=workspace.audit_retention_days),
+        filter_names = (
+            "event_type",
+            "agent",
+            "calendar",
+            "outcome",
+            "since",
+            "until",
+            "overlaps_start",
+            "overlaps_end",
         )
-        if "event_type" in query:
-            value = query["event_type"]
-            # `calendar.hold.*` selects a family of events.
-            records = (
-                records.filter(event_type__startswith=value[:-1])
-                if value.endswith(".*")
-                else records.filter(event_type=value)
-            )
-        if "agent" in query:
-            records = records.filter(agent_public_id=query["agent"])
-        if "calendar" in query:
-            records = records.filter(calendar_public_id=query["calendar"])
-        if "outcome" in query:
-            records = records.filter(outcome=query["outcome"])
-        if "since" in query:
-            records = records.filter(timestamp__gte=query["since"])
-        if "until" in query:
-            records = records.filter(timestamp__lt=query["until"])
-        if "overlaps_start" in query:
-            records = records.filter(requested_end__gt=query["overlaps_start"])
-        if "overlaps_end" in query:
-            records = records.filter(requested_start__lt=query["overlaps_end"])
+        records = audit_records(workspace=workspace, **{k: query[k] for k in filter_names if k in query})
         filters = {k: str(v) for k, v in sorted(query.items()) if k not in ("cursor", "limit")}
         page, next_cursor = paginate(
             records,

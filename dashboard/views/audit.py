@@ -7,10 +7,9 @@ so a page's URL is a shareable, bookmarkable query.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from django.db.models import QuerySet
-from django.db.models.functions import Now
 from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import render
 from django.urls import reverse
@@ -20,6 +19,7 @@ from agentcal.errors import InvalidRequest
 from audit.api import AuditRecordOutput
 from audit.events import AuditEvent
 from audit.models import AuditRecord, Outcome
+from audit.selectors import audit_records
 from bookings.models import Calendar
 from dashboard.access import page_context, workspace_page
 from workspaces.models import Agent, Workspace
@@ -69,29 +69,17 @@ def parse_filters(query: QueryDict) -> AuditFilters:
 
 
 def filtered_records(workspace: Workspace, filters: AuditFilters) -> QuerySet[AuditRecord]:
-    # Retention is enforced on read, as in the API: rows past the tier's window never show, whether or
-    # not the purge has deleted them yet.
-    records = AuditRecord.objects.filter(
-        workspace_id=workspace.pk, timestamp__gte=Now() - timedelta(days=workspace.audit_retention_days)
-    )
+    # The same query as GET /v1/audit, read-time retention included.
     values = filters.values
-    if event_type := values.get("event_type"):
-        # `calendar.hold.*` selects a family of events.
-        if event_type.endswith(".*"):
-            records = records.filter(event_type__startswith=event_type[:-1])
-        else:
-            records = records.filter(event_type=event_type)
-    if "agent" in values:
-        records = records.filter(agent_public_id=values["agent"])
-    if "calendar" in values:
-        records = records.filter(calendar_public_id=values["calendar"])
-    if "outcome" in values and "outcome" not in filters.errors:
-        records = records.filter(outcome=values["outcome"])
-    if filters.since is not None:
-        records = records.filter(timestamp__gte=filters.since)
-    if filters.until is not None:
-        records = records.filter(timestamp__lt=filters.until)
-    return records
+    return audit_records(
+        workspace=workspace,
+        event_type=values.get("event_type"),
+        agent=values.get("agent"),
+        calendar=values.get("calendar"),
+        outcome=values["outcome"] if "outcome" in values and "outcome" not in filters.errors else None,
+        since=filters.since,
+        until=filters.until,
+    )
 
 
 def event_families() -> list[str]:
