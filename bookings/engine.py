@@ -360,10 +360,14 @@ def _check_span_length(span: Span, calendars: Sequence[Calendar]) -> None:
             )
 
 
-def _takeover_possible(priority: int) -> Q:
-    """Rows a request of `priority` may take over: strictly lower priority (ties keep the first writer,
-    so two equal agents cannot ping-pong a slot), and a live hold or a commit inside its bump window."""
-    return Q(priority__lt=priority) & (Q(status=ReservationStatus.HELD) | Q(bump_window_ends_at__gt=Now()))
+def _may_take_over(row: Reservation, *, priority: int, now: datetime) -> bool:
+    """A request of `priority` may take over `row` only with a strictly greater priority (ties keep the
+    first writer, so two equal agents cannot ping-pong a slot), and only a live hold or a commit still
+    inside its bump window. _PRECHECK_SQL states the same rule in SQL."""
+    return row.priority < priority and (
+        row.status == ReservationStatus.HELD
+        or (row.bump_window_ends_at is not None and row.bump_window_ends_at > now)
+    )
 
 
 def _live_overlapping(calendar_ids: Iterable[int], span: Span) -> Any:
@@ -377,7 +381,7 @@ def _live_overlapping(calendar_ids: Iterable[int], span: Span) -> Any:
 
 
 # The pre-check in one round trip: the database's now, and the first live reservation in the way
-# that the caller could not take over (not lapsed; not strictly lower priority and still movable).
+# that the caller could not take over (not lapsed, and not what _may_take_over allows).
 # Hand-written because it runs before every write and the ORM's compile time exceeded the query's.
 _PRECHECK_SQL = """
 SELECT now(), blocker.id
@@ -581,9 +585,7 @@ def holds_expire_lapsed(limit: int = 100) -> int:
     return expired
 
 
-def _transition_groups(
-    selection: Q, *, from_status: str, to_status: str, now: datetime, extra: dict[str, Any] | None = None
-) -> list[Reservation]:
+def _transition_groups(selection: Q, *, from_status: str, to_status: str, now: datetime) -> list[Reservation]:
     """CAS: move the selected rows from `from_status` to `to_status`, locking them in id order.
 
     Locking in a fixed order keeps two transactions that touch the rows of one multi-calendar group
@@ -599,7 +601,7 @@ def _transition_groups(
     if not locked_ids:
         return []
     Reservation.objects.filter(id__in=locked_ids, status=from_status).update(
-        status=to_status, version=F("version") + 1, ended_at=now, **(extra or {})
+        status=to_status, version=F("version") + 1, ended_at=now
     )
     return list(Reservation.objects.filter(id__in=locked_ids).select_related("calendar", "agent"))
 
@@ -628,11 +630,7 @@ def _reserve_locked(
 
         in_the_way = _live_rows_in_the_way(calendar_ids, span)
         for row in in_the_way:
-            can_take_over = row.priority < priority and (
-                row.status == ReservationStatus.HELD
-                or (row.bump_window_ends_at is not None and row.bump_window_ends_at > now)
-            )
-            if not can_take_over:
+            if not _may_take_over(row, priority=priority, now=now):
                 raise _slot_conflict(row, span, priority)
 
         victim_groups = {row.hold_id for row in in_the_way}
