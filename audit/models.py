@@ -16,9 +16,7 @@ class Outcome(models.TextChoices):
 
 
 class AuditRecord(models.Model):
-    public_id = models.CharField(
-        max_length=32, unique=True, default=partial(new_public_id, "aud"), editable=False
-    )
+    public_id = models.CharField(max_length=32, default=partial(new_public_id, "aud"), editable=False)
     timestamp = models.DateTimeField(db_default=Now(), db_index=True)
     event_type = models.CharField(max_length=64)
     outcome = models.CharField(max_length=16, choices=Outcome.choices)
@@ -40,6 +38,10 @@ class AuditRecord(models.Model):
     details = models.JSONField(default=dict)
 
     class Meta:
+        constraints = [
+            # A constraint rather than unique=True: no varchar_pattern_ops copy to update on every write.
+            models.UniqueConstraint(fields=["public_id"], name="audit_public_id_unique"),
+        ]
         indexes = [
             models.Index(fields=["workspace_id", "-id"], name="audit_workspace_recent"),
             models.Index(fields=["workspace_id", "event_type", "-id"], name="audit_workspace_event"),

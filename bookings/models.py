@@ -91,9 +91,14 @@ class Reservation(models.Model):
     is then set (same random suffix as the hold id).
     """
 
-    hold_id = models.CharField(max_length=32, default=partial(new_public_id, "hld"), db_index=True)
-    booking_id = models.CharField(max_length=32, null=True, blank=True, db_index=True)
-    calendar = models.ForeignKey(Calendar, on_delete=models.CASCADE, related_name="reservations")
+    # Every index below is paid for by every hold and commit: lookups by hold_id use the unique
+    # (hold_id, calendar) constraint, by calendar the (calendar, start_time) index; the rest are partial
+    # and none is a varchar_pattern_ops copy (nothing here is searched with LIKE).
+    hold_id = models.CharField(max_length=32, default=partial(new_public_id, "hld"))
+    booking_id = models.CharField(max_length=32, null=True, blank=True)
+    calendar = models.ForeignKey(
+        Calendar, on_delete=models.CASCADE, related_name="reservations", db_index=False
+    )
     agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="reservations")
     # The calendar named in the request URL; the others came from `also_calendars`.
     is_primary = models.BooleanField(default=True)
@@ -102,7 +107,7 @@ class Reservation(models.Model):
     start_time = models.DateTimeField()
     end_time = models.DateTimeField()
     # sha256 of the hold token handed to the agent; direct commits have none.
-    hold_token_hash = models.CharField(max_length=64, null=True, blank=True, db_index=True)
+    hold_token_hash = models.CharField(max_length=64, null=True, blank=True)
     fencing_token = models.BigIntegerField()
     version = models.IntegerField(default=1)
     title = models.CharField(max_length=500, blank=True)
@@ -118,7 +123,7 @@ class Reservation(models.Model):
     awaiting_approval = models.CharField(max_length=32, null=True, blank=True)
     # Which reservation took this one's place (eviction or bump); never chains further.
     displaced_by = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
     )
 
     class Meta:
@@ -158,6 +163,22 @@ class Reservation(models.Model):
         indexes = [
             # Overlap look-ups outside the constraint (pre-checks, availability, alternatives).
             models.Index(fields=["calendar", "start_time"], name="reservation_cal_start"),
+            # GET /v1/bookings/{id}, cancel.
+            models.Index(
+                fields=["booking_id"], condition=Q(booking_id__isnull=False), name="reservation_booking_id"
+            ),
+            # Commit by hold_token.
+            models.Index(
+                fields=["hold_token_hash"],
+                condition=Q(hold_token_hash__isnull=False),
+                name="reservation_hold_token",
+            ),
+            # ON DELETE SET NULL of displaced_by (a calendar's deletion) finds the rows pointing at it.
+            models.Index(
+                fields=["displaced_by"],
+                condition=Q(displaced_by__isnull=False),
+                name="reservation_displaced_by",
+            ),
         ]
 
     def __str__(self) -> str:

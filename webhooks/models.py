@@ -39,9 +39,7 @@ class EventType(models.TextChoices):
 class OutboxEvent(models.Model):
     # Also the Standard Webhooks `webhook-id`: the same on every attempt and replay, so receivers
     # deduplicate on it.
-    public_id = models.CharField(
-        max_length=32, unique=True, default=partial(new_public_id, "evt"), editable=False
-    )
+    public_id = models.CharField(max_length=32, default=partial(new_public_id, "evt"), editable=False)
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="+")
     # The agent the event is for (the owner of the reservation it concerns); its endpoints get it.
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
@@ -51,6 +49,10 @@ class OutboxEvent(models.Model):
     dispatched_at = models.DateTimeField(null=True)
 
     class Meta:
+        constraints = [
+            # A constraint rather than unique=True: no varchar_pattern_ops copy to update on every write.
+            models.UniqueConstraint(fields=["public_id"], name="outbox_public_id_unique"),
+        ]
         indexes = [
             # The dispatcher's and catch-up's query: events not yet turned into deliveries.
             models.Index(fields=["id"], condition=Q(dispatched_at__isnull=True), name="outbox_undispatched"),
