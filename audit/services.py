@@ -8,6 +8,8 @@ from typing import Any
 
 from django.db import connection, transaction
 
+from agentcal.db import InsertBatch
+from agentcal.ids import new_public_id
 from agentcal.metrics import record_audit_event
 from audit.events import AuditEvent
 from audit.models import AuditRecord, Outcome
@@ -19,6 +21,7 @@ def audit_record(
     event_type: AuditEvent | str,
     outcome: Outcome,
     actor: Actor | None,
+    batch: InsertBatch | None = None,
     workspace_id: int | None = None,
     calendar_public_id: str = "",
     reservation_public_id: str = "",
@@ -32,33 +35,41 @@ def audit_record(
     key_prefix: str = "",
     request_id: str = "",
 ) -> AuditRecord:
-    record = AuditRecord.objects.create(
-        event_type=str(event_type),
-        outcome=outcome,
-        workspace_id=actor.workspace.pk if actor else workspace_id,
-        agent_public_id=actor.agent_public_id if actor else "",
-        actor_user=actor.user_email if actor else "",
-        auth_key_prefix=(actor.key_prefix if actor else "") or key_prefix,
-        calendar_public_id=calendar_public_id,
-        reservation_public_id=reservation_public_id,
-        requested_start=requested_start,
-        requested_end=requested_end,
-        http_status=http_status,
-        failure_reason=failure_reason,
-        conflict_details=conflict_details,
-        fencing_token=fencing_token,
-        request_id=(actor.request_id if actor else "") or request_id,
-        details=details or {},
-    )
+    """Write one audit row now, or with `batch` queue it to go with the transaction's other INSERTs
+    (the engine's writes: one round trip for reservation, audit and outbox rows)."""
+    values: dict[str, Any] = {
+        "public_id": new_public_id("aud"),
+        "event_type": str(event_type),
+        "outcome": str(outcome),
+        "workspace_id": actor.workspace.pk if actor else workspace_id,
+        "agent_public_id": actor.agent_public_id if actor else "",
+        "actor_user": actor.user_email if actor else "",
+        "auth_key_prefix": (actor.key_prefix if actor else "") or key_prefix,
+        "calendar_public_id": calendar_public_id,
+        "reservation_public_id": reservation_public_id,
+        "requested_start": requested_start,
+        "requested_end": requested_end,
+        "http_status": http_status,
+        "failure_reason": failure_reason,
+        "conflict_details": conflict_details,
+        "fencing_token": fencing_token,
+        "request_id": (actor.request_id if actor else "") or request_id,
+        "details": details or {},
+    }
+    if batch is not None:
+        batch.add(AuditRecord, values)  # `timestamp` comes from the column's default, now()
+        record = AuditRecord(**values)  # unsaved: the row is written when the batch is
+    else:
+        record = AuditRecord.objects.create(**values)
     # Counted once the audited change commits (immediately outside a transaction).
     transaction.on_commit(
         functools.partial(
             record_audit_event,
-            event_type=record.event_type,
-            outcome=record.outcome,
-            failure_reason=record.failure_reason,
-            agent=record.agent_public_id,
-            calendar=record.calendar_public_id,
+            event_type=values["event_type"],
+            outcome=values["outcome"],
+            failure_reason=failure_reason,
+            agent=values["agent_public_id"],
+            calendar=calendar_public_id,
         )
     )
     return record

@@ -34,6 +34,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
 from django.db.models.functions import Now
 
+from agentcal.db import InsertBatch, prepared_cursor
 from agentcal.errors import (
     AgentCalError,
     BookingNotLive,
@@ -58,8 +59,8 @@ from audit.events import AuditEvent
 from audit.models import Outcome
 from audit.services import audit_record
 from bookings.events import emit_reservation_event
-from bookings.models import LIVE_STATUSES, MAX_RESERVATION_LENGTH, Calendar, Reservation, ReservationStatus
-from bookings.selectors import reservation_group, server_now
+from bookings.models import MAX_RESERVATION_LENGTH, Calendar, Reservation, ReservationStatus
+from bookings.selectors import reservation_group, reservation_rows, server_now
 from bookings.spans import (
     MAX_BUCKETS,
     BusyIndex,
@@ -71,6 +72,7 @@ from bookings.spans import (
 )
 from webhooks.models import EventType
 from workspaces.actor import Actor
+from workspaces.models import Agent
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -132,19 +134,19 @@ def _audit_rejection(event: AuditEvent, exc: AgentCalError, kwargs: dict[str, An
     actor: Actor = kwargs["actor"]
     calendar = kwargs.get("calendar")
     span = kwargs.get("span")
-    with transaction.atomic():
-        audit_record(
-            event_type=event,
-            outcome=Outcome.REJECTED,
-            actor=actor,
-            calendar_public_id=calendar.public_id if isinstance(calendar, Calendar) else "",
-            reservation_public_id=str(kwargs.get("hold_id") or kwargs.get("booking_id") or ""),
-            requested_start=span.start if isinstance(span, Span) else None,
-            requested_end=span.end if isinstance(span, Span) else None,
-            http_status=exc.status,
-            failure_reason=exc.code,
-            conflict_details=_conflict_details(exc),
-        )
+    # One INSERT after the rollback; in autocommit it is its own transaction (no BEGIN/COMMIT trips).
+    audit_record(
+        event_type=event,
+        outcome=Outcome.REJECTED,
+        actor=actor,
+        calendar_public_id=calendar.public_id if isinstance(calendar, Calendar) else "",
+        reservation_public_id=str(kwargs.get("hold_id") or kwargs.get("booking_id") or ""),
+        requested_start=span.start if isinstance(span, Span) else None,
+        requested_end=span.end if isinstance(span, Span) else None,
+        http_status=exc.status,
+        failure_reason=exc.code,
+        conflict_details=_conflict_details(exc),
+    )
     exc.audited = True
 
 
@@ -155,12 +157,14 @@ def _audit_reservation(
     row: Reservation,
     reservation_public_id: str,
     details: dict[str, Any] | None = None,
+    batch: InsertBatch | None = None,
 ) -> None:
     """Audit a successful change to one hold or booking, described by its primary row."""
     audit_record(
         event_type=event_type,
         outcome=Outcome.SUCCESS,
         actor=actor,
+        batch=batch,
         workspace_id=row.calendar.workspace_id,
         calendar_public_id=row.calendar.public_id,
         reservation_public_id=reservation_public_id,
@@ -306,9 +310,10 @@ def _reserve(
             max_priority=actor.agent.max_priority,
             requested_priority=priority,
         )
+    now = None
     try:
         # Cheap, unlocked pre-check: never trusted for correctness, only to let losers fail fast.
-        _precheck(calendars, span, priority)
+        now = _precheck(calendars, span, priority)
         lock_ids = sorted(c.pk for c in calendars)
         for _ in range(MAX_LOCK_EXPANSIONS):
             try:
@@ -329,7 +334,7 @@ def _reserve(
                 lock_ids = sorted({*lock_ids, *more.calendar_ids})
         raise SlotConflict("The reservations in the way kept changing; re-read availability and retry.")
     except SlotConflict as conflict:
-        conflict.extra["alternatives"] = _alternatives(calendars, span)
+        conflict.extra["alternatives"] = _alternatives(calendars, span, now=now)
         raise
 
 
@@ -370,53 +375,41 @@ def _may_take_over(row: Reservation, *, priority: int, now: datetime) -> bool:
     )
 
 
-def _live_overlapping(calendar_ids: Iterable[int], span: Span) -> Any:
-    return Reservation.objects.filter(
-        calendar_id__in=list(calendar_ids),
-        status__in=LIVE_STATUSES,
-        start_time__lt=span.end,
-        start_time__gt=span.start - MAX_RESERVATION_LENGTH,
-        end_time__gt=span.start,
-    )
-
-
 # The pre-check in one round trip: the database's now, and the first live reservation in the way
-# that the caller could not take over (not lapsed, and not what _may_take_over allows).
-# Hand-written because it runs before every write and the ORM's compile time exceeded the query's.
+# that the caller could not take over (not lapsed, and not what _may_take_over allows), with what a 409
+# says about it. Hand-written because it runs before every write and the ORM's compile time exceeded
+# the query's; one statement, so the blocker it describes is the one it found (no second read).
 _PRECHECK_SQL = """
-SELECT now(), blocker.id
+SELECT now(), b.id, b.status, b.priority, b.start_time, b.end_time, b.expires_at, b.bump_window_ends_at,
+       b.calendar_id, b.cal_public_id, b.slot_minutes, b.agent_id, b.agent_public_id
   FROM (SELECT 1) AS one
   LEFT JOIN LATERAL (
-      SELECT r.id FROM bookings_reservation r
+      SELECT r.id, r.status, r.priority, r.start_time, r.end_time, r.expires_at, r.bump_window_ends_at,
+             r.calendar_id, c.public_id AS cal_public_id, c.slot_minutes, r.agent_id,
+             a.public_id AS agent_public_id
+        FROM bookings_reservation r
+        JOIN bookings_calendar c ON c.id = r.calendar_id
+        JOIN workspaces_agent a ON a.id = r.agent_id
        WHERE r.calendar_id = ANY(%(calendars)s) AND r.status IN ('held', 'committed')
          AND r.start_time < %(end)s AND r.start_time > %(earliest)s AND r.end_time > %(start)s
          AND NOT (r.status = 'held' AND r.expires_at <= now())
          AND NOT (r.priority < %(priority)s AND (r.status = 'held' OR r.bump_window_ends_at > now()))
        ORDER BY r.start_time
        LIMIT 1
-  ) AS blocker ON true
+  ) AS b ON true
 """
 
 
-def _live_rows_in_the_way(calendar_ids: Sequence[int], span: Span) -> list[Reservation]:
-    """Live rows overlapping the span (stable: the caller holds the calendars' locks). Usually none,
-    so the plain id query runs every time and the ORM loads full rows only when there are some."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT id FROM bookings_reservation WHERE calendar_id = ANY(%s)"
-            " AND status IN ('held', 'committed') AND start_time < %s AND start_time > %s AND end_time > %s",
-            [list(calendar_ids), span.end, span.start - MAX_RESERVATION_LENGTH, span.start],
-        )
-        ids = [row[0] for row in cursor.fetchall()]
+def _live_rows_in_the_way(ids: Sequence[int]) -> list[Reservation]:
+    """Load the rows in the way (stable: the caller holds the calendars' locks), start order."""
     if not ids:
         return []
-    return list(
-        Reservation.objects.filter(id__in=ids).select_related("calendar", "agent").order_by("start_time")
-    )
+    return sorted(reservation_rows("r.id = ANY(%(ids)s)", {"ids": list(ids)}), key=lambda r: r.start_time)
 
 
-def _precheck(calendars: Sequence[Calendar], span: Span, priority: int) -> None:
-    with connection.cursor() as cursor:
+def _precheck(calendars: Sequence[Calendar], span: Span, priority: int) -> datetime:
+    """Refuse what is certainly refused without taking a lock; returns the database's now."""
+    with prepared_cursor() as cursor:
         cursor.execute(
             _PRECHECK_SQL,
             {
@@ -427,14 +420,42 @@ def _precheck(calendars: Sequence[Calendar], span: Span, priority: int) -> None:
                 "priority": priority,
             },
         )
-        now, blocker_id = cursor.fetchone()
+        found = cursor.fetchone()
+    assert found is not None  # one row always: SELECT … FROM (SELECT 1) LEFT JOIN
+    now, blocker_id, *blocker = found
     if span.end <= now or span.start < now - PAST_START_GRACE:
         raise InvalidRange("The span is in the past by the server's clock.", server_time=isoformat_z(now))
     if blocker_id is not None:
-        blocker = Reservation.objects.select_related("calendar", "agent").get(pk=blocker_id)
-        if blocker.status in LIVE_STATUSES:
-            raise _slot_conflict(blocker, span, priority)
-        # It ended between the two statements (released, cancelled, evicted): the locked phase decides.
+        raise _slot_conflict(_blocker_row(blocker_id, *blocker), span, priority)
+    return now
+
+
+def _blocker_row(
+    row_id: int,
+    status: str,
+    priority: int,
+    start: datetime,
+    end: datetime,
+    expires_at: datetime | None,
+    bump_window_ends_at: datetime | None,
+    calendar_id: int,
+    calendar_public_id: str,
+    slot_minutes: int,
+    agent_id: int,
+    agent_public_id: str,
+) -> Reservation:
+    """The pre-check's blocker as an (unsaved) row with what _slot_conflict reads."""
+    return Reservation(
+        id=row_id,
+        status=status,
+        priority=priority,
+        start_time=start,
+        end_time=end,
+        expires_at=expires_at,
+        bump_window_ends_at=bump_window_ends_at,
+        calendar=Calendar(id=calendar_id, public_id=calendar_public_id, slot_minutes=slot_minutes),
+        agent=Agent(id=agent_id, public_id=agent_public_id),
+    )
 
 
 def _slot_conflict(blocker: Reservation, span: Span, caller_priority: int) -> SlotConflict:
@@ -474,7 +495,7 @@ def _lock_calendars(
     """
     versions: dict[int, int] = {}
     now: datetime | None = None
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         for cal_id in lock_ids:
             if if_match is not None and if_match[0] == cal_id:
                 cursor.execute(
@@ -503,55 +524,89 @@ def _lock_calendars(
     return now, versions
 
 
-def _expire_lapsed_holds(
-    *, calendar_ids: Sequence[int], span: Span | None, now: datetime, lazily: bool = True
-) -> list[Reservation]:
-    """Move holds past their expiry to `expired` (whole groups), so they never block the write at hand.
+# Whole groups of lapsed holds overlapping the span (or anywhere on the calendars, for the sweep) move
+# to 'expired': row locks taken in id order (like _transition_groups), status re-checked after the lock.
+_EXPIRE_LAPSED_SQL = """
+UPDATE bookings_reservation SET status = 'expired', version = version + 1, ended_at = %(now)s
+ WHERE id IN (SELECT id FROM bookings_reservation
+               WHERE hold_id IN (SELECT hold_id FROM bookings_reservation
+                                  WHERE calendar_id = ANY(%(calendars)s) AND status = 'held'
+                                    AND expires_at <= %(now)s {overlapping})
+                 AND status = 'held' AND expires_at <= %(now)s
+               ORDER BY id FOR UPDATE)
+   AND status = 'held'
+RETURNING id
+"""
+_OVERLAPPING = "AND start_time < %(end)s AND start_time > %(earliest)s AND end_time > %(start)s"
 
-    The background sweep does the same for holds nobody writes over; correctness never waits for it.
-    """
-    # One statement, which on the hot path usually finds nothing: whole groups of lapsed holds,
-    # row locks taken in id order (like _transition_groups), status re-checked after the lock.
-    overlapping = (
-        "AND start_time < %(end)s AND start_time > %(earliest)s AND end_time > %(start)s"
-        if span is not None
-        else ""
-    )
-    with connection.cursor() as cursor:
+# The write path's look under the lock, in one round trip: expire the lapsed holds in the span, and
+# list the live rows in the way. Both parts read the statement's one snapshot, taken after the lock was
+# granted, so the look-up leaves out exactly the lapsed rows the UPDATE expires (the lapsed set cannot
+# change meanwhile: extending a hold needs it unexpired, and every other change needs the lock we hold).
+_CLEAR_THE_WAY_SQL = (
+    "WITH expired AS ("
+    + _EXPIRE_LAPSED_SQL.format(overlapping=_OVERLAPPING)
+    + """)
+SELECT true, id FROM expired
+UNION ALL
+SELECT false, id FROM bookings_reservation
+ WHERE calendar_id = ANY(%(calendars)s) AND status IN ('held', 'committed') """
+    + _OVERLAPPING
+    + """
+   AND NOT (status = 'held' AND expires_at <= %(now)s)
+"""
+)
+
+
+def _clear_the_way(
+    *, calendar_ids: Sequence[int], span: Span, now: datetime, batch: InsertBatch
+) -> list[Reservation]:
+    """Expire the lapsed holds in the span (so they never block the write at hand) and return the live
+    rows in its way, start order. Usually both are empty: one round trip."""
+    with prepared_cursor() as cursor:
         cursor.execute(
-            f"""
-            UPDATE bookings_reservation SET status = 'expired', version = version + 1, ended_at = %(now)s
-             WHERE id IN (SELECT id FROM bookings_reservation
-                           WHERE hold_id IN (SELECT hold_id FROM bookings_reservation
-                                              WHERE calendar_id = ANY(%(calendars)s) AND status = 'held'
-                                                AND expires_at <= %(now)s {overlapping})
-                             AND status = 'held' AND expires_at <= %(now)s
-                           ORDER BY id FOR UPDATE)
-               AND status = 'held'
-            RETURNING id
-            """,  # noqa: S608 — the only interpolation is the constant `overlapping` clause above
+            _CLEAR_THE_WAY_SQL,
             {
                 "calendars": list(calendar_ids),
                 "now": now,
-                "start": span.start if span else None,
-                "end": span.end if span else None,
-                "earliest": span.start - MAX_RESERVATION_LENGTH if span else None,
+                "start": span.start,
+                "end": span.end,
+                "earliest": span.start - MAX_RESERVATION_LENGTH,
             },
         )
+        found = cursor.fetchall()
+    _announce_expired([row_id for expired, row_id in found if expired], lazily=True, batch=batch)
+    return _live_rows_in_the_way([row_id for expired, row_id in found if not expired])
+
+
+def _expire_lapsed_holds(*, calendar_ids: Sequence[int], now: datetime) -> list[Reservation]:
+    """The sweep's expiry: every lapsed hold on the calendars (the caller holds their locks)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _EXPIRE_LAPSED_SQL.format(overlapping=""), {"calendars": list(calendar_ids), "now": now}
+        )
         expired_ids = [row[0] for row in cursor.fetchall()]
+    return _announce_expired(expired_ids, lazily=False)
+
+
+def _announce_expired(
+    expired_ids: Sequence[int], *, lazily: bool, batch: InsertBatch | None = None
+) -> list[Reservation]:
+    """Audit and announce holds just expired (time did it, not the request that noticed)."""
     if not expired_ids:
         return []
-    expired = list(Reservation.objects.filter(id__in=expired_ids).select_related("calendar", "agent"))
+    expired = reservation_rows("r.id = ANY(%(ids)s)", {"ids": list(expired_ids)})
     for rows in _groups(expired):
         head = rows[0]
         _audit_reservation(
             AuditEvent.HOLD_EXPIRED,
-            actor=None,  # time did it, not the request that noticed
+            actor=None,
             row=head,
             reservation_public_id=head.hold_id,
             details={"expires_at": isoformat_z(head.expires_at), "expired_lazily": lazily},  # type: ignore[arg-type]
+            batch=batch,
         )
-        emit_reservation_event(EventType.HOLD_EXPIRED, rows)
+        emit_reservation_event(EventType.HOLD_EXPIRED, rows, batch=batch)
         transaction.on_commit(HOLD_EXPIRIES.labels("lazy" if lazily else "sweep").inc)
     return expired
 
@@ -580,7 +635,7 @@ def holds_expire_lapsed(limit: int = 100) -> int:
     for calendar_id in calendar_ids:
         with transaction.atomic(durable=True):
             now, _ = _lock_calendars([calendar_id])
-            rows = _expire_lapsed_holds(calendar_ids=[calendar_id], span=None, now=now, lazily=False)
+            rows = _expire_lapsed_holds(calendar_ids=[calendar_id], now=now)
             expired += len(_groups(rows))
     return expired
 
@@ -622,13 +677,13 @@ def _reserve_locked(
 ) -> ReservationGroup:
     primary = calendars[0]
     calendar_ids = [c.pk for c in calendars]
+    # The rows this write adds (reservation, audit, outbox) go to the database together, at the end.
+    batch = InsertBatch()
     with transaction.atomic(durable=True):
         now, versions = _lock_calendars(
             lock_ids, if_match=(primary.pk, if_match) if if_match is not None else None
         )
-        _expire_lapsed_holds(calendar_ids=calendar_ids, span=span, now=now)
-
-        in_the_way = _live_rows_in_the_way(calendar_ids, span)
+        in_the_way = _clear_the_way(calendar_ids=calendar_ids, span=span, now=now, batch=batch)
         for row in in_the_way:
             if not _may_take_over(row, priority=priority, now=now):
                 raise _slot_conflict(row, span, priority)
@@ -644,7 +699,7 @@ def _reserve_locked(
                 raise _NeedMoreLocks(victim_calendar_ids)
         displaced = _displace(victim_groups, in_the_way, now=now)
 
-        group = _insert_group(
+        group = _new_group(
             actor=actor,
             calendars=calendars,
             versions=versions,
@@ -656,9 +711,8 @@ def _reserve_locked(
             title=title,
             attendees=attendees,
             metadata=metadata,
+            batch=batch,
         )
-        if displaced:
-            Reservation.objects.filter(pk__in=[r.pk for r in displaced]).update(displaced_by=group.primary)
         group.displaced = displaced
 
         head = group.primary
@@ -666,6 +720,7 @@ def _reserve_locked(
             event_type=AuditEvent.COMMIT_CREATED if commit else AuditEvent.HOLD_CREATED,
             outcome=Outcome.SUCCESS,
             actor=actor,
+            batch=batch,
             calendar_public_id=primary.public_id,
             reservation_public_id=head.booking_id if commit else head.hold_id,  # type: ignore[arg-type]
             requested_start=span.start,
@@ -677,9 +732,14 @@ def _reserve_locked(
                 "displaced": sorted({r.booking_id or r.hold_id for r in displaced if r.is_primary}),
             },
         )
-        emit_reservation_event(EventType.BOOKING_COMMITTED if commit else EventType.HOLD_CREATED, group.rows)
+        emit_reservation_event(
+            EventType.BOOKING_COMMITTED if commit else EventType.HOLD_CREATED, group.rows, batch=batch
+        )
         for victim_rows in _groups(displaced):
-            _announce_displacement(victim_rows, by=head, actor=actor)
+            _announce_displacement(victim_rows, by=head, actor=actor, batch=batch)
+        _insert_group(group, batch)
+        if displaced:
+            Reservation.objects.filter(pk__in=[r.pk for r in displaced]).update(displaced_by=group.primary)
     return group
 
 
@@ -703,7 +763,9 @@ def _displace(victim_groups: set[str], in_the_way: list[Reservation], *, now: da
     return displaced
 
 
-def _announce_displacement(victim_rows: list[Reservation], *, by: Reservation, actor: Actor) -> None:
+def _announce_displacement(
+    victim_rows: list[Reservation], *, by: Reservation, actor: Actor, batch: InsertBatch
+) -> None:
     """Audit the eviction/bump and tell the victim's agent, with alternatives computed right here,
     in the evicting transaction, so they already account for the reservation that displaced it."""
     victim = victim_rows[0]
@@ -712,6 +774,7 @@ def _announce_displacement(victim_rows: list[Reservation], *, by: Reservation, a
         event_type=AuditEvent.BOOKING_BUMPED if bumped else AuditEvent.HOLD_EVICTED,
         outcome=Outcome.SUCCESS,
         actor=actor,
+        batch=batch,
         calendar_public_id=victim.calendar.public_id,
         reservation_public_id=(victim.booking_id if bumped else victim.hold_id) or victim.hold_id,
         requested_start=victim.start_time,
@@ -733,8 +796,9 @@ def _announce_displacement(victim_rows: list[Reservation], *, by: Reservation, a
             "priority": by.priority,
         },
         alternatives=_alternatives(
-            [r.calendar for r in victim_rows], Span(victim.start_time, victim.end_time)
+            [r.calendar for r in victim_rows], Span(victim.start_time, victim.end_time), now=by.created_at
         ),
+        batch=batch,
     )
 
 
@@ -742,7 +806,7 @@ def _hash_token(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
-def _insert_group(
+def _new_group(
     *,
     actor: Actor,
     calendars: Sequence[Calendar],
@@ -755,7 +819,9 @@ def _insert_group(
     title: str,
     attendees: list[Any],
     metadata: dict[str, Any],
+    batch: InsertBatch,
 ) -> ReservationGroup:
+    """The new hold or booking's rows, queued in `batch` (written by _insert_group)."""
     suffix = new_public_id("hld").removeprefix("hld_")  # the booking id reuses it: hld_X -> bk_X
     hold_token = None if commit else "hlt_" + secrets.token_urlsafe(24)
     primary = calendars[0]
@@ -776,21 +842,36 @@ def _insert_group(
             title=title,
             attendees=attendees,
             metadata=metadata,
+            created_at=now,  # the decision's time (the lock's clock), not the transaction's start
             expires_at=None if commit else now + ttl,
             committed_at=now if commit else None,
             bump_window_ends_at=now + timedelta(seconds=cal.bump_window_seconds) if commit else None,
         )
         for cal in calendars
     ]
+    group = ReservationGroup(rows=_ordered(rows), hold_token=hold_token)
+    for row in group.rows:
+        batch.add(Reservation, {f.attname: getattr(row, f.attname) for f in _RESERVATION_INSERT_FIELDS})
+    return group
+
+
+_RESERVATION_INSERT_FIELDS = [f for f in Reservation._meta.concrete_fields if not f.primary_key]
+
+
+def _insert_group(group: ReservationGroup, batch: InsertBatch) -> None:
+    """Write the batch (the new rows, their audit and outbox rows) in one statement; ids come back in
+    the order the rows were queued, which is the group's order."""
     try:
-        Reservation.objects.bulk_create(rows)
+        ids = batch.execute(returning=Reservation)
     except IntegrityError as exc:
         # Unreachable while every writer takes the calendar lock; if it ever happens, the constraint
         # did its job and the caller gets an ordinary conflict instead of a double booking.
         if "reservation_no_overlapping_live" in str(exc):
             raise SlotConflict("The span was taken concurrently; re-read availability.") from exc
         raise
-    return ReservationGroup(rows=_ordered(rows), hold_token=hold_token)
+    for row, row_id in zip(group.rows, ids, strict=True):
+        row.pk = row_id
+        row._state.adding = False
 
 
 # --- Acting on an existing hold or booking ---------------------------------------------------------------
@@ -840,19 +921,13 @@ def hold_commit(
     *, actor: Actor, calendar: Calendar, hold_token: str, fencing_token: int | None = None
 ) -> ReservationGroup:
     """Phase 2: promote a live hold (all its calendars) to a booking."""
-    head = (
-        Reservation.objects.filter(
-            hold_token_hash=_hash_token(hold_token), is_primary=True, calendar__workspace=actor.workspace
-        )
-        .only("hold_id", "calendar_id", "agent_id", "status", "awaiting_approval")
-        .first()
-    )
-    if head is None or head.calendar_id != calendar.pk:
+    rows = reservation_group(workspace=actor.workspace, hold_token_hash=_hash_token(hold_token))
+    if not rows or rows[0].calendar_id != calendar.pk:
         raise NotFound(f"No hold with this hold_token on calendar {calendar.public_id}.")
-    if actor.agent is None or head.agent_id != actor.agent.pk:
+    if actor.agent is None or rows[0].agent_id != actor.agent.pk:
         raise NotOwner("Only the agent that made the hold may commit it.")
-    _refuse_if_gated(head)
-    return _commit_hold(actor=actor, hold_id=head.hold_id, fencing_token=fencing_token)
+    _refuse_if_gated(rows[0])
+    return _commit_hold(actor=actor, rows=rows, fencing_token=fencing_token, approved=False)
 
 
 @_audit_rejections(AuditEvent.COMMIT_REJECTED)
@@ -860,61 +935,60 @@ def hold_commit_approved(*, actor: Actor, hold_id: str) -> ReservationGroup:
     """Commit a hold whose approval a human granted: the server commits on the agent's behalf, with
     the same rules (CAS, still live) as the agent's own commit. `actor` is the requesting agent with
     the deciding human recorded on it."""
-    return _commit_hold(actor=actor, hold_id=hold_id, fencing_token=None)
-
-
-def _commit_hold(*, actor: Actor, hold_id: str, fencing_token: int | None) -> ReservationGroup:
     rows = reservation_group(workspace=actor.workspace, hold_id=hold_id)
     if not rows:
         raise NotFound(f"No hold {hold_id} in this workspace.")
+    return _commit_hold(actor=actor, rows=rows, fencing_token=None, approved=True)
+
+
+# The commit as one CAS statement: row locks in id order (like every group-row lock, see
+# _transition_groups), then every row of the group moves from a live hold to committed, each with its
+# own calendar's bump window fixed now (later setting changes don't move it). An agent's own commit also
+# requires the hold not to be gated by an approval (the gate may have closed after the agent's read).
+_COMMIT_SQL = """
+UPDATE bookings_reservation r
+   SET status = 'committed', version = r.version + 1, committed_at = %(now)s,
+       booking_id = 'bk_' || substr(r.hold_id, 5),
+       bump_window_ends_at = %(now)s + make_interval(secs => c.bump_window_seconds)
+  FROM bookings_calendar c
+ WHERE r.id IN (SELECT id FROM bookings_reservation WHERE hold_id = %(hold_id)s ORDER BY id FOR UPDATE)
+   AND c.id = r.calendar_id AND r.status = 'held' AND r.expires_at > %(now)s
+   AND (r.awaiting_approval IS NULL OR %(approved)s)
+RETURNING r.id, r.version, r.booking_id, r.committed_at, r.bump_window_ends_at
+"""
+
+
+def _commit_hold(
+    *, actor: Actor, rows: list[Reservation], fencing_token: int | None, approved: bool
+) -> ReservationGroup:
+    primary = rows[0]
+    batch = InsertBatch()
     with transaction.atomic(durable=True):
         now, _ = _lock_calendars(sorted(r.calendar_id for r in rows))
-        rows = _ordered(
-            # Row locks in id order, like every group-row lock (see _transition_groups); `of=self` so
-            # the joined calendar and agent rows are read, not locked.
-            Reservation.objects.select_for_update(of=("self",))
-            .filter(hold_id=hold_id)
-            .select_related("calendar", "agent")
-            .order_by("id")
-        )
-        primary = rows[0]
-        _raise_not_live(primary, now)
+        with prepared_cursor() as cursor:
+            cursor.execute(_COMMIT_SQL, {"now": now, "hold_id": primary.hold_id, "approved": approved})
+            committed = {row_id: rest for row_id, *rest in cursor.fetchall()}
+        if len(committed) != len(rows):
+            fresh = _ordered(Reservation.objects.filter(hold_id=primary.hold_id))
+            _raise_not_live(fresh[0], now)
+            _refuse_if_gated(fresh[0])
+            raise HoldExpired(f"Hold {primary.hold_id} is no longer live.", hold_id=primary.hold_id)
         if fencing_token is not None:
-            _check_fencing_token(primary, fencing_token)
-        with connection.cursor() as cursor:
-            # Each calendar's own bump window, fixed at commit time (later setting changes don't move it).
-            cursor.execute(
-                """
-                UPDATE bookings_reservation r
-                   SET status = %(committed)s, version = r.version + 1, committed_at = %(now)s,
-                       booking_id = 'bk_' || substr(r.hold_id, 5),
-                       bump_window_ends_at = %(now)s + make_interval(secs => c.bump_window_seconds)
-                  FROM bookings_calendar c
-                 WHERE c.id = r.calendar_id AND r.hold_id = %(hold_id)s
-                   AND r.status = %(held)s AND r.expires_at > %(now)s
-                """,
-                {
-                    "committed": ReservationStatus.COMMITTED,
-                    "held": ReservationStatus.HELD,
-                    "now": now,
-                    "hold_id": primary.hold_id,
-                },
-            )
-            if cursor.rowcount != len(rows):
-                raise HoldExpired(f"Hold {primary.hold_id} is no longer live.", hold_id=primary.hold_id)
-        committed = _ordered(
-            Reservation.objects.filter(hold_id=primary.hold_id).select_related("calendar", "agent")
-        )
-        head_row = committed[0]
+            _check_fencing_token(primary, fencing_token)  # raising rolls the commit back
+        for row in rows:
+            row.version, row.booking_id, row.committed_at, row.bump_window_ends_at = committed[row.pk]
+            row.status = ReservationStatus.COMMITTED
         _audit_reservation(
             AuditEvent.COMMIT_CREATED,
             actor=actor,
-            row=head_row,
-            reservation_public_id=head_row.booking_id or "",
-            details={"hold_id": head_row.hold_id, "from_hold": True},
+            row=primary,
+            reservation_public_id=primary.booking_id or "",
+            details={"hold_id": primary.hold_id, "from_hold": True},
+            batch=batch,
         )
-        emit_reservation_event(EventType.BOOKING_COMMITTED, committed)
-    return ReservationGroup(rows=committed)
+        emit_reservation_event(EventType.BOOKING_COMMITTED, rows, batch=batch)
+        batch.execute()
+    return ReservationGroup(rows=rows)
 
 
 def _check_fencing_token(hold: Reservation, presented: int) -> None:
@@ -1093,18 +1167,37 @@ def booking_cancel(*, actor: Actor, booking_id: str) -> ReservationGroup:
 # --- Alternatives -----------------------------------------------------------------------------------------
 
 
-def _alternatives(calendars: Sequence[Calendar], span: Span) -> list[dict[str, str]]:
-    """Up to 3 free spans of the same length on every requested calendar, nearest first."""
+# Live reservations near a request (lapsed holds left out): what alternatives must avoid.
+_BUSY_NEAR_SQL = """
+SELECT start_time, end_time FROM bookings_reservation
+ WHERE calendar_id = ANY(%(calendars)s) AND status IN ('held', 'committed')
+   AND start_time < %(end)s AND start_time > %(earliest)s AND end_time > %(start)s
+   AND NOT (status = 'held' AND expires_at <= %(now)s)
+"""
+
+
+def _alternatives(
+    calendars: Sequence[Calendar], span: Span, *, now: datetime | None = None
+) -> list[dict[str, str]]:
+    """Up to 3 free spans of the same length on every requested calendar, nearest first. `now` is the
+    database time the caller already read, if it did (the loser path saves a round trip)."""
     slot_minutes = calendars[0].slot_minutes
     reach = timedelta(minutes=slot_minutes * ALTERNATIVES_MAX_STEPS)
     window = Span(span.start - reach, span.end + reach)
-    now = server_now()
-    busy = BusyIndex(
-        Span(start, end)
-        for start, end in _live_overlapping((c.pk for c in calendars), window)
-        .exclude(status=ReservationStatus.HELD, expires_at__lte=Now())
-        .values_list("start_time", "end_time")
-    )
+    if now is None:
+        now = server_now()
+    with prepared_cursor() as cursor:
+        cursor.execute(
+            _BUSY_NEAR_SQL,
+            {
+                "calendars": [c.pk for c in calendars],
+                "start": window.start,
+                "end": window.end,
+                "earliest": window.start - MAX_RESERVATION_LENGTH,
+                "now": now,
+            },
+        )
+        busy = BusyIndex(Span(start, end) for start, end in cursor.fetchall())
     found = nearest_free(
         requested=span,
         busy=busy,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from agentcal.db import InsertBatch
 from bookings.models import Reservation
 from bookings.spans import isoformat_z
 from webhooks.models import EventType
@@ -39,7 +40,9 @@ def reservation_data(rows: Sequence[Reservation]) -> dict[str, Any]:
     }
 
 
-def emit_reservation_event(event_type: EventType, rows: Sequence[Reservation], **extra: Any) -> None:
+def emit_reservation_event(
+    event_type: EventType, rows: Sequence[Reservation], *, batch: InsertBatch | None = None, **extra: Any
+) -> None:
     head = rows[0]
     key = "booking" if event_type.startswith("booking.") else "hold"
     outbox_emit(
@@ -47,4 +50,5 @@ def emit_reservation_event(event_type: EventType, rows: Sequence[Reservation], *
         workspace_id=head.calendar.workspace_id,
         agent_id=head.agent_id,
         data={key: reservation_data(rows), **extra},
+        batch=batch,
     )

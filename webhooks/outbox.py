@@ -25,6 +25,8 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.db.models.functions import Now
 
+from agentcal.db import InsertBatch
+from agentcal.ids import new_public_id
 from agentcal.metrics import WEBHOOK_FAILURES, WEBHOOK_SECONDS
 from audit.events import AuditEvent
 from audit.models import Outcome
@@ -48,14 +50,27 @@ LEASE_SLACK_SECONDS = 30
 
 
 def outbox_emit(
-    *, event_type: EventType, workspace_id: int, agent_id: int, data: dict[str, Any]
-) -> OutboxEvent:
-    """Record an event in the current transaction; it is dispatched only if that transaction commits."""
-    event = OutboxEvent.objects.create(
-        workspace_id=workspace_id, agent_id=agent_id, event_type=event_type, payload=data
-    )
+    *,
+    event_type: EventType,
+    workspace_id: int,
+    agent_id: int,
+    data: dict[str, Any],
+    batch: InsertBatch | None = None,
+) -> None:
+    """Record an event in the current transaction; it is dispatched only if that transaction commits.
+    With `batch` the row goes out with the transaction's other queued INSERTs."""
+    values = {
+        "public_id": new_public_id("evt"),
+        "workspace_id": workspace_id,
+        "agent_id": agent_id,
+        "event_type": str(event_type),
+        "payload": data,
+    }
+    if batch is not None:
+        batch.add(OutboxEvent, values)
+    else:
+        OutboxEvent.objects.create(**values)
     transaction.on_commit(_nudge_dispatcher)
-    return event
 
 
 # After a failed nudge, skip nudging for a while: the catch-up will deliver anyway, and every request
