@@ -247,7 +247,7 @@ class Bench:
                 agent=f"agent-{i}",
                 timeout=self.config.http_timeout,
             )
-        gap = self.config.naive_gap_seconds if variant != "raw_insert" else 0.0
+        gap = self.config.naive_gap_seconds if variant in ("naive", "advisory_lock") else 0.0
         return lambda i: BaselineWorker(
             baselines.BaselineStore(self.conninfo, schema=self.config.baseline_schema, gap_seconds=gap),
             variant=variant,
@@ -270,6 +270,7 @@ class Bench:
             chosen.append(("advisory_lock", HTTP))
         if scenario == "disjoint":
             chosen.append(("raw_insert", "psycopg"))  # a race-free insert needs no herd to prove anything
+            chosen.append(("guarded", "psycopg"))  # the engine's own rows and constraints, minus Django
         return chosen
 
     def _new_baseline_calendars(self, count: int) -> list[int]:

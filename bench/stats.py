@@ -160,6 +160,7 @@ VARIANT_LABELS = {
     "naive": "(a) naive read-then-write",
     "advisory_lock": "(b) advisory lock",
     "raw_insert": "(c) raw insert",
+    "guarded": "(d) same rows, bare SQL",
 }
 
 
