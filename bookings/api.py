@@ -10,14 +10,26 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from agentcal.api.fields import BoundedJSONField, OffsetDateTimeField, StrictSerializer, TimezoneField
+from agentcal.api.fields import (
+    BoundedJSONField,
+    OffsetDateTimeField,
+    OutputSerializer,
+    StrictSerializer,
+    TimezoneField,
+)
 from agentcal.api.pagination import page_size, paginate
 from agentcal.api.problems import problems
 from agentcal.api.views import AgentAPIView
 from agentcal.errors import InvalidRange, InvalidRequest, NotFound
 from bookings import engine
 from bookings.models import Calendar, Reservation, ReservationStatus
-from bookings.selectors import MAX_AVAILABILITY_WINDOW, availability, reservation_group, server_now
+from bookings.selectors import (
+    MAX_AVAILABILITY_WINDOW,
+    availability,
+    calendar_in_workspace,
+    reservation_group,
+    server_now,
+)
 from bookings.spans import Span
 from workspaces.actor import Actor
 from workspaces.models import MAX_PRIORITY, MIN_PRIORITY, Scope
@@ -30,7 +42,7 @@ MAX_ALSO_CALENDARS = 20
 
 def calendar_for(actor: Actor, public_id: str) -> Calendar:
     """The calendar in the caller's workspace, or 404 (another workspace's calendar is not revealed)."""
-    calendar = Calendar.objects.filter(workspace=actor.workspace, public_id=public_id).first()
+    calendar = calendar_in_workspace(workspace_id=actor.workspace.pk, public_id=public_id)
     if calendar is None:
         raise NotFound(f"No calendar {public_id} in this workspace.")
     return calendar
@@ -67,7 +79,7 @@ def span_from(data: dict[str, Any]) -> Span:
 # --- Output -------------------------------------------------------------------------------------------
 
 
-class CalendarOutput(serializers.Serializer):
+class CalendarOutput(OutputSerializer):
     id = serializers.CharField(source="public_id")
     name = serializers.CharField()
     timezone = serializers.CharField()
@@ -80,19 +92,19 @@ class CalendarOutput(serializers.Serializer):
     updated_at = serializers.DateTimeField()
 
 
-class CalendarShareOutput(serializers.Serializer):
+class CalendarShareOutput(OutputSerializer):
     calendar = serializers.CharField()
     fencing_token = serializers.IntegerField()
 
 
-class DisplacedOutput(serializers.Serializer):
+class DisplacedOutput(OutputSerializer):
     id = serializers.CharField()
     status = serializers.CharField()
     agent_id = serializers.CharField()
     priority = serializers.IntegerField()
 
 
-class ReservationOutput(serializers.Serializer):
+class ReservationOutput(OutputSerializer):
     """Fields common to holds and bookings."""
 
     id = serializers.CharField()
@@ -275,7 +287,7 @@ class AvailabilityQuery(serializers.Serializer):
     duration_minutes = serializers.IntegerField(min_value=1, max_value=7 * 1440, required=False)
 
 
-class BusyOutput(serializers.Serializer):
+class BusyOutput(OutputSerializer):
     start_time = serializers.DateTimeField()
     end_time = serializers.DateTimeField()
     status = serializers.CharField()
@@ -290,12 +302,12 @@ class BusyOutput(serializers.Serializer):
     )
 
 
-class FreeSlotOutput(serializers.Serializer):
+class FreeSlotOutput(OutputSerializer):
     start_time = serializers.DateTimeField()
     end_time = serializers.DateTimeField()
 
 
-class AvailabilityOutput(serializers.Serializer):
+class AvailabilityOutput(OutputSerializer):
     calendar = serializers.CharField()
     start = serializers.DateTimeField()
     end = serializers.DateTimeField()

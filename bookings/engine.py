@@ -33,6 +33,7 @@ from typing import Any, ParamSpec, TypeVar
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
 from django.db.models.functions import Now
+from psycopg.errors import LockNotAvailable
 
 from agentcal.db import InsertBatch, prepared_cursor
 from agentcal.errors import (
@@ -60,7 +61,14 @@ from audit.models import Outcome
 from audit.services import audit_record
 from bookings.events import emit_reservation_event
 from bookings.models import MAX_RESERVATION_LENGTH, Calendar, Reservation, ReservationStatus
-from bookings.selectors import reservation_group, reservation_rows, server_now
+from bookings.selectors import (
+    RESERVATION_ROW_COLUMNS,
+    RESERVATION_ROW_JOINS,
+    reservation_group,
+    reservation_rows,
+    reservation_rows_from,
+    server_now,
+)
 from bookings.spans import (
     MAX_BUCKETS,
     BusyIndex,
@@ -134,11 +142,13 @@ def _audit_rejection(event: AuditEvent, exc: AgentCalError, kwargs: dict[str, An
     actor: Actor = kwargs["actor"]
     calendar = kwargs.get("calendar")
     span = kwargs.get("span")
-    # One INSERT after the rollback; in autocommit it is its own transaction (no BEGIN/COMMIT trips).
+    # One prepared INSERT after the rollback; in autocommit it is its own transaction (no BEGIN/COMMIT).
+    batch = InsertBatch()
     audit_record(
         event_type=event,
         outcome=Outcome.REJECTED,
         actor=actor,
+        batch=batch,
         calendar_public_id=calendar.public_id if isinstance(calendar, Calendar) else "",
         reservation_public_id=str(kwargs.get("hold_id") or kwargs.get("booking_id") or ""),
         requested_start=span.start if isinstance(span, Span) else None,
@@ -147,6 +157,7 @@ def _audit_rejection(event: AuditEvent, exc: AgentCalError, kwargs: dict[str, An
         failure_reason=exc.code,
         conflict_details=_conflict_details(exc),
     )
+    batch.execute()
     exc.audited = True
 
 
@@ -315,12 +326,14 @@ def _reserve(
         # Cheap, unlocked pre-check: never trusted for correctness, only to let losers fail fast.
         now = _precheck(calendars, span, priority)
         lock_ids = sorted(c.pk for c in calendars)
+        nowait = True
         for _ in range(MAX_LOCK_EXPANSIONS):
             try:
                 return _reserve_locked(
                     actor=actor,
                     calendars=calendars,
                     lock_ids=lock_ids,
+                    nowait=nowait,
                     span=span,
                     priority=priority,
                     ttl_seconds=ttl_seconds,
@@ -330,9 +343,22 @@ def _reserve(
                     attendees=attendees,
                     metadata=metadata,
                 )
+            except _CalendarBusy:
+                # Another write on these calendars is in flight, maybe for this very span (a herd). Wait
+                # for it to end, then look again without the lock: if it took the span, this request
+                # loses now, at the same moment as every other loser, instead of each loser taking the
+                # lock in turn (and delaying unrelated writes to the calendar). Otherwise, queue for it.
+                _await_writers(lock_ids)
+                now = _precheck(calendars, span, priority)
+                nowait = False
             except _NeedMoreLocks as more:
                 lock_ids = sorted({*lock_ids, *more.calendar_ids})
+                nowait = False
         raise SlotConflict("The reservations in the way kept changing; re-read availability and retry.")
+    except _Blocked as blocked:
+        # Found by the pre-check, with the database's now of that look: no lock was taken.
+        blocked.conflict.extra["alternatives"] = _alternatives(calendars, span, now=blocked.checked_at)
+        raise blocked.conflict from None
     except SlotConflict as conflict:
         conflict.extra["alternatives"] = _alternatives(calendars, span, now=now)
         raise
@@ -400,15 +426,15 @@ SELECT now(), b.id, b.status, b.priority, b.start_time, b.end_time, b.expires_at
 """
 
 
-def _live_rows_in_the_way(ids: Sequence[int]) -> list[Reservation]:
-    """Load the rows in the way (stable: the caller holds the calendars' locks), start order."""
-    if not ids:
-        return []
-    return sorted(reservation_rows("r.id = ANY(%(ids)s)", {"ids": list(ids)}), key=lambda r: r.start_time)
+class _Blocked(Exception):
+    """The pre-check's conflict, with the database's now when it looked (for the alternatives)."""
+
+    def __init__(self, conflict: SlotConflict, checked_at: datetime) -> None:
+        self.conflict, self.checked_at = conflict, checked_at
 
 
 def _precheck(calendars: Sequence[Calendar], span: Span, priority: int) -> datetime:
-    """Refuse what is certainly refused without taking a lock; returns the database's now."""
+    """Refuse what is certainly refused without taking a lock (_Blocked); returns the database's now."""
     with prepared_cursor() as cursor:
         cursor.execute(
             _PRECHECK_SQL,
@@ -426,7 +452,7 @@ def _precheck(calendars: Sequence[Calendar], span: Span, priority: int) -> datet
     if span.end <= now or span.start < now - PAST_START_GRACE:
         raise InvalidRange("The span is in the past by the server's clock.", server_time=isoformat_z(now))
     if blocker_id is not None:
-        raise _slot_conflict(_blocker_row(blocker_id, *blocker), span, priority)
+        raise _Blocked(_slot_conflict(_blocker_row(blocker_id, *blocker), span, priority), now)
     return now
 
 
@@ -485,43 +511,62 @@ def _slot_conflict(blocker: Reservation, span: Span, caller_priority: int) -> Sl
     )
 
 
+class _CalendarBusy(Exception):
+    """Another write holds one of the calendars' locks right now (raised only with `nowait`)."""
+
+
 def _lock_calendars(
-    lock_ids: Sequence[int], *, if_match: tuple[int, int] | None = None
+    lock_ids: Sequence[int], *, if_match: tuple[int, int] | None = None, nowait: bool = False
 ) -> tuple[datetime, dict[int, int]]:
     """Take the calendars' row locks in id order and bump their versions.
 
     Returns the database time read after the last lock was granted, and each calendar's new version.
     `if_match` is (calendar id, expected version): that calendar must still be at that version.
+    `nowait`: raise _CalendarBusy instead of queueing when another transaction holds a lock.
     """
     versions: dict[int, int] = {}
     now: datetime | None = None
+    target = (
+        "(SELECT id FROM bookings_calendar WHERE id = %(id)s FOR NO KEY UPDATE NOWAIT)"
+        if nowait
+        else "%(id)s"
+    )
     with prepared_cursor() as cursor:
         for cal_id in lock_ids:
-            if if_match is not None and if_match[0] == cal_id:
+            matching = if_match is not None and if_match[0] == cal_id
+            try:
                 cursor.execute(
-                    "UPDATE bookings_calendar SET version = version + 1 WHERE id = %s AND version = %s"
-                    " RETURNING version, clock_timestamp()",
-                    [cal_id, if_match[1]],
+                    f"UPDATE bookings_calendar SET version = version + 1 WHERE id = {target}"
+                    + (" AND version = %(version)s" if matching else "")
+                    + " RETURNING version, clock_timestamp()",
+                    {"id": cal_id, "version": if_match[1] if if_match is not None else None},
                 )
-                row = cursor.fetchone()
-                if row is None:
-                    current = Calendar.objects.filter(pk=cal_id).values_list("version", flat=True).first()
-                    raise PreconditionFailed(
-                        f"If-Match expected version {if_match[1]}; the calendar is at {current}.",
-                        current_version=current,
-                    )
-            else:
-                cursor.execute(
-                    "UPDATE bookings_calendar SET version = version + 1 WHERE id = %s"
-                    " RETURNING version, clock_timestamp()",
-                    [cal_id],
+            except LockNotAvailable as exc:  # inside prepared_cursor(): psycopg's error, not yet Django's
+                raise _CalendarBusy from exc
+            row = cursor.fetchone()
+            if row is None and matching:
+                assert if_match is not None
+                current = Calendar.objects.filter(pk=cal_id).values_list("version", flat=True).first()
+                raise PreconditionFailed(
+                    f"If-Match expected version {if_match[1]}; the calendar is at {current}.",
+                    current_version=current,
                 )
-                row = cursor.fetchone()
-                if row is None:
-                    raise NotFound("The calendar no longer exists.")
+            if row is None:
+                raise NotFound("The calendar no longer exists.")
             versions[cal_id], now = row
     assert now is not None
     return now, versions
+
+
+def _await_writers(calendar_ids: Sequence[int]) -> None:
+    """Wait until the writes in flight on these calendars have ended, without taking their place: a
+    share lock conflicts with a writer's lock but not with other share locks, and in autocommit it is
+    released as soon as it is granted. Every waiter wakes at once when the writer commits."""
+    with prepared_cursor() as cursor:
+        cursor.execute(
+            "SELECT id FROM bookings_calendar WHERE id = ANY(%(ids)s) ORDER BY id FOR SHARE",
+            {"ids": list(calendar_ids)},
+        )
 
 
 # Whole groups of lapsed holds overlapping the span (or anywhere on the calendars, for the sweep) move
@@ -535,34 +580,31 @@ UPDATE bookings_reservation SET status = 'expired', version = version + 1, ended
                  AND status = 'held' AND expires_at <= %(now)s
                ORDER BY id FOR UPDATE)
    AND status = 'held'
-RETURNING id
+RETURNING {returning}
 """
 _OVERLAPPING = "AND start_time < %(end)s AND start_time > %(earliest)s AND end_time > %(start)s"
 
 # The write path's look under the lock, in one round trip: expire the lapsed holds in the span, and
-# list the live rows in the way. Both parts read the statement's one snapshot, taken after the lock was
-# granted, so the look-up leaves out exactly the lapsed rows the UPDATE expires (the lapsed set cannot
-# change meanwhile: extending a hold needs it unexpired, and every other change needs the lock we hold).
-_CLEAR_THE_WAY_SQL = (
-    "WITH expired AS ("
-    + _EXPIRE_LAPSED_SQL.format(overlapping=_OVERLAPPING)
-    + """)
-SELECT true, id FROM expired
+# read the live rows in the way (whole rows, with calendar and agent, for a 409 or a takeover). Both
+# parts read the statement's one snapshot, taken after the lock was granted, so the look-up leaves out
+# exactly the lapsed rows the UPDATE expires (the lapsed set cannot change meanwhile: extending a hold
+# needs it unexpired, and every other change needs the lock we hold).
+_CLEAR_THE_WAY_SQL = f"""
+WITH expired AS ({_EXPIRE_LAPSED_SQL.format(overlapping=_OVERLAPPING, returning="*")})
+SELECT true, {RESERVATION_ROW_COLUMNS} FROM expired r {RESERVATION_ROW_JOINS}
 UNION ALL
-SELECT false, id FROM bookings_reservation
- WHERE calendar_id = ANY(%(calendars)s) AND status IN ('held', 'committed') """
-    + _OVERLAPPING
-    + """
-   AND NOT (status = 'held' AND expires_at <= %(now)s)
+SELECT false, {RESERVATION_ROW_COLUMNS} FROM bookings_reservation r {RESERVATION_ROW_JOINS}
+ WHERE r.calendar_id = ANY(%(calendars)s) AND r.status IN ('held', 'committed')
+   AND r.start_time < %(end)s AND r.start_time > %(earliest)s AND r.end_time > %(start)s
+   AND NOT (r.status = 'held' AND r.expires_at <= %(now)s)
 """
-)
 
 
 def _clear_the_way(
     *, calendar_ids: Sequence[int], span: Span, now: datetime, batch: InsertBatch
 ) -> list[Reservation]:
     """Expire the lapsed holds in the span (so they never block the write at hand) and return the live
-    rows in its way, start order. Usually both are empty: one round trip."""
+    rows in its way, start order. Usually both are empty: one round trip either way."""
     with prepared_cursor() as cursor:
         cursor.execute(
             _CLEAR_THE_WAY_SQL,
@@ -575,27 +617,28 @@ def _clear_the_way(
             },
         )
         found = cursor.fetchall()
-    _announce_expired([row_id for expired, row_id in found if expired], lazily=True, batch=batch)
-    return _live_rows_in_the_way([row_id for expired, row_id in found if not expired])
+    if not found:
+        return []
+    _announce_expired(reservation_rows_from(row[1:] for row in found if row[0]), lazily=True, batch=batch)
+    in_the_way = reservation_rows_from(row[1:] for row in found if not row[0])
+    return sorted(in_the_way, key=lambda r: r.start_time)
 
 
 def _expire_lapsed_holds(*, calendar_ids: Sequence[int], now: datetime) -> list[Reservation]:
     """The sweep's expiry: every lapsed hold on the calendars (the caller holds their locks)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            _EXPIRE_LAPSED_SQL.format(overlapping=""), {"calendars": list(calendar_ids), "now": now}
+            _EXPIRE_LAPSED_SQL.format(overlapping="", returning="id"),
+            {"calendars": list(calendar_ids), "now": now},
         )
         expired_ids = [row[0] for row in cursor.fetchall()]
-    return _announce_expired(expired_ids, lazily=False)
+    expired = reservation_rows("r.id = ANY(%(ids)s)", {"ids": expired_ids}) if expired_ids else []
+    _announce_expired(expired, lazily=False)
+    return expired
 
 
-def _announce_expired(
-    expired_ids: Sequence[int], *, lazily: bool, batch: InsertBatch | None = None
-) -> list[Reservation]:
+def _announce_expired(expired: list[Reservation], *, lazily: bool, batch: InsertBatch | None = None) -> None:
     """Audit and announce holds just expired (time did it, not the request that noticed)."""
-    if not expired_ids:
-        return []
-    expired = reservation_rows("r.id = ANY(%(ids)s)", {"ids": list(expired_ids)})
     for rows in _groups(expired):
         head = rows[0]
         _audit_reservation(
@@ -608,7 +651,6 @@ def _announce_expired(
         )
         emit_reservation_event(EventType.HOLD_EXPIRED, rows, batch=batch)
         transaction.on_commit(HOLD_EXPIRIES.labels("lazy" if lazily else "sweep").inc)
-    return expired
 
 
 def _groups(rows: Iterable[Reservation]) -> list[list[Reservation]]:
@@ -666,6 +708,7 @@ def _reserve_locked(
     actor: Actor,
     calendars: Sequence[Calendar],
     lock_ids: Sequence[int],
+    nowait: bool,
     span: Span,
     priority: int,
     ttl_seconds: int | None,
@@ -681,7 +724,7 @@ def _reserve_locked(
     batch = InsertBatch()
     with transaction.atomic(durable=True):
         now, versions = _lock_calendars(
-            lock_ids, if_match=(primary.pk, if_match) if if_match is not None else None
+            lock_ids, if_match=(primary.pk, if_match) if if_match is not None else None, nowait=nowait
         )
         in_the_way = _clear_the_way(calendar_ids=calendar_ids, span=span, now=now, batch=batch)
         for row in in_the_way:

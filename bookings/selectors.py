@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -91,15 +92,13 @@ def reservation_group(*, workspace: Workspace, **lookup: Any) -> list[Reservatio
 # compiling the select_related query than the database spent running it.
 _LOADED = (Reservation, Calendar, Agent)
 _FIELDS = [list(model._meta.concrete_fields) for model in _LOADED]
-_ROWS_SQL = (
-    "SELECT "
-    + ", ".join(
-        f"{alias}.{field.column}" for alias, fields in zip("rca", _FIELDS, strict=True) for field in fields
-    )
-    + " FROM bookings_reservation r"
-    " JOIN bookings_calendar c ON c.id = r.calendar_id"
-    " JOIN workspaces_agent a ON a.id = r.agent_id"
-    " WHERE {where}"
+# The columns and joins of a reservation read with its calendar and agent (`r`, `c`, `a`); rows of them
+# become instances through reservation_rows_from().
+RESERVATION_ROW_COLUMNS = ", ".join(
+    f"{alias}.{field.column}" for alias, fields in zip("rca", _FIELDS, strict=True) for field in fields
+)
+RESERVATION_ROW_JOINS = (
+    "JOIN bookings_calendar c ON c.id = r.calendar_id JOIN workspaces_agent a ON a.id = r.agent_id"
 )
 
 
@@ -107,18 +106,27 @@ def reservation_rows(where: str, params: dict[str, Any]) -> list[Reservation]:
     """Reservations (with their calendar and agent loaded) matching a condition on `r` (reservation),
     `c` (calendar) or `a` (agent), primary first, then by calendar id."""
     with prepared_cursor() as cursor:
-        cursor.execute(_ROWS_SQL.format(where=where), params)
+        cursor.execute(
+            f"SELECT {RESERVATION_ROW_COLUMNS} FROM bookings_reservation r {RESERVATION_ROW_JOINS}"
+            f" WHERE {where}",
+            params,
+        )
         found = cursor.fetchall()
+    return sorted(reservation_rows_from(found), key=lambda r: (not r.is_primary, r.calendar_id))
+
+
+def reservation_rows_from(found: Iterable[Sequence[Any]]) -> list[Reservation]:
+    """Instances from rows of RESERVATION_ROW_COLUMNS, in the order given."""
     rows = []
     for values in found:
         reservation, calendar, agent = _instances(values)
         reservation.calendar = calendar
         reservation.agent = agent
         rows.append(reservation)
-    return sorted(rows, key=lambda r: (not r.is_primary, r.calendar_id))
+    return rows
 
 
-def _instances(values: tuple[Any, ...]) -> list[Any]:
+def _instances(values: Sequence[Any]) -> list[Any]:
     """One instance per model in _LOADED from a row of _ROWS_SQL, with the ORM's value converters
     (JSON arrives as text on Django's connections)."""
     instances, start = [], 0
@@ -132,6 +140,26 @@ def _instances(values: tuple[Any, ...]) -> list[Any]:
         instances.append(model.from_db("default", [f.attname for f in fields], chunk))
         start += len(fields)
     return instances
+
+
+_CALENDAR_FIELDS = [f.attname for f in Calendar._meta.concrete_fields]  # attname = column here
+_CALENDAR_SQL = (
+    "SELECT "
+    + ", ".join(_CALENDAR_FIELDS)
+    + " FROM bookings_calendar WHERE workspace_id = %(workspace)s AND public_id = %(public_id)s"
+)
+
+
+def calendar_in_workspace(*, workspace_id: int, public_id: str) -> Calendar | None:
+    """The calendar with this public id in the workspace (read on every agent request: prepared SQL)."""
+    with prepared_cursor() as cursor:
+        cursor.execute(_CALENDAR_SQL, {"workspace": workspace_id, "public_id": public_id})
+        row = cursor.fetchone()
+    return (
+        None
+        if row is None
+        else Calendar.from_db("default", [f.attname for f in Calendar._meta.concrete_fields], row)
+    )
 
 
 def server_now() -> datetime:
