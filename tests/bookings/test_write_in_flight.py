@@ -1,0 +1,119 @@
+"""A write that finds its calendar locked by another write in flight waits for that write to end without
+queueing for the lock, then looks again: it loses there if the other write took its span (the losers of a
+herd answer together, not one lock turn at a time), and otherwise takes the lock and proceeds."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from typing import Any
+
+import psycopg
+import pytest
+
+from bench.runner import conninfo_for_baselines
+from bookings.models import Calendar, Reservation, ReservationStatus
+from tests.conftest import audit_rows, create_calendar, overlapping_live_pairs, slot
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def writer_in_flight() -> Iterator[psycopg.Connection[Any]]:
+    """A separate connection whose open transaction holds a calendar's lock, as the engine's does."""
+    with psycopg.connect(conninfo_for_baselines()) as conn:
+        yield conn
+
+
+def _lock(conn: psycopg.Connection[Any], calendar_pk: int) -> None:
+    conn.execute("UPDATE bookings_calendar SET version = version + 1 WHERE id = %s", [calendar_pk])
+
+
+def _backend_waiting_for(conn: psycopg.Connection[Any], fragment: str, timeout: float = 10.0) -> str:
+    """The query of another backend blocked on a lock whose text contains `fragment` ('' if none)."""
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(conninfo_for_baselines(), autocommit=True) as probe:
+        while time.monotonic() < deadline:
+            row = probe.execute(
+                "SELECT query FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND pid <> %s"
+                " AND query ILIKE %s",
+                [conn.info.backend_pid, f"%{fragment}%"],
+            ).fetchone()
+            if row:
+                return str(row[0])
+            time.sleep(0.02)
+    return ""
+
+
+def _insert_hold(
+    conn: psycopg.Connection[Any], *, calendar_pk: int, agent_pk: int, span: dict[str, str]
+) -> None:
+    """What the writer in flight books (by hand: this test plays the other engine transaction)."""
+    conn.execute(
+        """INSERT INTO bookings_reservation (hold_id, calendar_id, agent_id, is_primary, status, priority,
+                  start_time, end_time, fencing_token, version, title, attendees, metadata, created_at,
+                  expires_at)
+           VALUES (%s, %s, %s, true, 'held', 100, %s, %s, 1, 1, '', '[]', '{}', now(),
+                   now() + interval '5 minutes')""",
+        [
+            f"hld_{uuid.uuid4().hex[:20]}",
+            calendar_pk,
+            agent_pk,
+            datetime.fromisoformat(span["start_time"]),
+            datetime.fromisoformat(span["end_time"]),
+        ],
+    )
+
+
+def test_a_loser_waits_for_the_write_in_flight_then_loses_without_taking_the_lock(
+    make_agent, writer_in_flight
+):
+    first, second = make_agent("first"), make_agent("second")
+    cal = create_calendar(first)
+    calendar_pk = Calendar.objects.get(public_id=cal["id"]).pk
+    span = slot(hours_ahead=50)
+    _lock(writer_in_flight, calendar_pk)
+
+    with ThreadPoolExecutor(max_workers=1) as pool, second.new_client() as client:
+        pending = pool.submit(client.post, f"/calendars/{cal['id']}/holds", json=span)
+        # It waits behind the writer with a share lock: not in the queue for the calendar's lock.
+        waiting = _backend_waiting_for(writer_in_flight, "bookings_calendar")
+        assert "FOR SHARE" in waiting, waiting
+        assert not pending.done()
+        # The writer in flight books the span and commits.
+        _insert_hold(writer_in_flight, calendar_pk=calendar_pk, agent_pk=first.agent.pk, span=span)
+        writer_in_flight.commit()
+        response = pending.result(timeout=30)
+
+    assert response.status_code == 409, response.text
+    body = response.json()
+    assert body["error"] == "slot_conflict"
+    assert body["conflicting"]["agent_id"] == first.id
+    assert body["alternatives"]
+    assert overlapping_live_pairs(cal["id"]) == []
+    assert len(audit_rows(event_type="calendar.hold.rejected", calendar_public_id=cal["id"])) == 1
+
+
+def test_a_write_that_waited_for_an_unrelated_write_then_takes_the_lock(make_agent, writer_in_flight):
+    first, second = make_agent("first"), make_agent("second")
+    cal = create_calendar(first)
+    calendar_pk = Calendar.objects.get(public_id=cal["id"]).pk
+    theirs, mine = slot(hours_ahead=50), slot(hours_ahead=52)
+    _lock(writer_in_flight, calendar_pk)
+
+    with ThreadPoolExecutor(max_workers=1) as pool, second.new_client() as client:
+        pending = pool.submit(client.post, f"/calendars/{cal['id']}/holds", json=mine)
+        assert "FOR SHARE" in _backend_waiting_for(writer_in_flight, "bookings_calendar")
+        _insert_hold(writer_in_flight, calendar_pk=calendar_pk, agent_pk=first.agent.pk, span=theirs)
+        writer_in_flight.commit()
+        response = pending.result(timeout=30)
+
+    assert response.status_code == 201, response.text
+    held = Reservation.objects.get(hold_id=response.json()["id"])
+    assert held.status == ReservationStatus.HELD
+    # It locked the calendar after the writer: its fencing token is newer than the writer's version.
+    assert held.fencing_token == Calendar.objects.get(pk=calendar_pk).version
+    assert overlapping_live_pairs(cal["id"]) == []
