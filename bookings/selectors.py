@@ -92,6 +92,7 @@ def reservation_group(*, workspace: Workspace, **lookup: Any) -> list[Reservatio
 # compiling the select_related query than the database spent running it.
 _LOADED = (Reservation, Calendar, Agent)
 _FIELDS = [list(model._meta.concrete_fields) for model in _LOADED]
+_ATTNAMES = [[f.attname for f in fields] for fields in _FIELDS]
 # The columns and joins of a reservation read with its calendar and agent (`r`, `c`, `a`); rows of them
 # become instances through reservation_rows_from().
 RESERVATION_ROW_COLUMNS = ", ".join(
@@ -127,18 +128,12 @@ def reservation_rows_from(found: Iterable[Sequence[Any]]) -> list[Reservation]:
 
 
 def _instances(values: Sequence[Any]) -> list[Any]:
-    """One instance per model in _LOADED from a row of _ROWS_SQL, with the ORM's value converters
-    (JSON arrives as text on Django's connections)."""
+    """One instance per model in _LOADED from a row of RESERVATION_ROW_COLUMNS read by prepared_cursor()
+    (binary results: JSON columns arrive decoded, so no ORM converter is needed)."""
     instances, start = [], 0
-    for model, fields in zip(_LOADED, _FIELDS, strict=True):
-        chunk = []
-        for field, value in zip(fields, values[start : start + len(fields)], strict=True):
-            convert = getattr(field, "from_db_value", None)
-            if convert is not None and value is not None:
-                value = convert(value, None, connection)
-            chunk.append(value)
-        instances.append(model.from_db("default", [f.attname for f in fields], chunk))
-        start += len(fields)
+    for model, names in zip(_LOADED, _ATTNAMES, strict=True):
+        instances.append(model.from_db("default", names, values[start : start + len(names)]))
+        start += len(names)
     return instances
 
 
