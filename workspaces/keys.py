@@ -25,7 +25,6 @@ from django.db import connection
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from agentcal.db import prepared_cursor
 from workspaces.models import Agent, ApiKey, Workspace
 
 KEY_PREFIX = "avs_live_"
@@ -185,7 +184,7 @@ def _load_key(prefix: str) -> tuple[ApiKey, datetime] | None:
     equivalent three-table query than PostgreSQL spends answering it (~1.1 ms vs ~0.3 ms, measured).
     The database's now judges expiry, not the web worker's clock.
     """
-    with prepared_cursor() as cursor:
+    with connection.cursor() as cursor:
         cursor.execute(_KEY_SQL, [prefix])
         row = cursor.fetchone()
     if row is None:
