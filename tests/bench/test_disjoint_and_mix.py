@@ -43,10 +43,10 @@ def test_baseline_d_writes_the_engines_rows_under_the_engines_constraint() -> No
         assert store.reserve("guarded", calendar_id=3, start=start, end=end, agent="a") == 201
         assert store.reserve("guarded", calendar_id=3, start=start, end=end, agent="b") == 409
         counts = [
-            store.conn.execute(f"SELECT count(*) FROM {schema}.{table}").fetchone()[0]  # noqa: S608 — constants
+            store.conn.execute(f"SELECT count(*) FROM {schema}.{table}").fetchone()  # noqa: S608 — constants
             for table in ("guarded_booking", "guarded_audit", "guarded_outbox")
         ]
-        assert counts == [1, 1, 1]
+        assert counts == [(1,), (1,), (1,)]
         # The copy kept the exclusion constraint: an overlapping live row is refused by the database.
         with pytest.raises(psycopg.errors.ExclusionViolation), store.conn.transaction():
             store.conn.execute(
