@@ -426,6 +426,19 @@ SELECT now(), b.id, b.status, b.priority, b.start_time, b.end_time, b.expires_at
 """
 
 
+def _overlap_params(calendar_ids: Iterable[int], span: Span, **more: Any) -> dict[str, Any]:
+    """Parameters of the overlap conditions the hand-written statements share: live rows on the
+    calendars with start_time < end AND end_time > start, and start_time > start - 7 days so that the
+    (calendar_id, start_time) index reads a bounded window instead of the calendar's history."""
+    return {
+        "calendars": list(calendar_ids),
+        "start": span.start,
+        "end": span.end,
+        "earliest": span.start - MAX_RESERVATION_LENGTH,
+        **more,
+    }
+
+
 class _Blocked(Exception):
     """The pre-check's conflict, with the database's now when it looked (for the alternatives)."""
 
@@ -436,16 +449,7 @@ class _Blocked(Exception):
 def _precheck(calendars: Sequence[Calendar], span: Span, priority: int) -> datetime:
     """Refuse what is certainly refused without taking a lock (_Blocked); returns the database's now."""
     with prepared_cursor() as cursor:
-        cursor.execute(
-            _PRECHECK_SQL,
-            {
-                "calendars": [c.pk for c in calendars],
-                "start": span.start,
-                "end": span.end,
-                "earliest": span.start - MAX_RESERVATION_LENGTH,
-                "priority": priority,
-            },
-        )
+        cursor.execute(_PRECHECK_SQL, _overlap_params([c.pk for c in calendars], span, priority=priority))
         found = cursor.fetchone()
     assert found is not None  # one row always: SELECT … FROM (SELECT 1) LEFT JOIN
     now, blocker_id, *blocker = found
@@ -606,16 +610,7 @@ def _clear_the_way(
     """Expire the lapsed holds in the span (so they never block the write at hand) and return the live
     rows in its way, start order. Usually both are empty: one round trip either way."""
     with prepared_cursor() as cursor:
-        cursor.execute(
-            _CLEAR_THE_WAY_SQL,
-            {
-                "calendars": list(calendar_ids),
-                "now": now,
-                "start": span.start,
-                "end": span.end,
-                "earliest": span.start - MAX_RESERVATION_LENGTH,
-            },
-        )
+        cursor.execute(_CLEAR_THE_WAY_SQL, _overlap_params(calendar_ids, span, now=now))
         found = cursor.fetchall()
     if not found:
         return []
@@ -1230,16 +1225,7 @@ def _alternatives(
     if now is None:
         now = server_now()
     with prepared_cursor() as cursor:
-        cursor.execute(
-            _BUSY_NEAR_SQL,
-            {
-                "calendars": [c.pk for c in calendars],
-                "start": window.start,
-                "end": window.end,
-                "earliest": window.start - MAX_RESERVATION_LENGTH,
-                "now": now,
-            },
-        )
+        cursor.execute(_BUSY_NEAR_SQL, _overlap_params([c.pk for c in calendars], window, now=now))
         busy = BusyIndex(Span(start, end) for start, end in cursor.fetchall())
     found = nearest_free(
         requested=span,
