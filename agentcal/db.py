@@ -70,11 +70,8 @@ class InsertBatch:
         order = sorted(self._tables, key=lambda table: table == last)  # the returning table goes last
         for table in order:
             model, names, rows = self._tables[table]
-            columns = ", ".join(connection.ops.quote_name(str(_field(model, n).column)) for n in names)
-            placeholder = "(" + ", ".join(["%s"] * len(names)) + ")"
-            sql = f"INSERT INTO {connection.ops.quote_name(table)} ({columns}) VALUES " + ", ".join(
-                [placeholder] * len(rows)
-            )
+            head, placeholder = _insert_sql(model, tuple(names))
+            sql = head + ", ".join([placeholder] * len(rows))
             statements.append((sql, [value for row in rows for value in row]))
         *ctes, (main_sql, main_params) = statements
         if returning is not None:
@@ -89,6 +86,15 @@ class InsertBatch:
         with prepared_cursor() as cursor:
             cursor.execute(sql, params)
             return [row[0] for row in cursor.fetchall()] if returning is not None else []
+
+
+@functools.cache
+def _insert_sql(model: type[models.Model], names: tuple[str, ...]) -> tuple[str, str]:
+    """`INSERT INTO table (columns) VALUES ` and one row's placeholder, per model and field list."""
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(str(_field(model, name).column)) for name in names)
+    placeholder = "(" + ", ".join(["%s"] * len(names)) + ")"
+    return f"INSERT INTO {quote(model._meta.db_table)} ({columns}) VALUES ", placeholder
 
 
 def _field(model: type[models.Model], name: str) -> models.Field[Any, Any]:
