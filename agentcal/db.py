@@ -4,6 +4,9 @@
 server parses and plans every statement anew; for the engine's hand-written hot statements that cost
 more than running them. This cursor, on the same connection and inside the same transaction, binds
 parameters on the server, prepares each statement once per connection and reads results in binary.
+Its statements bypass Django's cursor wrapper, so they are not in `connection.queries`, debug logging
+or `execute_wrapper` hooks; statements whose output lists explicit columns stay valid across
+migrations (PostgreSQL re-plans prepared statements after DDL; only a changed result type would fail).
 
 `InsertBatch`: an engine write used to send its reservation, audit and outbox INSERTs as three
 statements, each a round trip and a parse/plan. The batch sends them as one statement of chained
