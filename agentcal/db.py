@@ -1,12 +1,12 @@
-"""Fewer round trips and less planning on the engine's write path.
+"""Fewer round trips and less Python on the engine's write path.
 
-`prepared_cursor()`: Django's cursors interpolate parameters into the SQL text on the client, so the
-server parses and plans every statement anew; for the engine's hand-written hot statements that cost
-more than running them. This cursor, on the same connection and inside the same transaction, binds
-parameters on the server, prepares each statement once per connection and reads results in binary.
-Its statements bypass Django's cursor wrapper, so they are not in `connection.queries`, debug logging
-or `execute_wrapper` hooks; statements whose output lists explicit columns stay valid across
-migrations (PostgreSQL re-plans prepared statements after DDL; only a changed result type would fail).
+`bound_cursor()`: Django's cursors interpolate parameters into the SQL text on the client and read
+results as text, parsing every timestamp in Python. This cursor, on the same connection and inside
+the same transaction, binds parameters on the server and reads results in binary (timestamps and JSON
+decoded in C). Its statements bypass Django's cursor wrapper, so they are not in `connection.queries`,
+debug logging or `execute_wrapper` hooks. Nothing is prepared on the connection (it works behind
+PgBouncer in transaction mode): preparing the hot statements was measured and gained nothing here —
+psycopg's bookkeeping cost about what PostgreSQL saved in planning.
 
 `InsertBatch`: an engine write used to send its reservation, audit and outbox INSERTs as three
 statements, each a round trip and a parse/plan. The batch sends them as one statement of chained
@@ -23,27 +23,24 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
-from django.conf import settings
 from django.db import connection, models
 
 
-class _PreparingCursor(psycopg.Cursor[Any]):
+class _BinaryCursor(psycopg.Cursor[Any]):
     def execute(
         self, query: Any, params: Any = None, *, prepare: bool | None = None, binary: bool | None = None
     ) -> Any:
-        prepare = settings.DB_PREPARED_STATEMENTS if prepare is None else prepare
-        # Results in binary: timestamps and JSON are decoded in C, not parsed from text (Django's
-        # connection parses timestamptz text in Python: ~5 % of a worker's samples under py-spy).
-        # jsonb arrives as Python objects, already what a JSONField holds.
+        # Binary results: Django's connection parses timestamptz text in Python (~5 % of a worker's
+        # samples under py-spy); jsonb arrives as Python objects, already what a JSONField holds.
         return super().execute(query, params, prepare=prepare, binary=True if binary is None else binary)
 
 
 @contextmanager
-def prepared_cursor() -> Iterator[psycopg.Cursor[Any]]:
-    """A cursor on the current Django connection that prepares what it executes (see above). Database
+def bound_cursor() -> Iterator[psycopg.Cursor[Any]]:
+    """A server-binding, binary-result cursor on the current Django connection (see above). Database
     errors come out as Django's (IntegrityError and friends), like from `connection.cursor()`."""
     connection.ensure_connection()
-    with connection.wrap_database_errors, _PreparingCursor(connection.connection) as cursor:
+    with connection.wrap_database_errors, _BinaryCursor(connection.connection) as cursor:
         yield cursor
 
 
@@ -62,7 +59,7 @@ class InsertBatch:
         _, queued_names, rows = self._tables[table]
         if tuple(queued_names) != names:
             raise ValueError(f"rows for {table} must name the same fields: {queued_names} vs {names}")
-        rows.append([prep(values[name]) for name, prep in zip(names, _preparers(model, names), strict=True)])
+        rows.append([adapt(values[name]) for name, adapt in zip(names, _adapters(model, names), strict=True)])
 
     def execute(self, *, returning: type[models.Model] | None = None) -> list[int]:
         """Send every queued row in one statement; returns the new ids of `returning`'s rows in order."""
@@ -86,7 +83,7 @@ class InsertBatch:
             params = [p for _, cte_params in ctes for p in cte_params]
         params.extend(main_params)
         self._tables.clear()
-        with prepared_cursor() as cursor:
+        with bound_cursor() as cursor:
             cursor.execute(sql, params)
             return [row[0] for row in cursor.fetchall()] if returning is not None else []
 
@@ -107,7 +104,7 @@ def _field(model: type[models.Model], name: str) -> models.Field[Any, Any]:
 
 
 @functools.cache
-def _preparers(model: type[models.Model], names: tuple[str, ...]) -> list[Callable[[Any], Any]]:
+def _adapters(model: type[models.Model], names: tuple[str, ...]) -> list[Callable[[Any], Any]]:
     """How each value is adapted for the database: the ORM's own preparation where it does something
     (JSON), none for the plain values psycopg adapts by itself. Cached: it runs for every row written."""
     plain = (
@@ -118,16 +115,16 @@ def _preparers(model: type[models.Model], names: tuple[str, ...]) -> list[Callab
         models.ForeignKey,
     )
     # (TextChoices members are str subclasses, which psycopg adapts as str.)
-    preparers: list[Callable[[Any], Any]] = []
+    adapters: list[Callable[[Any], Any]] = []
     for name in names:
         field = _field(model, name)
-        preparers.append(_unchanged if isinstance(field, plain) else functools.partial(_prepared, field))
-    return preparers
+        adapters.append(_unchanged if isinstance(field, plain) else functools.partial(_db_value, field))
+    return adapters
 
 
 def _unchanged(value: Any) -> Any:
     return value
 
 
-def _prepared(field: models.Field[Any, Any], value: Any) -> Any:
+def _db_value(field: models.Field[Any, Any], value: Any) -> Any:
     return field.get_db_prep_save(value, connection)

@@ -35,12 +35,6 @@ DATABASES = {
 }
 
 
-# The engine's hot statements (pre-check, lock, look-up, insert, commit) are prepared once per database
-# connection and then only executed: their planning cost more than their execution. Turn this off behind a
-# pooler that cannot keep prepared statements (PgBouncer before 1.21 in transaction mode).
-DB_PREPARED_STATEMENTS = env_bool("DB_PREPARED_STATEMENTS", True)
-
-
 def _secret_key() -> str:
     configured = env_str("SECRET_KEY")
     if configured:

@@ -88,7 +88,7 @@ def conninfo_for_baselines() -> str:
     from psycopg.conninfo import make_conninfo
 
     params = connection.settings_dict
-    django_only = {"pool", "server_side_binding", "isolation_level", "assume_role"}
+    django_only = {"pool", "server_side_binding", "isolation_level", "assume_role", "prepare_threshold"}
     options = {k: v for k, v in params.get("OPTIONS", {}).items() if k not in django_only}
     given = {
         "dbname": params.get("NAME"),

@@ -35,7 +35,7 @@ from django.db.models import F, Q
 from django.db.models.functions import Now
 from psycopg.errors import LockNotAvailable
 
-from agentcal.db import InsertBatch, prepared_cursor
+from agentcal.db import InsertBatch, bound_cursor
 from agentcal.errors import (
     AgentCalError,
     BookingNotLive,
@@ -142,7 +142,7 @@ def _audit_rejection(event: AuditEvent, exc: AgentCalError, kwargs: dict[str, An
     actor: Actor = kwargs["actor"]
     calendar = kwargs.get("calendar")
     span = kwargs.get("span")
-    # One prepared INSERT after the rollback; in autocommit it is its own transaction (no BEGIN/COMMIT).
+    # One INSERT after the rollback; in autocommit it is its own transaction (no BEGIN/COMMIT).
     batch = InsertBatch()
     audit_record(
         event_type=event,
@@ -448,7 +448,7 @@ class _Blocked(Exception):
 
 def _precheck(calendars: Sequence[Calendar], span: Span, priority: int) -> datetime:
     """Refuse what is certainly refused without taking a lock (_Blocked); returns the database's now."""
-    with prepared_cursor() as cursor:
+    with bound_cursor() as cursor:
         cursor.execute(_PRECHECK_SQL, _overlap_params([c.pk for c in calendars], span, priority=priority))
         found = cursor.fetchone()
     assert found is not None  # one row always: SELECT … FROM (SELECT 1) LEFT JOIN
@@ -535,7 +535,7 @@ def _lock_calendars(
         if nowait
         else "%(id)s"
     )
-    with prepared_cursor() as cursor:
+    with bound_cursor() as cursor:
         for cal_id in lock_ids:
             matching = if_match is not None and if_match[0] == cal_id
             try:
@@ -545,7 +545,7 @@ def _lock_calendars(
                     + " RETURNING version, clock_timestamp()",
                     {"id": cal_id, "version": if_match[1] if if_match is not None else None},
                 )
-            except LockNotAvailable as exc:  # inside prepared_cursor(): psycopg's error, not yet Django's
+            except LockNotAvailable as exc:  # inside bound_cursor(): psycopg's error, not yet Django's
                 raise _CalendarBusy from exc
             row = cursor.fetchone()
             if row is None and matching:
@@ -566,7 +566,7 @@ def _await_writers(calendar_ids: Sequence[int]) -> None:
     """Wait until the writes in flight on these calendars have ended, without taking their place: a
     share lock conflicts with a writer's lock but not with other share locks, and in autocommit it is
     released as soon as it is granted. Every waiter wakes at once when the writer commits."""
-    with prepared_cursor() as cursor:
+    with bound_cursor() as cursor:
         cursor.execute(
             "SELECT id FROM bookings_calendar WHERE id = ANY(%(ids)s) ORDER BY id FOR SHARE",
             {"ids": list(calendar_ids)},
@@ -609,7 +609,7 @@ def _clear_the_way(
 ) -> list[Reservation]:
     """Expire the lapsed holds in the span (so they never block the write at hand) and return the live
     rows in its way, start order. Usually both are empty: one round trip either way."""
-    with prepared_cursor() as cursor:
+    with bound_cursor() as cursor:
         cursor.execute(_CLEAR_THE_WAY_SQL, _overlap_params(calendar_ids, span, now=now))
         found = cursor.fetchall()
     if not found:
@@ -1003,7 +1003,7 @@ def _commit_hold(
     batch = InsertBatch()
     with transaction.atomic(durable=True):
         now, _ = _lock_calendars(sorted(r.calendar_id for r in rows))
-        with prepared_cursor() as cursor:
+        with bound_cursor() as cursor:
             cursor.execute(_COMMIT_SQL, {"now": now, "hold_id": primary.hold_id, "approved": approved})
             committed = {row_id: rest for row_id, *rest in cursor.fetchall()}
         if len(committed) != len(rows):
@@ -1224,7 +1224,7 @@ def _alternatives(
     window = Span(span.start - reach, span.end + reach)
     if now is None:
         now = server_now()
-    with prepared_cursor() as cursor:
+    with bound_cursor() as cursor:
         cursor.execute(_BUSY_NEAR_SQL, _overlap_params([c.pk for c in calendars], window, now=now))
         busy = BusyIndex(Span(start, end) for start, end in cursor.fetchall())
     found = nearest_free(

@@ -10,7 +10,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models.functions import Now
 
-from agentcal.db import prepared_cursor
+from agentcal.db import bound_cursor
 from bookings.models import LIVE_STATUSES, MAX_RESERVATION_LENGTH, Calendar, Reservation, ReservationStatus
 from bookings.spans import BusyIndex, Span, grid_slots
 from workspaces.models import Agent, Workspace
@@ -106,7 +106,7 @@ RESERVATION_ROW_JOINS = (
 def reservation_rows(where: str, params: dict[str, Any]) -> list[Reservation]:
     """Reservations (with their calendar and agent loaded) matching a condition on `r` (reservation),
     `c` (calendar) or `a` (agent), primary first, then by calendar id."""
-    with prepared_cursor() as cursor:
+    with bound_cursor() as cursor:
         cursor.execute(
             f"SELECT {RESERVATION_ROW_COLUMNS} FROM bookings_reservation r {RESERVATION_ROW_JOINS}"
             f" WHERE {where}",
@@ -128,7 +128,7 @@ def reservation_rows_from(found: Iterable[Sequence[Any]]) -> list[Reservation]:
 
 
 def _instances(values: Sequence[Any]) -> list[Any]:
-    """One instance per model in _LOADED from a row of RESERVATION_ROW_COLUMNS read by prepared_cursor()
+    """One instance per model in _LOADED from a row of RESERVATION_ROW_COLUMNS read by bound_cursor()
     (binary results: JSON columns arrive decoded, so no ORM converter is needed)."""
     instances, start = [], 0
     for model, names in zip(_LOADED, _ATTNAMES, strict=True):
@@ -146,8 +146,8 @@ _CALENDAR_SQL = (
 
 
 def calendar_in_workspace(*, workspace_id: int, public_id: str) -> Calendar | None:
-    """The calendar with this public id in the workspace (read on every agent request: prepared SQL)."""
-    with prepared_cursor() as cursor:
+    """The calendar with this public id in the workspace (read on every agent request: hand-written)."""
+    with bound_cursor() as cursor:
         cursor.execute(_CALENDAR_SQL, {"workspace": workspace_id, "public_id": public_id})
         row = cursor.fetchone()
     return (
