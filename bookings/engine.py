@@ -65,7 +65,6 @@ from bookings.selectors import (
     RESERVATION_ROW_COLUMNS,
     RESERVATION_ROW_JOINS,
     reservation_group,
-    reservation_rows,
     reservation_rows_from,
     server_now,
 )
@@ -575,26 +574,35 @@ def _await_writers(calendar_ids: Sequence[int]) -> None:
 
 # Whole groups of lapsed holds overlapping the span (or anywhere on the calendars, for the sweep) move
 # to 'expired': row locks taken in id order (like _transition_groups), status re-checked after the lock.
-_EXPIRE_LAPSED_SQL = """
-UPDATE bookings_reservation SET status = 'expired', version = version + 1, ended_at = %(now)s
- WHERE id IN (SELECT id FROM bookings_reservation
-               WHERE hold_id IN (SELECT hold_id FROM bookings_reservation
-                                  WHERE calendar_id = ANY(%(calendars)s) AND status = 'held'
-                                    AND expires_at <= %(now)s {overlapping})
-                 AND status = 'held' AND expires_at <= %(now)s
-               ORDER BY id FOR UPDATE)
-   AND status = 'held'
-RETURNING {returning}
+# As a CTE `expired` whose rows the statement reads back with their calendar and agent.
+_EXPIRE_LAPSED_CTE = """
+WITH expired AS (
+    UPDATE bookings_reservation SET status = 'expired', version = version + 1, ended_at = %(now)s
+     WHERE id IN (SELECT id FROM bookings_reservation
+                   WHERE hold_id IN (SELECT hold_id FROM bookings_reservation
+                                      WHERE calendar_id = ANY(%(calendars)s) AND status = 'held'
+                                        AND expires_at <= %(now)s {overlapping})
+                     AND status = 'held' AND expires_at <= %(now)s
+                   ORDER BY id FOR UPDATE)
+       AND status = 'held'
+    RETURNING *)
 """
 _OVERLAPPING = "AND start_time < %(end)s AND start_time > %(earliest)s AND end_time > %(start)s"
+
+# The sweep: every lapsed hold on the calendars.
+_EXPIRE_LAPSED_SQL = (
+    _EXPIRE_LAPSED_CTE.format(overlapping="")
+    + f"SELECT {RESERVATION_ROW_COLUMNS} FROM expired r {RESERVATION_ROW_JOINS}"
+)
 
 # The write path's look under the lock, in one round trip: expire the lapsed holds in the span, and
 # read the live rows in the way (whole rows, with calendar and agent, for a 409 or a takeover). Both
 # parts read the statement's one snapshot, taken after the lock was granted, so the look-up leaves out
 # exactly the lapsed rows the UPDATE expires (the lapsed set cannot change meanwhile: extending a hold
 # needs it unexpired, and every other change needs the lock we hold).
-_CLEAR_THE_WAY_SQL = f"""
-WITH expired AS ({_EXPIRE_LAPSED_SQL.format(overlapping=_OVERLAPPING, returning="*")})
+_CLEAR_THE_WAY_SQL = (
+    _EXPIRE_LAPSED_CTE.format(overlapping=_OVERLAPPING)
+    + f"""
 SELECT true, {RESERVATION_ROW_COLUMNS} FROM expired r {RESERVATION_ROW_JOINS}
 UNION ALL
 SELECT false, {RESERVATION_ROW_COLUMNS} FROM bookings_reservation r {RESERVATION_ROW_JOINS}
@@ -602,6 +610,7 @@ SELECT false, {RESERVATION_ROW_COLUMNS} FROM bookings_reservation r {RESERVATION
    AND r.start_time < %(end)s AND r.start_time > %(earliest)s AND r.end_time > %(start)s
    AND NOT (r.status = 'held' AND r.expires_at <= %(now)s)
 """
+)
 
 
 def _clear_the_way(
@@ -621,13 +630,9 @@ def _clear_the_way(
 
 def _expire_lapsed_holds(*, calendar_ids: Sequence[int], now: datetime) -> list[Reservation]:
     """The sweep's expiry: every lapsed hold on the calendars (the caller holds their locks)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _EXPIRE_LAPSED_SQL.format(overlapping="", returning="id"),
-            {"calendars": list(calendar_ids), "now": now},
-        )
-        expired_ids = [row[0] for row in cursor.fetchall()]
-    expired = reservation_rows("r.id = ANY(%(ids)s)", {"ids": expired_ids}) if expired_ids else []
+    with bound_cursor() as cursor:
+        cursor.execute(_EXPIRE_LAPSED_SQL, {"calendars": list(calendar_ids), "now": now})
+        expired = reservation_rows_from(cursor.fetchall())
     _announce_expired(expired, lazily=False)
     return expired
 

@@ -137,11 +137,10 @@ def _instances(values: Sequence[Any]) -> list[Any]:
     return instances
 
 
-_CALENDAR_FIELDS = [f.attname for f in Calendar._meta.concrete_fields]  # attname = column here
+_CALENDAR_ATTNAMES = _ATTNAMES[_LOADED.index(Calendar)]  # a calendar's attnames are its column names
 _CALENDAR_SQL = (
-    "SELECT "
-    + ", ".join(_CALENDAR_FIELDS)
-    + " FROM bookings_calendar WHERE workspace_id = %(workspace)s AND public_id = %(public_id)s"
+    f"SELECT {', '.join(_CALENDAR_ATTNAMES)} FROM bookings_calendar"
+    " WHERE workspace_id = %(workspace)s AND public_id = %(public_id)s"
 )
 
 
@@ -150,11 +149,7 @@ def calendar_in_workspace(*, workspace_id: int, public_id: str) -> Calendar | No
     with bound_cursor() as cursor:
         cursor.execute(_CALENDAR_SQL, {"workspace": workspace_id, "public_id": public_id})
         row = cursor.fetchone()
-    return (
-        None
-        if row is None
-        else Calendar.from_db("default", [f.attname for f in Calendar._meta.concrete_fields], row)
-    )
+    return None if row is None else Calendar.from_db("default", _CALENDAR_ATTNAMES, row)
 
 
 def server_now() -> datetime:
