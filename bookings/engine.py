@@ -31,7 +31,7 @@ from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F, Q
+from django.db.models import F
 from django.db.models.functions import Now
 from psycopg.errors import LockNotAvailable
 
@@ -573,7 +573,7 @@ def _await_writers(calendar_ids: Sequence[int]) -> None:
 
 
 # Whole groups of lapsed holds overlapping the span (or anywhere on the calendars, for the sweep) move
-# to 'expired': row locks taken in id order (like _transition_groups), status re-checked after the lock.
+# to 'expired': row locks taken in id order (like _transition_group), status re-checked after the lock.
 # As a CTE `expired` whose rows the statement reads back with their calendar and agent.
 _EXPIRE_LAPSED_CTE = """
 WITH expired AS (
@@ -682,25 +682,40 @@ def holds_expire_lapsed(limit: int = 100) -> int:
     return expired
 
 
-def _transition_groups(selection: Q, *, from_status: str, to_status: str, now: datetime) -> list[Reservation]:
-    """CAS: move the selected rows from `from_status` to `to_status`, locking them in id order.
-
-    Locking in a fixed order keeps two transactions that touch the rows of one multi-calendar group
-    from deadlocking. The status condition is re-checked after the lock is granted, so a row another
-    transaction moved first is simply not returned; callers compare what came back with what they need.
+# CAS on one whole hold or booking: lock its rows in id order (two transactions touching the rows of
+# one multi-calendar group then cannot deadlock), re-check the status after the lock, move the rows and
+# read them back with their calendar and agent, in one statement. A row another transaction moved first
+# is simply not returned; callers compare what came back with what they need.
+_TRANSITION_SQL = (
     """
-    locked_ids = list(
-        Reservation.objects.select_for_update()
-        .filter(selection, status=from_status)
-        .order_by("id")
-        .values_list("id", flat=True)
-    )
-    if not locked_ids:
-        return []
-    Reservation.objects.filter(id__in=locked_ids, status=from_status).update(
-        status=to_status, version=F("version") + 1, ended_at=now
-    )
-    return list(Reservation.objects.filter(id__in=locked_ids).select_related("calendar", "agent"))
+WITH moved AS (
+    UPDATE bookings_reservation SET status = %(to_status)s, version = version + 1, ended_at = %(now)s
+     WHERE id IN (SELECT id FROM bookings_reservation
+                   WHERE {column} = %(key)s AND status = %(from_status)s {unexpired}
+                   ORDER BY id FOR UPDATE)
+       AND status = %(from_status)s
+    RETURNING *)
+"""
+    + f"SELECT {RESERVATION_ROW_COLUMNS} FROM moved r {RESERVATION_ROW_JOINS}"
+)
+
+
+def _transition_group(
+    *,
+    hold_id: str | None = None,
+    booking_id: str | None = None,
+    from_status: str,
+    to_status: str,
+    now: datetime,
+    unexpired: bool = False,
+) -> list[Reservation]:
+    """Move the rows of one hold (or booking) from `from_status` to `to_status`; with `unexpired`,
+    only rows whose hold has not lapsed by `now`. Returns the rows it moved, primary first."""
+    column, key = ("hold_id", hold_id) if hold_id is not None else ("booking_id", booking_id)
+    sql = _TRANSITION_SQL.format(column=column, unexpired="AND expires_at > %(now)s" if unexpired else "")
+    with bound_cursor() as cursor:
+        cursor.execute(sql, {"key": key, "from_status": from_status, "to_status": to_status, "now": now})
+        return _ordered(reservation_rows_from(cursor.fetchall()))
 
 
 def _reserve_locked(
@@ -795,7 +810,7 @@ def _displace(victim_groups: set[str], in_the_way: list[Reservation], *, now: da
             ReservationStatus.EVICTED if status == ReservationStatus.HELD else ReservationStatus.BUMPED
         )
         group_size = Reservation.objects.filter(hold_id=hold_id).count()
-        moved = _transition_groups(Q(hold_id=hold_id), from_status=status, to_status=to_status, now=now)
+        moved = _transition_group(hold_id=hold_id, from_status=status, to_status=to_status, now=now)
         if len(moved) != group_size:
             # Someone changed the victim between our read and our update (cannot happen while we hold
             # every calendar lock involved, but the CAS is what we trust, not that reasoning).
@@ -985,7 +1000,7 @@ def hold_commit_approved(*, actor: Actor, hold_id: str) -> ReservationGroup:
 
 
 # The commit as one CAS statement: row locks in id order (like every group-row lock, see
-# _transition_groups), then every row of the group moves from a live hold to committed, each with its
+# _transition_group), then every row of the group moves from a live hold to committed, each with its
 # own calendar's bump window fixed now (later setting changes don't move it). An agent's own commit also
 # requires the hold not to be gated by an approval (the gate may have closed after the agent's read).
 _COMMIT_SQL = """
@@ -1149,8 +1164,9 @@ def _release_hold(*, actor: Actor, hold_id: str, rows: list[Reservation]) -> Res
         return ReservationGroup(rows=rows)  # releasing twice is harmless: same answer, nothing written
     with transaction.atomic(durable=True):
         now, _ = _lock_calendars(sorted(r.calendar_id for r in rows))
-        released = _transition_groups(
-            Q(hold_id=hold_id, expires_at__gt=now),
+        released = _transition_group(
+            hold_id=hold_id,
+            unexpired=True,
             from_status=ReservationStatus.HELD,
             to_status=ReservationStatus.RELEASED,
             now=now,
@@ -1159,7 +1175,6 @@ def _release_hold(*, actor: Actor, hold_id: str, rows: list[Reservation]) -> Res
             fresh = _ordered(Reservation.objects.filter(hold_id=hold_id))
             _raise_not_live(fresh[0], now)
             raise HoldExpired(f"Hold {hold_id} is no longer live.", hold_id=hold_id)
-        released = _ordered(released)
         _audit_reservation(
             AuditEvent.HOLD_RELEASED,
             actor=actor,
@@ -1181,8 +1196,8 @@ def booking_cancel(*, actor: Actor, booking_id: str) -> ReservationGroup:
         return ReservationGroup(rows=rows)
     with transaction.atomic(durable=True):
         now, _ = _lock_calendars(sorted(r.calendar_id for r in rows))
-        cancelled = _transition_groups(
-            Q(booking_id=booking_id),
+        cancelled = _transition_group(
+            booking_id=booking_id,
             from_status=ReservationStatus.COMMITTED,
             to_status=ReservationStatus.CANCELLED,
             now=now,
@@ -1196,7 +1211,6 @@ def booking_cancel(*, actor: Actor, booking_id: str) -> ReservationGroup:
             raise BookingNotLive(
                 f"Booking {booking_id} is {status}.", booking_id=booking_id, booking_status=status
             )
-        cancelled = _ordered(cancelled)
         _audit_reservation(
             AuditEvent.BOOKING_CANCELLED,
             actor=actor,
