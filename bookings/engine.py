@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.db.models.functions import Now
 from psycopg.errors import LockNotAvailable
@@ -1072,33 +1072,37 @@ def _check_fencing_token(hold: Reservation, presented: int) -> None:
         )
 
 
+# The heartbeat's CAS: still-live rows of the hold, locked in id order, get expires_at = now + ttl, and
+# are read back with their calendar and agent.
+_EXTEND_SQL = f"""
+WITH extended AS (
+    UPDATE bookings_reservation
+       SET expires_at = clock_timestamp() + make_interval(secs => %(ttl)s), version = version + 1
+     WHERE id IN (SELECT id FROM bookings_reservation
+                   WHERE hold_id = %(hold_id)s AND status = 'held' AND expires_at > clock_timestamp()
+                   ORDER BY id FOR UPDATE)
+       AND status = 'held'
+    RETURNING *)
+SELECT {RESERVATION_ROW_COLUMNS} FROM extended r {RESERVATION_ROW_JOINS}
+"""
+
+
 @_audit_rejections(AuditEvent.HOLD_EXTEND_REJECTED)
 def hold_extend(*, actor: Actor, hold_id: str, hold_token: str, ttl_seconds: int) -> ReservationGroup:
     """Heartbeat: push a live hold's expiry to now + ttl. No calendar lock: the set of live rows does
     not change, and the CAS below loses cleanly to a concurrent eviction or expiry."""
     rows = _owned_hold(actor=actor, hold_id=hold_id, hold_token=hold_token)
-    with transaction.atomic(durable=True), connection.cursor() as cursor:
-        cursor.execute(
-            """
-            UPDATE bookings_reservation
-               SET expires_at = clock_timestamp() + make_interval(secs => %(ttl)s), version = version + 1
-             WHERE id IN (SELECT id FROM bookings_reservation
-                           WHERE hold_id = %(hold_id)s AND status = %(held)s
-                             AND expires_at > clock_timestamp()
-                           ORDER BY id FOR UPDATE)
-               AND status = %(held)s
-            RETURNING clock_timestamp()
-            """,
-            {"ttl": ttl_seconds, "hold_id": hold_id, "held": ReservationStatus.HELD},
-        )
-        stamps = cursor.fetchall()
-        if len(stamps) != len(rows):
-            cursor.execute("SELECT clock_timestamp()")
-            (now,) = cursor.fetchone()
-            fresh = _ordered(Reservation.objects.filter(hold_id=hold_id))
-            _raise_not_live(fresh[0], now)
+    with transaction.atomic(durable=True):
+        with bound_cursor() as cursor:
+            cursor.execute(_EXTEND_SQL, {"ttl": ttl_seconds, "hold_id": hold_id})
+            fresh = _ordered(reservation_rows_from(cursor.fetchall()))
+        if len(fresh) != len(rows):
+            with bound_cursor() as cursor:
+                cursor.execute("SELECT clock_timestamp()")  # the CAS's clock (now() is the txn's start)
+                clock = cursor.fetchone()
+            assert clock is not None
+            _raise_not_live(_ordered(Reservation.objects.filter(hold_id=hold_id))[0], clock[0])
             raise HoldExpired(f"Hold {hold_id} is no longer live.", hold_id=hold_id)
-        fresh = _ordered(Reservation.objects.filter(hold_id=hold_id).select_related("calendar", "agent"))
         _audit_reservation(
             AuditEvent.HOLD_EXTENDED,
             actor=actor,
