@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -17,6 +17,12 @@ from rest_framework.utils.serializer_helpers import BindingDict
 from agentcal.errors import InvalidRange
 
 MAX_JSON_FIELD_BYTES = 16 * 1024
+# PostgreSQL's timestamptz takes offsets up to ±15:59:59 (RFC 3339's syntax allows ±23:59).
+MAX_UTC_OFFSET = timedelta(hours=15, minutes=59)
+# The times the API accepts: every computation on them (alternatives, bucket labels, a week's window
+# either side) stays far from the ends of Python's and PostgreSQL's calendars.
+EARLIEST_NAIVE_UTC = datetime(1970, 1, 1)  # noqa: DTZ001 — compared with a UTC wall time
+LATEST_NAIVE_UTC = datetime(9000, 1, 1)  # noqa: DTZ001
 
 
 class StrictSerializer(serializers.Serializer):
@@ -67,6 +73,19 @@ class OffsetDateTimeField(serializers.Field):
         if parsed.tzinfo is None:
             raise InvalidRange(
                 f"{self.field_name} has no UTC offset; send e.g. 2026-10-04T14:00:00Z or +02:00.",
+                field=self.field_name,
+            )
+        offset = parsed.utcoffset()
+        if offset is None or abs(offset) > MAX_UTC_OFFSET:
+            raise InvalidRange(
+                f"{self.field_name} has a UTC offset beyond ±15:59; no time zone is that far from UTC.",
+                field=self.field_name,
+            )
+        # Compared as naive UTC wall times: converting a time near year 1 or 9999 could itself overflow.
+        utc_wall = parsed.replace(tzinfo=None) - offset if 1 < parsed.year < 9999 else None
+        if utc_wall is None or not EARLIEST_NAIVE_UTC <= utc_wall < LATEST_NAIVE_UTC:
+            raise InvalidRange(
+                f"{self.field_name} must lie between 1970-01-01T00:00:00Z and 9000-01-01T00:00:00Z.",
                 field=self.field_name,
             )
         return parsed

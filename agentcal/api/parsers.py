@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -9,6 +10,7 @@ from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 
 from agentcal.errors import PayloadTooLarge
+from agentcal.text import is_storable
 
 
 class BoundedJSONParser(JSONParser):
@@ -31,6 +33,46 @@ class BoundedJSONParser(JSONParser):
         if not raw.strip():
             return {}
         try:
-            return json.loads(raw.decode("utf-8"))
+            value = json.loads(
+                raw.decode("utf-8"), parse_constant=_refuse_constant, parse_float=_finite_float
+            )
+        except RecursionError:
+            raise ParseError(f"The body nests deeper than {MAX_JSON_DEPTH} levels.") from None
         except (UnicodeDecodeError, ValueError) as exc:
             raise ParseError(f"The body is not valid JSON: {exc}") from exc
+        _check_storable(value)
+        return value
+
+
+# Deeper than any real request needs, and far below the interpreter's recursion limit (later code,
+# e.g. the request fingerprint, walks the document recursively).
+MAX_JSON_DEPTH = 32
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text[:32]} is out of range")
+    return value
+
+
+def _check_storable(document: Any) -> None:
+    """Refuse what PostgreSQL cannot store (NUL, lone surrogates) and absurd nesting, in one walk."""
+    pending: list[tuple[Any, int]] = [(document, 1)]
+    while pending:
+        value, depth = pending.pop()
+        if isinstance(value, str):
+            if not is_storable(value):
+                raise ParseError("Strings may not contain U+0000 or unpaired UTF-16 surrogates.")
+        elif isinstance(value, dict | list):
+            if depth > MAX_JSON_DEPTH:
+                raise ParseError(f"The body nests deeper than {MAX_JSON_DEPTH} levels.")
+            if isinstance(value, dict):
+                pending.extend((key, depth) for key in value)
+                pending.extend((item, depth + 1) for item in value.values())
+            else:
+                pending.extend((item, depth + 1) for item in value)

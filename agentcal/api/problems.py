@@ -5,14 +5,18 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
 from django.db import transaction
 from django.http import Http404, HttpRequest, JsonResponse
 from rest_framework import exceptions as drf
 from rest_framework import serializers
 from rest_framework.response import Response
 
-from agentcal.errors import AgentCalError, InvalidRequest, NotFound, Unauthenticated
+from agentcal.errors import AgentCalError, InvalidRequest, NotFound, PayloadTooLarge, Unauthenticated
+from agentcal.ids import is_public_id
+from agentcal.text import storable_text
 from audit.events import AuditEvent
 from audit.models import Outcome
 from audit.services import audit_record
@@ -20,6 +24,7 @@ from workspaces.actor import Actor
 
 logger = logging.getLogger(__name__)
 PROBLEM_CONTENT_TYPE = "application/problem+json"
+AUDITED_PATH_MAX_CHARS = 512
 
 
 class ProblemOutput(serializers.Serializer):
@@ -48,6 +53,9 @@ def as_domain_error(exc: Exception) -> AgentCalError | None:
     """Map framework exceptions onto the domain errors the API documents."""
     if isinstance(exc, AgentCalError):
         return exc
+    if isinstance(exc, RequestDataTooBig):  # Django's own cap, met before our parser's
+        limit = settings.API_MAX_BODY_BYTES
+        return PayloadTooLarge(f"The body is over the {limit}-byte limit.", max_bytes=limit)
     if isinstance(exc, Http404 | drf.NotFound):
         return NotFound()
     if isinstance(exc, drf.NotAuthenticated | drf.AuthenticationFailed):
@@ -109,7 +117,10 @@ def _audit_refusal(error: AgentCalError, request: Any, view: Any, original: Exce
         event = f"{action}.rejected"
     else:
         event = AuditEvent.REQUEST_REJECTED
-    kwargs = getattr(view, "kwargs", {}) or {}
+    # Only well-formed ids go into the id columns; whatever was sent is in the path, clipped.
+    kwargs = {
+        name: value for name, value in (getattr(view, "kwargs", {}) or {}).items() if is_public_id(value)
+    }
     django_request = getattr(request, "_request", request)
     with transaction.atomic():
         audit_record(
@@ -125,7 +136,7 @@ def _audit_refusal(error: AgentCalError, request: Any, view: Any, original: Exce
             request_id=getattr(django_request, "request_id", ""),
             details={
                 "method": getattr(django_request, "method", ""),
-                "path": getattr(django_request, "path", ""),
+                "path": storable_text(getattr(django_request, "path", ""), AUDITED_PATH_MAX_CHARS),
             },
         )
     error.audited = True

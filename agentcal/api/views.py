@@ -15,7 +15,10 @@ from agentcal.api.idempotency import (
     idempotency_complete,
     request_fingerprint,
 )
+from agentcal.errors import InvalidRequest, NotFound
+from agentcal.ids import is_public_id
 from agentcal.metrics import IDEMPOTENT_REPLAYS
+from agentcal.text import is_storable, storable_text
 from workspaces.actor import Actor
 
 MUTATING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -43,6 +46,15 @@ class AgentAPIView(APIView):
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)  # authentication, scopes
         self._idempotency_record = None
+        for name, value in kwargs.items():
+            if name.endswith("_id") and not is_public_id(value):
+                raise NotFound(f"No such {name.removesuffix('_id').replace('_', ' ')} in this workspace.")
+        for name, values in request.query_params.lists():
+            if not all(map(is_storable, [name, *values])):
+                raise InvalidRequest(
+                    "Query parameters may not contain U+0000 or unpaired surrogates.",
+                    errors={storable_text(name, 64): ["Unstorable characters."]},
+                )
         key = request.headers.get("Idempotency-Key")
         if key is None or request.method not in MUTATING_METHODS:
             return
