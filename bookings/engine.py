@@ -940,10 +940,19 @@ def _owned_hold(*, actor: Actor, hold_id: str, hold_token: str) -> list[Reservat
     if not rows:
         raise NotFound(f"No hold {hold_id} in this workspace.")
     head = rows[0]
+    _refuse_unless_owner(actor, head)
     if head.hold_token_hash is None or not hmac.compare_digest(head.hold_token_hash, _hash_token(hold_token)):
         raise HoldTokenMismatch("The hold_token does not belong to this hold.")
     _refuse_if_gated(head)
     return rows
+
+
+def _refuse_unless_owner(actor: Actor, head: Reservation) -> None:
+    # Holding the hold_token is not enough: it travels through agent frameworks, logs and approvals,
+    # and one agent must not be able to end or prolong another's reservation with it.
+    if actor.agent is None or head.agent_id != actor.agent.pk:
+        what = "hold" if head.booking_id is None else "booking"
+        raise NotOwner(f"Only the agent that made this {what} may change it.")
 
 
 def _refuse_if_gated(head: Reservation) -> None:
@@ -982,8 +991,7 @@ def hold_commit(
     rows = reservation_group(workspace=actor.workspace, hold_token_hash=_hash_token(hold_token))
     if not rows or rows[0].calendar_id != calendar.pk:
         raise NotFound(f"No hold with this hold_token on calendar {calendar.public_id}.")
-    if actor.agent is None or rows[0].agent_id != actor.agent.pk:
-        raise NotOwner("Only the agent that made the hold may commit it.")
+    _refuse_unless_owner(actor, rows[0])
     _refuse_if_gated(rows[0])
     return _commit_hold(actor=actor, rows=rows, fencing_token=fencing_token, approved=False)
 
@@ -1194,8 +1202,7 @@ def booking_cancel(*, actor: Actor, booking_id: str) -> ReservationGroup:
     rows = reservation_group(workspace=actor.workspace, booking_id=booking_id)
     if not rows:
         raise NotFound(f"No booking {booking_id} in this workspace.")
-    if actor.agent is None or rows[0].agent_id != actor.agent.pk:
-        raise NotOwner("Only the agent that made the booking may cancel it.")
+    _refuse_unless_owner(actor, rows[0])
     if rows[0].status == ReservationStatus.CANCELLED:
         return ReservationGroup(rows=rows)
     with transaction.atomic(durable=True):

@@ -145,3 +145,27 @@ def test_a_dead_hold_error_keeps_the_http_status_in_the_problem_body(sdr, calend
     assert after_release.status_code == after_commit.status_code == 409
     assert after_release.json()["status"] == 409, after_release.json()
     assert after_commit.json()["status"] == 409, after_commit.json()
+
+
+def test_another_agent_with_the_hold_token_can_neither_extend_nor_release_it(sdr, make_agent, calendar):
+    teammate = make_agent("teammate", priority=100, max_priority=100)
+    held = created(hold(sdr, calendar["id"], slot()))
+    token = {"hold_token": held["hold_token"]}
+
+    problem(
+        teammate.client.post(f"/holds/{held['id']}/extend", json={**token, "ttl_seconds": 600}),
+        403,
+        "not_owner",
+    )
+    problem(teammate.client.request("DELETE", f"/holds/{held['id']}", json=token), 403, "not_owner")
+    problem(teammate.client.delete(f"/holds/{held['id']}", params=token), 403, "not_owner")
+
+    now = sdr.client.get(f"/holds/{held['id']}").json()
+    assert (now["status"], now["expires_at"]) == ("held", held["expires_at"])
+    rejected = audit_rows(outcome="rejected", failure_reason="not_owner")
+    assert [r.event_type for r in rejected] == [
+        "calendar.hold.extend.rejected",
+        "calendar.hold.release.rejected",
+        "calendar.hold.release.rejected",
+    ]
+    assert {r.agent_public_id for r in rejected} == {teammate.id}
