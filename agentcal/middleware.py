@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import io
 import re
 from collections.abc import Callable
 
+from django.conf import settings
+from django.core.handlers.wsgi import LimitedStream
 from django.http import HttpRequest, HttpResponse
 
 from agentcal.ids import new_public_id
@@ -22,3 +25,30 @@ class RequestIdMiddleware:
         response = self.get_response(request)
         response["X-Request-ID"] = request.request_id  # type: ignore[attr-defined]
         return response
+
+
+class ChunkedBodyMiddleware:
+    """Make a chunked request body (no Content-Length) readable by the agent API.
+
+    Django reads a body only up to Content-Length, so without one a chunked body would be read as
+    empty and the request would run as if nothing had been sent. Where the server says its input ends
+    by itself (`wsgi.input_terminated`, as gunicorn does), the body is read here, at most one byte
+    past the API's limit so the parser can still answer 413; elsewhere the client is told to send a
+    length.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        meta = request.META
+        chunked = "chunked" in meta.get("HTTP_TRANSFER_ENCODING", "").lower()
+        if chunked and not meta.get("CONTENT_LENGTH") and request.path.startswith("/v1/"):
+            if not meta.get("wsgi.input_terminated"):
+                from agentcal.api.problems import length_required
+
+                return length_required()
+            body = meta["wsgi.input"].read(settings.API_MAX_BODY_BYTES + 1)
+            meta["CONTENT_LENGTH"] = str(len(body))
+            request._stream = LimitedStream(io.BytesIO(body), len(body))  # type: ignore[attr-defined]
+        return self.get_response(request)

@@ -7,10 +7,12 @@ own PostgreSQL connection) against the real database: no mocks of the database a
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import pytest
@@ -47,6 +49,26 @@ class Persona:
     def new_client(self) -> httpx.Client:
         """A separate connection (for concurrent use from another thread)."""
         return httpx.Client(base_url=str(self.client.base_url), headers=dict(self.client.headers), timeout=30)
+
+
+def test_database_url() -> str:
+    """DATABASE_URL with the test database's name, for child processes (gunicorn, Celery workers)."""
+    url = urlsplit(os.environ["DATABASE_URL"])
+    return urlunsplit(url._replace(path="/" + connection.settings_dict["NAME"]))
+
+
+@pytest.fixture
+def app_server(transactional_db: None) -> Iterator[str]:
+    """The real application under gunicorn (the production server) on the test database."""
+    from bench.server import GunicornServer
+
+    with GunicornServer(
+        "agentcal.wsgi:application",
+        workers=2,
+        health_path="/v1/health",
+        env={"DATABASE_URL": test_database_url(), "DB_CONN_MAX_AGE": "60"},
+    ) as url:
+        yield url
 
 
 @pytest.fixture

@@ -155,3 +155,14 @@ def api_server_error(request: HttpRequest) -> JsonResponse:
         500, "internal_error", "Internal server error", "Something went wrong; it has been logged."
     )
     return problem_json_response(error)
+
+
+def length_required() -> JsonResponse:
+    return problem_json_response(
+        _generic(
+            411,
+            "length_required",
+            "Length required",
+            "This server cannot read a chunked body; send Content-Length.",
+        )
+    )
