@@ -1,4 +1,4 @@
-"""Input a careless client or an attacker sends: always a 4xx problem, never a 500, and the refusal is audited."""
+"""Input a careless client or an attacker sends: a 4xx problem, never a 500, and the refusal is audited."""
 
 from __future__ import annotations
 
