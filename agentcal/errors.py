@@ -119,12 +119,29 @@ class IdempotencyInProgress(AgentCalError):
     )
 
 
+class IdempotencyReplayUnavailable(AgentCalError):
+    status, code, title = (
+        409,
+        "idempotency_replay_unavailable",
+        "The response stored for this Idempotency-Key can no longer be read",
+    )
+
+
 class PreconditionFailed(AgentCalError):
     status, code, title = 412, "precondition_failed", "The calendar changed since the version in If-Match"
 
 
 class PayloadTooLarge(AgentCalError):
     status, code, title = 413, "payload_too_large", "The request body is too large"
+
+
+class ServiceUnavailable(AgentCalError):
+    status, code, title = (
+        503,
+        "service_unavailable",
+        "A server AgentCal depends on is unreachable; nothing was written",
+    )
+    retry_after_seconds: ClassVar[int] = 1
 
 
 class BookingTooLong(AgentCalError):

@@ -8,13 +8,23 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
-from django.db import transaction
+from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
 from django.http import Http404, HttpRequest, JsonResponse
+from kombu.exceptions import OperationalError as BrokerError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from rest_framework import exceptions as drf
 from rest_framework import serializers
 from rest_framework.response import Response
 
-from agentcal.errors import AgentCalError, InvalidRequest, NotFound, PayloadTooLarge, Unauthenticated
+from agentcal.errors import (
+    AgentCalError,
+    InvalidRequest,
+    NotFound,
+    PayloadTooLarge,
+    ServiceUnavailable,
+    Unauthenticated,
+)
 from agentcal.ids import is_public_id
 from agentcal.text import storable_text
 from audit.events import AuditEvent
@@ -25,6 +35,9 @@ from workspaces.actor import Actor
 logger = logging.getLogger(__name__)
 PROBLEM_CONTENT_TYPE = "application/problem+json"
 AUDITED_PATH_MAX_CHARS = 512
+# A lost or refused connection (and a deadlock or serialization failure, which PostgreSQL reports the
+# same way): the request was rolled back and may be retried as it is.
+UNREACHABLE = (OperationalError, InterfaceError, BrokerError, RedisConnectionError, RedisTimeoutError)
 
 
 class ProblemOutput(serializers.Serializer):
@@ -53,6 +66,12 @@ def as_domain_error(exc: Exception) -> AgentCalError | None:
     """Map framework exceptions onto the domain errors the API documents."""
     if isinstance(exc, AgentCalError):
         return exc
+    if isinstance(exc, UNREACHABLE):
+        return ServiceUnavailable(
+            "The database or the message broker did not answer; the request was rolled back. "
+            "Retry (with the same Idempotency-Key) shortly.",
+            retryable=True,
+        )
     if isinstance(exc, RequestDataTooBig):  # Django's own cap, met before our parser's
         limit = settings.API_MAX_BODY_BYTES
         return PayloadTooLarge(f"The body is over the {limit}-byte limit.", max_bytes=limit)
@@ -95,14 +114,32 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
         return None  # unexpected: Django logs it and answers 500 (see agentcal.urls handler500)
     request = context.get("request")
     view = context.get("view")
+    if isinstance(error, ServiceUnavailable):
+        logger.warning("503 for %s: %s", getattr(request, "path", "?"), exc)
+        _drop_broken_connection()
     if not error.audited:
-        _audit_refusal(error, request, view, exc)
+        try:
+            _audit_refusal(error, request, view, exc)
+        except DatabaseError:
+            if not isinstance(error, ServiceUnavailable):
+                raise
+            logger.warning("the refusal could not be audited: the database is still unreachable")
     headers = {}
     if error.status == 401:
         headers["WWW-Authenticate"] = 'Bearer realm="agentcal"'
     if error.status == 409 and error.code == "idempotency_in_progress":
         headers["Retry-After"] = "1"
+    if isinstance(error, ServiceUnavailable):
+        headers["Retry-After"] = str(error.retry_after_seconds)
     return ProblemResponse(error, headers=headers)
+
+
+def _drop_broken_connection() -> None:
+    """A connection the server terminated cannot be used again, not even to release an idempotency
+    claim or audit the refusal; closing it makes the next statement open a fresh one."""
+    raw = connection.connection
+    if not connection.in_atomic_block and (raw is None or raw.closed or getattr(raw, "broken", False)):
+        connection.close()
 
 
 def _audit_refusal(error: AgentCalError, request: Any, view: Any, original: Exception) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any, ClassVar
 
+from django.db import DatabaseError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -13,6 +15,7 @@ from agentcal.api.idempotency import (
     StoredResponse,
     idempotency_claim,
     idempotency_complete,
+    idempotency_release,
     request_fingerprint,
 )
 from agentcal.errors import InvalidRequest, NotFound
@@ -21,6 +24,7 @@ from agentcal.metrics import IDEMPOTENT_REPLAYS
 from agentcal.text import is_storable, storable_text
 from workspaces.actor import Actor
 
+logger = logging.getLogger(__name__)
 MUTATING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
@@ -35,7 +39,8 @@ class AgentAPIView(APIView):
     # Audit event prefix for refusals, e.g. "calendar.hold" -> "calendar.hold.rejected".
     audit_action: ClassVar[str | None] = None
 
-    _idempotency_record: int | None = None
+    # The claimed record's id and the raw key (which seals the stored response), while the request runs.
+    _idempotency: tuple[int, str] | None = None
 
     @property
     def actor(self) -> Actor:
@@ -45,7 +50,7 @@ class AgentAPIView(APIView):
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)  # authentication, scopes
-        self._idempotency_record = None
+        self._idempotency = None
         for name, value in kwargs.items():
             if name.endswith("_id") and not is_public_id(value):
                 raise NotFound(f"No such {name.removesuffix('_id').replace('_', ' ')} in this workspace.")
@@ -68,7 +73,7 @@ class AgentAPIView(APIView):
         outcome = idempotency_claim(agent=self.actor.agent, key=key, fingerprint=fingerprint)
         if isinstance(outcome, StoredResponse):
             raise _Replay(outcome)
-        self._idempotency_record = outcome
+        self._idempotency = (outcome, key)
 
     def handle_exception(self, exc: Exception) -> Response:
         if isinstance(exc, _Replay):
@@ -81,19 +86,30 @@ class AgentAPIView(APIView):
             return super().handle_exception(exc)
         except Exception:
             # An unexpected error (a 500): release the claim so the agent's retry runs for real.
-            record_id, self._idempotency_record = self._idempotency_record, None
-            if record_id is not None:
-                idempotency_complete(record_id=record_id, status=500, body=None, headers={})
+            claim, self._idempotency = self._idempotency, None
+            if claim is not None:
+                idempotency_release(record_id=claim[0])
             raise
 
     def finalize_response(self, request: Request, response: Response, *args: Any, **kwargs: Any) -> Response:
         response = super().finalize_response(request, response, *args, **kwargs)
-        record_id, self._idempotency_record = self._idempotency_record, None
-        if record_id is not None:
-            headers = {name: response[name] for name in REPLAYED_HEADERS if response.has_header(name)}
-            if response.content_type:
-                headers["Content-Type"] = response.content_type
-            idempotency_complete(
-                record_id=record_id, status=response.status_code, body=response.data, headers=headers
-            )
+        claim, self._idempotency = self._idempotency, None
+        if claim is None:
+            return response
+        record_id, key = claim
+        if response.status_code >= 500:
+            # Nothing was written (the engine's transactions are all or nothing), so the retry must run
+            # for real. After a lost connection this is the first statement on a fresh one; if the
+            # database is still away, the claim lapses after IDEMPOTENCY_STALE_CLAIM_SECONDS instead.
+            try:
+                idempotency_release(record_id=record_id)
+            except DatabaseError as exc:
+                logger.warning("could not release idempotency claim %s: %s", record_id, type(exc).__name__)
+            return response
+        headers = {name: response[name] for name in REPLAYED_HEADERS if response.has_header(name)}
+        if response.content_type:
+            headers["Content-Type"] = response.content_type
+        idempotency_complete(
+            record_id=record_id, key=key, status=response.status_code, body=response.data, headers=headers
+        )
         return response

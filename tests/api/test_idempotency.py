@@ -6,11 +6,14 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from threading import Barrier
 
+import psycopg
 import pytest
+from django.db import connection
 from django.db.models.functions import Now
 
-from agentcal.api.idempotency import request_fingerprint
+from agentcal.api.idempotency import key_digest, request_fingerprint
 from agentcal.api.models import IdempotencyRecord
+from agentcal.errors import IdempotencyReplayUnavailable
 from bookings.models import Reservation
 from tests.conftest import audit_rows, slot
 
@@ -113,7 +116,7 @@ def test_keys_are_scoped_per_agent(sdr, exec_assistant, calendar):
     assert theirs.json()["id"] != mine.json()["id"]
     assert theirs.json()["hold_token"] != mine.json()["hold_token"]
     assert theirs.json()["agent_id"] == exec_assistant.id
-    assert IdempotencyRecord.objects.filter(key="shared-key-string").count() == 2
+    assert IdempotencyRecord.objects.filter(key_digest=key_digest("shared-key-string")).count() == 2
 
 
 def test_it_stores_and_replays_a_4xx_response(sdr, make_agent, calendar):
@@ -218,11 +221,12 @@ def test_get_requests_ignore_the_header(sdr, calendar):
 def test_a_second_request_while_the_first_is_running_is_409_in_progress(sdr, calendar):
     body = slot(hours_ahead=30)
     path = f"/v1/calendars/{calendar['id']}/holds"
-    # The claim a still-running first request leaves behind: no response stored yet.
+    # The claim a still-running first request leaves behind: no response stored yet, its session alive.
     IdempotencyRecord.objects.create(
         agent=sdr.agent,
-        key="running",
+        key_digest=key_digest("running"),
         request_fingerprint=request_fingerprint(method="POST", path=path, query="", body=body),
+        claimed_by_pid=backend_pid(connection),
     )
 
     response = sdr.client.post(
@@ -242,10 +246,12 @@ def test_a_claim_abandoned_by_a_crashed_worker_is_taken_over(sdr, calendar):
     path = f"/v1/calendars/{calendar['id']}/holds"
     IdempotencyRecord.objects.create(
         agent=sdr.agent,
-        key="crashed",
+        key_digest=key_digest("crashed"),
         request_fingerprint=request_fingerprint(method="POST", path=path, query="", body=body),
     )
-    IdempotencyRecord.objects.filter(key="crashed").update(created_at=Now() - timedelta(minutes=10))
+    IdempotencyRecord.objects.filter(key_digest=key_digest("crashed")).update(
+        created_at=Now() - timedelta(minutes=10)
+    )
 
     response = sdr.client.post(
         f"/calendars/{calendar['id']}/holds", json=body, headers={"Idempotency-Key": "crashed"}
@@ -260,7 +266,7 @@ def test_a_key_is_forgotten_after_24_hours(sdr, calendar):
     headers = {"Idempotency-Key": "yesterday"}
     first = sdr.client.post(f"/calendars/{calendar['id']}/holds", json=slot(hours_ahead=30), headers=headers)
     assert first.status_code == 201, first.text
-    IdempotencyRecord.objects.filter(key="yesterday").update(
+    IdempotencyRecord.objects.filter(key_digest=key_digest("yesterday")).update(
         created_at=Now() - timedelta(hours=24, minutes=1)
     )
 
@@ -270,3 +276,72 @@ def test_a_key_is_forgotten_after_24_hours(sdr, calendar):
     assert second.status_code == 201, second.text
     assert "Idempotent-Replayed" not in second.headers
     assert reservations(calendar["id"]) == 2
+
+
+def test_the_stored_replay_keeps_no_secret_in_clear(sdr, calendar):
+    key = "secret-at-rest-check"
+    first = sdr.client.post(
+        f"/calendars/{calendar['id']}/holds", json=slot(30), headers={"Idempotency-Key": key}
+    )
+    assert first.status_code == 201, first.text
+    hold_token = first.json()["hold_token"]
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT r::text, encode(r.response_sealed, 'escape') FROM api_idempotencyrecord r")
+        [(row_text, sealed_text)] = cursor.fetchall()
+    for secret in (hold_token, key):
+        assert secret not in row_text and secret not in sealed_text
+
+    replay = sdr.client.post(
+        f"/calendars/{calendar['id']}/holds", json=slot(30), headers={"Idempotency-Key": key}
+    )
+    assert replay.headers["Idempotent-Replayed"] == "true"
+    assert replay.json() == first.json()
+
+
+def test_a_replay_sealed_under_a_rotated_secret_key_still_opens(sdr, calendar, settings):
+    key = "rotation"
+    first = sdr.client.post(
+        f"/calendars/{calendar['id']}/holds", json=slot(30), headers={"Idempotency-Key": key}
+    )
+    assert first.status_code == 201, first.text
+    record = IdempotencyRecord.objects.get(key_digest=key_digest(key))
+
+    settings.SECRET_KEY_FALLBACKS = [settings.SECRET_KEY]
+    settings.SECRET_KEY = "a-new-secret-key-" + "x" * 40
+    assert open_stored(record, key) == first.json()
+    settings.SECRET_KEY_FALLBACKS = []
+    with pytest.raises(IdempotencyReplayUnavailable):
+        open_stored(record, key)
+
+
+def open_stored(record: IdempotencyRecord, key: str) -> dict:
+    from agentcal.api.idempotency import _open
+
+    return _open(bytes(record.response_sealed), key=key, record_id=record.pk)
+
+
+def test_a_claim_whose_database_session_is_gone_is_taken_over_at_once(sdr, calendar):
+    body = slot(hours_ahead=30)
+    path = f"/v1/calendars/{calendar['id']}/holds"
+    with psycopg.connect(**connection.get_connection_params()) as lost:
+        lost_pid = lost.info.backend_pid
+    IdempotencyRecord.objects.create(
+        agent=sdr.agent,
+        key_digest=key_digest("connection-lost"),
+        request_fingerprint=request_fingerprint(method="POST", path=path, query="", body=body),
+        claimed_by_pid=lost_pid,
+    )
+
+    response = sdr.client.post(
+        f"/calendars/{calendar['id']}/holds", json=body, headers={"Idempotency-Key": "connection-lost"}
+    )
+
+    assert response.status_code == 201, response.text
+    assert reservations(calendar["id"]) == 1
+
+
+def backend_pid(conn) -> int:
+    with conn.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return int(cursor.fetchone()[0])
