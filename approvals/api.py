@@ -13,9 +13,9 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from agentcal.api.fields import StrictSerializer
-from agentcal.api.pagination import page_size, paginate
-from agentcal.api.problems import problems
+from agentcal.api.fields import StrictSerializer, validated
+from agentcal.api.pagination import PageQuery, paginate
+from agentcal.api.schema import page_of, problems
 from agentcal.api.views import AgentAPIView
 from approvals import services
 from approvals.models import SUMMARY_MAX_CHARS, Approval, ApprovalStatus
@@ -89,27 +89,17 @@ def approval_payload(approval: Approval, now: datetime | None = None) -> dict[st
     return {**services.approval_data(approval, now=now), "evidence": approval.evidence}
 
 
-class ApprovalListQuery(serializers.Serializer):
+class ApprovalListQuery(PageQuery):
     status = serializers.ChoiceField(choices=ApprovalStatus.choices, required=False)
-    cursor = serializers.CharField(required=False)
-    limit = serializers.CharField(required=False)
-
-
-def _validated(serializer_class: type[serializers.Serializer], data: Any) -> dict[str, Any]:
-    serializer = serializer_class(data=data)
-    serializer.is_valid(raise_exception=True)
-    return dict(serializer.validated_data)
 
 
 class ApprovalListView(AgentAPIView):
     required_scopes = {"GET": Scope.APPROVALS_READ, "POST": Scope.APPROVALS_WRITE}
     audit_action = "approval"
 
-    @extend_schema(
-        parameters=[ApprovalListQuery], responses={200: ApprovalOutput(many=True), **problems(400)}
-    )
+    @extend_schema(parameters=[ApprovalListQuery], responses={200: page_of(ApprovalOutput), **problems(400)})
     def get(self, request: Request) -> Response:
-        query = _validated(ApprovalListQuery, request.query_params.dict())
+        query = validated(ApprovalListQuery, request.query_params.dict())
         approvals = Approval.objects.filter(agent=self.actor.agent).select_related("agent")
         status = query.get("status")
         now = server_now()
@@ -125,7 +115,7 @@ class ApprovalListView(AgentAPIView):
         page, next_cursor = paginate(
             approvals,
             cursor=query.get("cursor"),
-            limit=page_size(query.get("limit")),
+            limit=query["limit"],
             descending=True,
             scope=f"approvals:{self.actor.agent_public_id}:{status or ''}",
             key_field="public_id",
@@ -135,7 +125,7 @@ class ApprovalListView(AgentAPIView):
 
     @extend_schema(request=ApprovalInput, responses={201: ApprovalOutput, **problems(400, 404, 409)})
     def post(self, request: Request) -> Response:
-        data = _validated(ApprovalInput, request.data)
+        data = validated(ApprovalInput, request.data)
         approval = services.approval_request(
             actor=self.actor,
             summary=data["summary"],

@@ -10,15 +10,15 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from agentcal.api.fields import OffsetDateTimeField
-from agentcal.api.pagination import page_size, paginate
-from agentcal.api.problems import problems
+from agentcal.api.pagination import PageQuery, paginate
+from agentcal.api.schema import page_of, problems
 from agentcal.api.views import AgentAPIView
 from audit.models import AuditRecord, Outcome
 from audit.selectors import audit_records
 from workspaces.models import Scope
 
 
-class AuditQuery(serializers.Serializer):
+class AuditQuery(PageQuery):
     event_type = serializers.CharField(required=False, max_length=64)
     agent = serializers.CharField(required=False, max_length=32)
     calendar = serializers.CharField(required=False, max_length=32)
@@ -27,8 +27,6 @@ class AuditQuery(serializers.Serializer):
     until = OffsetDateTimeField(required=False)
     overlaps_start = OffsetDateTimeField(required=False)
     overlaps_end = OffsetDateTimeField(required=False)
-    cursor = serializers.CharField(required=False)
-    limit = serializers.CharField(required=False)
 
 
 class AuditRecordOutput(serializers.Serializer):
@@ -67,7 +65,7 @@ class AuditListView(AgentAPIView):
     required_scopes = {"GET": Scope.AUDIT_READ}
     audit_action = "audit.read"
 
-    @extend_schema(parameters=[AuditQuery], responses={200: AuditRecordOutput(many=True), **problems(400)})
+    @extend_schema(parameters=[AuditQuery], responses={200: page_of(AuditRecordOutput), **problems(400)})
     def get(self, request: Request) -> Response:
         validator = AuditQuery(data=request.query_params.dict())
         validator.is_valid(raise_exception=True)
@@ -88,7 +86,7 @@ class AuditListView(AgentAPIView):
         page, next_cursor = paginate(
             records,
             cursor=query.get("cursor"),
-            limit=page_size(query.get("limit")),
+            limit=query["limit"],
             descending=True,
             scope=f"audit:{filters}",
             key_field="public_id",

@@ -16,9 +16,10 @@ from agentcal.api.fields import (
     OutputSerializer,
     StrictSerializer,
     TimezoneField,
+    validated,
 )
-from agentcal.api.pagination import page_size, paginate
-from agentcal.api.problems import problems
+from agentcal.api.pagination import PageQuery, paginate
+from agentcal.api.schema import page_of, problems
 from agentcal.api.views import AgentAPIView
 from agentcal.errors import InvalidRange, InvalidRequest, NotFound
 from bookings import engine
@@ -229,14 +230,15 @@ class CalendarListView(AgentAPIView):
     audit_action = "calendar"
 
     @extend_schema(
-        responses={200: CalendarOutput(many=True), **problems(400)},
-        parameters=[OpenApiParameter("cursor", str), OpenApiParameter("limit", int)],
+        responses={200: page_of(CalendarOutput), **problems(400)},
+        parameters=[PageQuery],
     )
     def get(self, request: Request) -> Response:
+        query = validated(PageQuery, request.query_params.dict())
         calendars, next_cursor = paginate(
             Calendar.objects.filter(workspace=self.actor.workspace),
-            cursor=request.query_params.get("cursor"),
-            limit=page_size(request.query_params.get("limit")),
+            cursor=query.get("cursor"),
+            limit=query["limit"],
             descending=False,
             scope="calendars",
             key_field="public_id",
@@ -245,7 +247,7 @@ class CalendarListView(AgentAPIView):
 
     @extend_schema(request=CalendarInput, responses={201: CalendarOutput, **problems(400)})
     def post(self, request: Request) -> Response:
-        data = _validated(CalendarInput, request.data)
+        data = validated(CalendarInput, request.data)
         calendar = engine.calendar_create(actor=self.actor, **data)
         return Response(
             CalendarOutput(calendar).data,
@@ -265,17 +267,11 @@ class CalendarDetailView(AgentAPIView):
     @extend_schema(request=CalendarInput(partial=True), responses={200: CalendarOutput, **problems(400, 404)})
     def patch(self, request: Request, calendar_id: str) -> Response:
         calendar = calendar_for(self.actor, calendar_id)
-        changes = _validated(CalendarInput, request.data, partial=True)
+        changes = validated(CalendarInput, request.data, partial=True)
         if not changes:
             raise InvalidRequest("Send at least one field to change.")
         calendar = engine.calendar_update(actor=self.actor, calendar=calendar, changes=changes)
         return Response(CalendarOutput(calendar).data)
-
-
-def _validated(serializer_class: type[serializers.Serializer], data: Any, **kwargs: Any) -> dict[str, Any]:
-    serializer = serializer_class(data=data, **kwargs)
-    serializer.is_valid(raise_exception=True)
-    return dict(serializer.validated_data)
 
 
 # --- Availability ---------------------------------------------------------------------------------------
@@ -324,7 +320,7 @@ class AvailabilityView(AgentAPIView):
     @extend_schema(parameters=[AvailabilityQuery], responses={200: AvailabilityOutput, **problems(400, 404)})
     def get(self, request: Request, calendar_id: str) -> Response:
         calendar = calendar_for(self.actor, calendar_id)
-        query = _validated(AvailabilityQuery, request.query_params.dict())
+        query = validated(AvailabilityQuery, request.query_params.dict())
         window = Span(query["start"], query["end"])
         if window.end <= window.start:
             raise InvalidRange("end must be after start.")
@@ -401,7 +397,7 @@ class HoldCreateView(AgentAPIView):
     @extend_schema(request=HoldInput, responses={201: HoldOutput, **problems(400, 404, 409, 412, 422)})
     def post(self, request: Request, calendar_id: str) -> Response:
         calendar = calendar_for(self.actor, calendar_id)
-        data = _validated(HoldInput, request.data)
+        data = validated(HoldInput, request.data)
         group = engine.hold_create(
             actor=self.actor,
             calendar=calendar,
@@ -448,7 +444,7 @@ class HoldDetailView(AgentAPIView):
         body = request.data
         if not body and "hold_token" in request.query_params:
             body = {"hold_token": request.query_params["hold_token"]}
-        data = _validated(HoldTokenInput, body)
+        data = validated(HoldTokenInput, body)
         group = engine.hold_release(actor=self.actor, hold_id=hold_id, hold_token=data["hold_token"])
         return Response(hold_payload(group))
 
@@ -459,7 +455,7 @@ class HoldExtendView(AgentAPIView):
 
     @extend_schema(request=HoldExtendInput, responses={200: HoldOutput, **problems(400, 404, 409)})
     def post(self, request: Request, hold_id: str) -> Response:
-        data = _validated(HoldExtendInput, request.data)
+        data = validated(HoldExtendInput, request.data)
         ttl = data.get("ttl_seconds")
         if ttl is None:
             rows = reservation_group(workspace=self.actor.workspace, hold_id=hold_id)
@@ -506,7 +502,7 @@ class CommitCreateView(AgentAPIView):
     @extend_schema(request=CommitInput, responses={201: BookingOutput, **problems(400, 404, 409, 412, 422)})
     def post(self, request: Request, calendar_id: str) -> Response:
         calendar = calendar_for(self.actor, calendar_id)
-        data = _validated(CommitInput, request.data)
+        data = validated(CommitInput, request.data)
         if "hold_token" in data:
             group = engine.hold_commit(
                 actor=self.actor,
@@ -528,14 +524,12 @@ class CommitCreateView(AgentAPIView):
         )
 
 
-class BookingListQuery(serializers.Serializer):
+class BookingListQuery(PageQuery):
     start = OffsetDateTimeField(required=False)
     end = OffsetDateTimeField(required=False)
     status = serializers.ChoiceField(
         choices=["committed", "bumped", "cancelled", "all"], required=False, default="committed"
     )
-    cursor = serializers.CharField(required=False)
-    limit = serializers.CharField(required=False)
 
 
 class BookingListView(AgentAPIView):
@@ -543,11 +537,11 @@ class BookingListView(AgentAPIView):
     audit_action = "calendar.bookings"
 
     @extend_schema(
-        parameters=[BookingListQuery], responses={200: BookingOutput(many=True), **problems(400, 404)}
+        parameters=[BookingListQuery], responses={200: page_of(BookingOutput), **problems(400, 404)}
     )
     def get(self, request: Request, calendar_id: str) -> Response:
         calendar = calendar_for(self.actor, calendar_id)
-        query = _validated(BookingListQuery, request.query_params.dict())
+        query = validated(BookingListQuery, request.query_params.dict())
         rows = Reservation.objects.filter(calendar=calendar, booking_id__isnull=False).select_related(
             "calendar", "agent"
         )
@@ -560,7 +554,7 @@ class BookingListView(AgentAPIView):
         page, next_cursor = paginate(
             rows,
             cursor=query.get("cursor"),
-            limit=page_size(query.get("limit")),
+            limit=query["limit"],
             descending=False,
             scope=f"bookings:{calendar.public_id}:{query['status']}:{query.get('start')}:{query.get('end')}",
             key_field="booking_id",

@@ -10,6 +10,7 @@ from typing import Any
 
 from django.core import signing
 from django.db.models import QuerySet, Subquery
+from rest_framework import serializers
 
 from agentcal.errors import InvalidRequest
 
@@ -18,18 +19,15 @@ DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 200
 
 
-def page_size(raw: str | None) -> int:
-    if raw is None:
-        return DEFAULT_PAGE_SIZE
-    try:
-        size = int(raw)
-    except ValueError:
-        raise InvalidRequest("limit must be an integer.", errors={"limit": ["Not an integer."]}) from None
-    if not 1 <= size <= MAX_PAGE_SIZE:
-        raise InvalidRequest(
-            f"limit must be between 1 and {MAX_PAGE_SIZE}.", errors={"limit": ["Out of range."]}
-        )
-    return size
+class PageQuery(serializers.Serializer):
+    """The query parameters every list endpoint takes; a listing's own filters extend it."""
+
+    cursor = serializers.CharField(
+        required=False, max_length=1024, help_text="The `next_cursor` of the previous page."
+    )
+    limit = serializers.IntegerField(
+        required=False, min_value=1, max_value=MAX_PAGE_SIZE, default=DEFAULT_PAGE_SIZE
+    )
 
 
 def paginate(

@@ -14,7 +14,6 @@ from kombu.exceptions import OperationalError as BrokerError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from rest_framework import exceptions as drf
-from rest_framework import serializers
 from rest_framework.response import Response
 
 from agentcal.errors import (
@@ -38,21 +37,6 @@ AUDITED_PATH_MAX_CHARS = 512
 # A lost or refused connection (and a deadlock or serialization failure, which PostgreSQL reports the
 # same way): the request was rolled back and may be retried as it is.
 UNREACHABLE = (OperationalError, InterfaceError, BrokerError, RedisConnectionError, RedisTimeoutError)
-
-
-class ProblemOutput(serializers.Serializer):
-    """RFC 9457 problem details; endpoint-specific members (e.g. `alternatives`) sit beside these."""
-
-    type = serializers.CharField()
-    title = serializers.CharField()
-    status = serializers.IntegerField()
-    detail = serializers.CharField()
-    error = serializers.CharField(help_text="Machine-readable code, e.g. slot_conflict.")
-
-
-def problems(*statuses: int) -> dict[int, Any]:
-    """OpenAPI responses for the error statuses an endpoint can return (401 and 403 always)."""
-    return dict.fromkeys(sorted({401, 403, *statuses}), ProblemOutput)
 
 
 class ProblemResponse(Response):

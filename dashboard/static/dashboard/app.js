@@ -1,4 +1,6 @@
-// AgentCal dashboard behaviour: passkey ceremonies, copy buttons, live countdowns. No framework.
+// AgentCal dashboard behaviour: passkey ceremonies, copy buttons, live countdowns, clickable rows,
+// confirmations. No framework. All page JavaScript lives here (or in htmx): the Content-Security-Policy
+// refuses inline <script> and on...= attributes, so templates describe behaviour with data-* attributes.
 "use strict";
 
 function csrfToken() {
@@ -95,6 +97,30 @@ function tickCountdowns() {
     el.textContent = h ? `${h}h ${m}m` : m ? `${m}m ${s}s` : `${s}s`;
   });
 }
+
+// Table rows with data-href open that page when clicked anywhere; links and controls inside a row
+// keep their own behaviour (so a ctrl-click on the link still opens a new tab). Delegated, so rows
+// that htmx swaps in later work too.
+document.addEventListener("click", (event) => {
+  const row = event.target.closest("[data-href]");
+  if (!row || event.target.closest("a, button, input, select, textarea, label, summary")) return;
+  window.location.assign(row.dataset.href);
+});
+
+// Forms with data-confirm="<question>" are submitted only once the question is answered yes.
+document.addEventListener("submit", (event) => {
+  const question = event.target.dataset.confirm;
+  if (question && !window.confirm(question)) event.preventDefault();
+});
+
+// Forms with data-omit-blank do not send the fields left blank, so the URLs htmx pushes (the audit
+// filters: shareable links) stay short; the server ignores blank filters anyway.
+document.addEventListener("htmx:configRequest", (event) => {
+  if (!event.detail.elt.matches("[data-omit-blank]")) return;
+  for (const [name, value] of Object.entries(event.detail.parameters)) {
+    if (value === "") delete event.detail.parameters[name];
+  }
+});
 
 document.addEventListener("DOMContentLoaded", () => {
   wirePasskeys();

@@ -1,0 +1,103 @@
+"""The OpenAPI schema at /v1/schema describes what the server does, problems and constraints included.
+
+Agents and SDK generators read it, and the schema fuzz test holds the server to it: every status an
+operation can answer is listed, with problems as application/problem+json; request bodies that refuse
+unknown fields say so (`additionalProperties: false`); list endpoints document their page envelope.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from drf_spectacular.openapi import AutoSchema
+from rest_framework import serializers
+
+from agentcal.api.fields import BoundedJSONField, OutputSerializer, StrictSerializer
+
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+
+# What any operation of the agent API may answer, whatever it does: a malformed query (400), no or a
+# bad key (401), a missing scope (403), a database or broker that did not answer (503).
+ALWAYS = (400, 401, 403, 503)
+# What any write may answer besides: an Idempotency-Key still running (409) or reused with another
+# request (422), a chunked body the server cannot read (411), too large a body (413), not JSON (415).
+WRITES = (409, 411, 413, 415, 422)
+MUTATING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+class ProblemOutput(serializers.Serializer):
+    # RFC 9457 problem details; endpoint-specific members (e.g. `alternatives`) sit beside these.
+    type = serializers.CharField()
+    title = serializers.CharField()
+    status = serializers.IntegerField()
+    detail = serializers.CharField()
+    error = serializers.CharField(help_text="Machine-readable code, e.g. slot_conflict.")
+
+
+def problems(*statuses: int) -> dict[Any, Any]:
+    """The problem responses an endpoint adds to the ones every operation has (ALWAYS, WRITES)."""
+    return {(status, PROBLEM_MEDIA_TYPE): ProblemOutput for status in statuses}
+
+
+@cache
+def page_of(item: type[serializers.Serializer]) -> type[serializers.Serializer]:
+    """The envelope every list endpoint answers: one page of `item`, and the cursor of the next."""
+    name = item.__name__.removesuffix("Output") + "Page"
+    return type(
+        name,
+        (OutputSerializer,),
+        {
+            "results": item(many=True),
+            "next_cursor": serializers.CharField(
+                allow_null=True, help_text="Pass as `cursor` for the next page; null on the last page."
+            ),
+            "__module__": item.__module__,
+        },
+    )
+
+
+class AgentAPISchema(AutoSchema):
+    def get_operation_id(self) -> str:
+        operation_id: str = super().get_operation_id()
+        declared = self.get_response_serializers()
+        ok = declared.get(200) if isinstance(declared, dict) else None
+        if self.method == "GET" and isinstance(ok, type) and ok.__name__.endswith("Page"):
+            operation_id = operation_id.removesuffix("_retrieve") + "_list"
+        return operation_id
+
+    # Not get_response_serializers: @extend_schema(responses=...) replaces that method wholesale.
+    def _get_response_bodies(self, direction: Any = "response") -> dict[str, Any]:
+        bodies: dict[str, Any] = super()._get_response_bodies(direction)
+        if self.view.authentication_classes == []:
+            return bodies  # the schema and health endpoints: no key, no problems of that kind
+        implied = {*ALWAYS, *(WRITES if self.method in MUTATING_METHODS else ())}
+        if "{" in self.path:
+            implied.add(404)  # a path id that names nothing in the caller's workspace
+        for status in sorted(implied - {int(code) for code in bodies}):
+            bodies[str(status)] = self._get_response_for_code(
+                ProblemOutput, str(status), [PROBLEM_MEDIA_TYPE], direction
+            )
+        return dict(sorted(bodies.items()))
+
+    def _map_basic_serializer(self, serializer: Any, direction: str) -> dict[str, Any]:
+        schema: dict[str, Any] = super()._map_basic_serializer(serializer, direction)
+        if isinstance(serializer, StrictSerializer) and direction == "request":
+            schema["additionalProperties"] = False
+        return schema
+
+    def _map_serializer_field(self, field: Any, direction: str, bypass_extensions: bool = False) -> Any:
+        schema = super()._map_serializer_field(field, direction, bypass_extensions)
+        if isinstance(field, BoundedJSONField):
+            schema = {"type": "object" if field.expect is dict else "array", **schema}
+            if field.expect is list:
+                schema.setdefault("items", {})
+        elif (
+            direction == "request"
+            and isinstance(field, serializers.CharField)
+            and not field.allow_blank
+            and isinstance(schema, dict)
+            and schema.get("type") == "string"
+        ):
+            schema.setdefault("minLength", 1)
+        return schema
