@@ -50,5 +50,5 @@ class ChunkedBodyMiddleware:
                 return length_required()
             body = meta["wsgi.input"].read(settings.API_MAX_BODY_BYTES + 1)
             meta["CONTENT_LENGTH"] = str(len(body))
-            request._stream = LimitedStream(io.BytesIO(body), len(body))  # type: ignore[attr-defined]
+            request._stream = LimitedStream(io.BytesIO(body), len(body))  # type: ignore[assignment]
         return self.get_response(request)

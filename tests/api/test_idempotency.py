@@ -318,6 +318,7 @@ def test_a_replay_sealed_under_a_rotated_secret_key_still_opens(sdr, calendar, s
 def open_stored(record: IdempotencyRecord, key: str) -> dict:
     from agentcal.api.idempotency import _open
 
+    assert record.response_sealed is not None
     return _open(bytes(record.response_sealed), key=key, record_id=record.pk)
 
 
