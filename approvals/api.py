@@ -3,7 +3,6 @@ there is no endpoint for it."""
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Any
 
@@ -13,7 +12,7 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from agentcal.api.fields import StrictSerializer, validated
+from agentcal.api.fields import BoundedJSONField, StrictSerializer, validated
 from agentcal.api.pagination import PageQuery, paginate
 from agentcal.api.schema import page_of, problems
 from agentcal.api.views import AgentAPIView
@@ -21,23 +20,6 @@ from approvals import services
 from approvals.models import SUMMARY_MAX_CHARS, Approval, ApprovalStatus
 from bookings.selectors import server_now
 from workspaces.models import Scope
-
-
-class _SizedJSONField(serializers.JSONField):
-    """Free-form JSON capped in size (BoundedJSONField's idea with the approval's own limits)."""
-
-    def __init__(self, *, max_bytes: int, expect_object: bool = False, **kwargs: Any) -> None:
-        self.max_bytes = max_bytes
-        self.expect_object = expect_object
-        super().__init__(**kwargs)
-
-    def to_internal_value(self, data: Any) -> Any:
-        value = super().to_internal_value(data)
-        if self.expect_object and not isinstance(value, dict):
-            raise serializers.ValidationError("Must be a JSON object.")
-        if len(json.dumps(value).encode()) > self.max_bytes:
-            raise serializers.ValidationError(f"Must serialize to at most {self.max_bytes} bytes.")
-        return value
 
 
 class OneLineField(serializers.CharField):
@@ -50,12 +32,13 @@ class OneLineField(serializers.CharField):
 
 class ApprovalInput(StrictSerializer):
     summary = OneLineField(max_length=SUMMARY_MAX_CHARS, trim_whitespace=False)
-    evidence = _SizedJSONField(max_bytes=services.EVIDENCE_MAX_BYTES, expect_object=True)
+    evidence = BoundedJSONField(expect=dict, max_bytes=services.EVIDENCE_MAX_BYTES)
     expires_in_seconds = serializers.IntegerField(
         min_value=services.MIN_EXPIRES_IN_SECONDS, max_value=services.MAX_EXPIRES_IN_SECONDS, required=False
     )
     hold_id = serializers.CharField(max_length=32, required=False)
-    state = _SizedJSONField(
+    state = BoundedJSONField(
+        expect=None,
         max_bytes=services.STATE_MAX_BYTES,
         required=False,
         allow_null=True,

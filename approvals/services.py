@@ -33,6 +33,7 @@ from django.db.models import Exists, F, OuterRef
 from django.db.models.functions import Now
 
 from accounts.models import Membership, Role
+from agentcal import broker
 from agentcal.errors import (
     AgentCalError,
     ApprovalAlreadyDecided,
@@ -257,15 +258,13 @@ def _approval_insert(
 
 
 def _enqueue_owner_notification(approval_pk: int) -> None:
-    """Email from a Celery worker, not from the request; if the broker is down, send it right here
-    rather than lose it (the request has committed either way)."""
+    """Email from a Celery worker, never from the request. If the broker refuses the message, the
+    publisher's background thread sends the email itself rather than lose it."""
     from approvals.tasks import notify_owners
 
-    try:
-        notify_owners.apply_async((approval_pk,), retry=False)
-    except Exception as exc:
-        logger.warning("could not enqueue the approval email (%s); sending it inline", type(exc).__name__)
-        approval_notify_owners(approval_pk)
+    broker.enqueue(
+        notify_owners, (approval_pk,), fallback=functools.partial(approval_notify_owners, approval_pk)
+    )
 
 
 def approval_notify_owners(approval_pk: int) -> None:

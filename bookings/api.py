@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
@@ -129,7 +129,7 @@ class HoldOutput(ReservationOutput):
     hold_token = serializers.CharField(
         required=False, help_text="Only in the response that created the hold."
     )
-    expires_at = serializers.DateTimeField()
+    expires_at = serializers.DateTimeField(allow_null=True, help_text="Null once the hold became a booking.")
     booking_id = serializers.CharField(allow_null=True)
     displaced = DisplacedOutput(many=True, required=False)
 
@@ -437,7 +437,13 @@ class HoldDetailView(AgentAPIView):
     @extend_schema(
         request=HoldTokenInput,
         responses={200: HoldOutput, **problems(400, 404, 409)},
-        parameters=[OpenApiParameter("hold_token", str, required=False)],
+        # Documented as the query parameter: OpenAPI describes no body on DELETE, and many clients
+        # cannot send one. A JSON body {"hold_token": ...} is accepted too.
+        parameters=[
+            OpenApiParameter(
+                "hold_token", {"type": "string", "minLength": 1, "maxLength": 100}, required=True
+            )
+        ],
     )
     def delete(self, request: Request, hold_id: str) -> Response:
         # The token may come in the body or, for clients that cannot send a DELETE body, the query.
@@ -469,8 +475,21 @@ class HoldExtendView(AgentAPIView):
 # --- Commits and bookings -------------------------------------------------------------------------------
 
 
+_SPAN_FIELDS = ("start_time", "end_time", "priority", "title", "attendees", "metadata", "also_calendars")
+
+
 class CommitInput(ReservationInput):
     """Either `hold_token` (promote a hold) or `start_time`/`end_time` (atomic hold + commit)."""
+
+    openapi_constraints: ClassVar[dict[str, Any]] = {
+        "oneOf": [
+            {"required": ["hold_token"], "not": {"anyOf": [{"required": [name]} for name in _SPAN_FIELDS]}},
+            {
+                "required": ["start_time", "end_time"],
+                "not": {"anyOf": [{"required": ["hold_token"]}, {"required": ["fencing_token"]}]},
+            },
+        ]
+    }
 
     hold_token = serializers.CharField(max_length=100, required=False)
     fencing_token = serializers.IntegerField(min_value=0, required=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from django.db import transaction
@@ -10,16 +11,17 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from agentcal.api.fields import StrictSerializer
-from agentcal.api.pagination import page_size, paginate
-from agentcal.api.problems import problems
+from agentcal import broker
+from agentcal.api.fields import StrictSerializer, validated
+from agentcal.api.pagination import PageQuery, paginate
+from agentcal.api.schema import page_of, problems
 from agentcal.api.views import AgentAPIView
-from agentcal.errors import AgentCalError, InvalidRequest, NotFound
+from agentcal.errors import AgentCalError, NotFound
 from audit.events import AuditEvent
 from audit.models import Outcome
 from audit.services import audit_record
 from webhooks.models import DeliveryStatus, EventType, OutboxEvent, WebhookDelivery, WebhookEndpoint
-from webhooks.outbox import endpoint_disable
+from webhooks.outbox import delivery_replay, endpoint_disable
 from webhooks.signing import new_signing_secret
 from webhooks.url_guard import UnsafeWebhookUrl, validate_webhook_url
 from workspaces.actor import Actor
@@ -42,7 +44,12 @@ class TooManyEndpoints(AgentCalError):
 
 class EndpointInput(StrictSerializer):
     url = serializers.CharField(max_length=2048)
-    events = serializers.ListField(child=serializers.CharField(max_length=64), min_length=1, max_length=50)
+    events = serializers.ListField(
+        child=serializers.ChoiceField(choices=sorted({*EventType.values, *_FAMILIES, "*"})),
+        min_length=1,
+        max_length=50,
+        help_text="Exact event types, a family such as `hold.*`, or `*` for all.",
+    )
     description = serializers.CharField(max_length=200, required=False, allow_blank=True)
 
     def validate_events(self, events: list[str]) -> list[str]:
@@ -137,11 +144,19 @@ def _delivery_for(actor: Actor, public_id: str) -> WebhookDelivery:
     return delivery
 
 
-def _page(request: Request, queryset: Any, *, scope: str) -> tuple[list[Any], str | None]:
+class DeliveryListQuery(PageQuery):
+    status = serializers.ChoiceField(choices=DeliveryStatus.choices, required=False)
+
+
+class EventListQuery(PageQuery):
+    type = serializers.CharField(required=False, max_length=64, help_text="Only events of this type.")
+
+
+def _page(query: dict[str, Any], queryset: Any, *, scope: str) -> tuple[list[Any], str | None]:
     return paginate(
         queryset,
-        cursor=request.query_params.get("cursor"),
-        limit=page_size(request.query_params.get("limit")),
+        cursor=query.get("cursor"),
+        limit=query["limit"],
         descending=True,
         scope=scope,
         key_field="public_id",
@@ -155,10 +170,11 @@ class EndpointListView(AgentAPIView):
     required_scopes = {"GET": Scope.WEBHOOKS_WRITE, "POST": Scope.WEBHOOKS_WRITE}
     audit_action = "webhook.endpoint"
 
-    @extend_schema(responses={200: EndpointOutput(many=True), **problems(400)})
+    @extend_schema(parameters=[PageQuery], responses={200: page_of(EndpointOutput)})
     def get(self, request: Request) -> Response:
+        query = validated(PageQuery, request.query_params.dict())
         endpoints, next_cursor = _page(
-            request, WebhookEndpoint.objects.filter(agent=self.actor.agent), scope="webhook-endpoints"
+            query, WebhookEndpoint.objects.filter(agent=self.actor.agent), scope="webhook-endpoints"
         )
         return Response({"results": EndpointOutput(endpoints, many=True).data, "next_cursor": next_cursor})
 
@@ -216,16 +232,15 @@ class EndpointDeliveriesView(AgentAPIView):
     required_scopes = {"GET": Scope.WEBHOOKS_WRITE}
     audit_action = "webhook.delivery"
 
-    @extend_schema(responses={200: DeliveryOutput(many=True), **problems(400, 404)})
+    @extend_schema(parameters=[DeliveryListQuery], responses={200: page_of(DeliveryOutput)})
     def get(self, request: Request, endpoint_id: str) -> Response:
         endpoint = _endpoint_for(self.actor, endpoint_id)
-        status = request.query_params.get("status")
+        query = validated(DeliveryListQuery, request.query_params.dict())
+        status = query.get("status")
         deliveries = WebhookDelivery.objects.filter(endpoint=endpoint).select_related("event", "endpoint")
         if status is not None:
-            if status not in DeliveryStatus.values:
-                raise InvalidRequest(f"status must be one of {', '.join(DeliveryStatus.values)}.")
             deliveries = deliveries.filter(status=status)
-        page, next_cursor = _page(request, deliveries, scope=f"deliveries:{endpoint.public_id}:{status}")
+        page, next_cursor = _page(query, deliveries, scope=f"deliveries:{endpoint.public_id}:{status}")
         return Response({"results": DeliveryOutput(page, many=True).data, "next_cursor": next_cursor})
 
 
@@ -255,7 +270,12 @@ class DeliveryReplayView(AgentAPIView):
                 actor=self.actor,
                 details={"delivery_id": delivery.public_id, "event_id": delivery.event.public_id},
             )
-            transaction.on_commit(lambda: replay_webhook.delay(delivery.pk))
+            # If the broker refuses the message, the publisher's background thread sends the replay itself.
+            transaction.on_commit(
+                lambda: broker.enqueue(
+                    replay_webhook, (delivery.pk,), fallback=functools.partial(delivery_replay, delivery.pk)
+                )
+            )
         return Response(DeliveryOutput(delivery).data, status=202)
 
 
@@ -263,12 +283,13 @@ class EventListView(AgentAPIView):
     required_scopes = {"GET": Scope.WEBHOOKS_WRITE}
     audit_action = "webhook.events"
 
-    @extend_schema(responses={200: EventOutput(many=True), **problems(400)})
+    @extend_schema(parameters=[EventListQuery], responses={200: page_of(EventOutput)})
     def get(self, request: Request) -> Response:
         """The agent's outbox: every event addressed to it, newest first, with its deliveries."""
+        query = validated(EventListQuery, request.query_params.dict())
         events = OutboxEvent.objects.filter(agent=self.actor.agent).prefetch_related("deliveries__endpoint")
-        event_type = request.query_params.get("type")
+        event_type = query.get("type")
         if event_type:
             events = events.filter(event_type=event_type)
-        page, next_cursor = _page(request, events, scope=f"events:{event_type}")
+        page, next_cursor = _page(query, events, scope=f"events:{event_type}")
         return Response({"results": EventOutput(page, many=True).data, "next_cursor": next_cursor})

@@ -1,8 +1,9 @@
 """Outbox → deliveries → attempts.
 
 - `outbox_emit` is called inside the transaction of a state change. After that transaction commits it
-  nudges the dispatcher through Celery; if the broker is down the nudge is lost but the row is not,
-  and the periodic catch-up (`outbox_catch_up`) finds it.
+  nudges the dispatcher through Celery, from a background thread (`agentcal.broker`), so the request
+  never waits on the broker; if the broker is down the nudge is lost but the row is not, and the
+  periodic catch-up (`webhooks.catch_up`) finds it.
 - `outbox_dispatch` claims undispatched events with SKIP LOCKED (several workers may run it at once)
   and creates one delivery per event and matching endpoint; the unique constraint makes a second
   dispatch of the same event a no-op.
@@ -15,7 +16,6 @@ from __future__ import annotations
 import json
 import logging
 import random
-import threading
 import time
 from datetime import timedelta
 from typing import Any
@@ -25,6 +25,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.db.models.functions import Now
 
+from agentcal import broker
 from agentcal.db import InsertBatch
 from agentcal.ids import new_public_id
 from agentcal.metrics import WEBHOOK_FAILURES, WEBHOOK_SECONDS
@@ -73,56 +74,10 @@ def outbox_emit(
     transaction.on_commit(_nudge_dispatcher)
 
 
-# After a failed nudge, skip nudging for a while: the catch-up will deliver anyway, and every request
-# would otherwise wait out the broker connection timeout while Redis is down.
-NUDGE_BACKOFF_SECONDS = 10.0
-# Under load one nudge per process per interval is enough (each costs a broker round trip): a running
-# dispatcher drains the whole outbox, and a nudge skipped inside the interval is sent once at its end.
-NUDGE_MIN_INTERVAL_SECONDS = 0.2
-_nudge_lock = threading.Lock()
-_nudges_suppressed_until = 0.0
-_last_nudge = 0.0
-_trailing_nudge_scheduled = False
-
-
 def _nudge_dispatcher() -> None:
-    global _last_nudge, _trailing_nudge_scheduled
-    now = time.monotonic()
-    if now < _nudges_suppressed_until:
-        return
-    with _nudge_lock:
-        if now - _last_nudge >= NUDGE_MIN_INTERVAL_SECONDS:
-            _last_nudge = now
-        elif not _trailing_nudge_scheduled:
-            _trailing_nudge_scheduled = True
-            timer = threading.Timer(NUDGE_MIN_INTERVAL_SECONDS - (now - _last_nudge), _trailing_nudge)
-            timer.daemon = True
-            timer.start()
-            return
-        else:
-            return
-    _send_nudge()
+    from webhooks.tasks import dispatch_outbox  # webhooks.tasks imports this module
 
-
-def _trailing_nudge() -> None:
-    global _last_nudge, _trailing_nudge_scheduled
-    with _nudge_lock:
-        _trailing_nudge_scheduled = False
-        _last_nudge = time.monotonic()
-    _send_nudge()
-
-
-def _send_nudge() -> None:
-    global _nudges_suppressed_until
-    from webhooks.tasks import dispatch_outbox
-
-    try:
-        dispatch_outbox.apply_async(retry=False)
-    except Exception as exc:  # the broker is down: the catch-up task will find the rows
-        _nudges_suppressed_until = time.monotonic() + NUDGE_BACKOFF_SECONDS
-        logger.warning(
-            "could not enqueue the outbox dispatcher (%s); catch-up will deliver", type(exc).__name__
-        )
+    broker.nudge(dispatch_outbox)
 
 
 def outbox_dispatch(limit: int = DISPATCH_BATCH) -> list[int]:

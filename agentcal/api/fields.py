@@ -113,18 +113,22 @@ class TimezoneField(serializers.CharField):
 
 
 class BoundedJSONField(serializers.JSONField):
-    """Free-form agent data, capped in size so one request cannot bloat a row."""
+    """Free-form agent data, capped in size so one request cannot bloat a row. `expect` is the JSON
+    type it must be (dict: an object, list: an array), or None for any JSON value."""
 
-    def __init__(self, *, expect: type, **kwargs: Any) -> None:
+    def __init__(
+        self, *, expect: type[dict] | type[list] | None, max_bytes: int = MAX_JSON_FIELD_BYTES, **kwargs: Any
+    ) -> None:
         self.expect = expect
+        self.max_bytes = max_bytes
         super().__init__(**kwargs)
 
     def to_internal_value(self, data: Any) -> Any:
         value = super().to_internal_value(data)
-        if not isinstance(value, self.expect):
+        if self.expect is not None and not isinstance(value, self.expect):
             raise serializers.ValidationError(
                 f"Must be a JSON {'object' if self.expect is dict else 'array'}."
             )
-        if len(json.dumps(value)) > MAX_JSON_FIELD_BYTES:
-            raise serializers.ValidationError(f"Must serialize to at most {MAX_JSON_FIELD_BYTES} bytes.")
+        if len(json.dumps(value).encode()) > self.max_bytes:
+            raise serializers.ValidationError(f"Must serialize to at most {self.max_bytes} bytes.")
         return value

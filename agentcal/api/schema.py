@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from functools import cache
 from typing import Any
+from zoneinfo import available_timezones
 
 from drf_spectacular.openapi import AutoSchema
 from rest_framework import serializers
 
-from agentcal.api.fields import BoundedJSONField, OutputSerializer, StrictSerializer
+from agentcal.api.fields import BoundedJSONField, OutputSerializer, StrictSerializer, TimezoneField
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 
@@ -84,14 +85,20 @@ class AgentAPISchema(AutoSchema):
         schema: dict[str, Any] = super()._map_basic_serializer(serializer, direction)
         if isinstance(serializer, StrictSerializer) and direction == "request":
             schema["additionalProperties"] = False
+            # What a field-by-field schema cannot say, e.g. "hold_token, or a time range, never both".
+            schema.update(getattr(serializer, "openapi_constraints", {}))
+            if serializer.partial:
+                schema["minProperties"] = 1  # a change that changes nothing is refused
         return schema
 
     def _map_serializer_field(self, field: Any, direction: str, bypass_extensions: bool = False) -> Any:
         schema = super()._map_serializer_field(field, direction, bypass_extensions)
-        if isinstance(field, BoundedJSONField):
+        if isinstance(field, BoundedJSONField) and field.expect is not None:
             schema = {"type": "object" if field.expect is dict else "array", **schema}
             if field.expect is list:
                 schema.setdefault("items", {})
+        elif isinstance(field, TimezoneField):
+            schema = {**schema, "enum": sorted(available_timezones())}
         elif (
             direction == "request"
             and isinstance(field, serializers.CharField)
