@@ -34,6 +34,7 @@ from webauthn.helpers.structs import (
 )
 
 from accounts.models import MagicLink, Membership, Passkey, Role
+from agentcal.errors import SignInFailed
 from workspaces.models import Workspace
 
 logger = logging.getLogger(__name__)
@@ -43,10 +44,6 @@ User = get_user_model()
 THROTTLE_WINDOW = timedelta(minutes=15)
 MAX_LINKS_PER_EMAIL = 5
 MAX_LINKS_PER_IP = 20
-
-
-class SignInFailed(Exception):
-    """A sign-in attempt failed; the message is safe to show."""
 
 
 # --- People ---------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from webauthn.helpers import bytes_to_base64url
 
 from accounts import services
 from accounts.models import Passkey
-from accounts.services import SignInFailed
+from agentcal.errors import SignInFailed
 
 _REG_CHALLENGE = "webauthn_registration_challenge"
 _AUTH_CHALLENGE = "webauthn_authentication_challenge"

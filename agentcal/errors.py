@@ -1,4 +1,6 @@
-"""Domain errors. Each carries its HTTP status and machine code; the API renders them as problem+json.
+"""Every domain error, in one hierarchy. Each carries its HTTP status and machine code; the agent API
+renders them as problem+json (agentcal.api.problems, the one place that maps errors to responses),
+and the dashboard and management commands show their `detail`.
 
 Extra keyword arguments become top-level members of the problem document (e.g. `alternatives`).
 """
@@ -154,6 +156,64 @@ class IdempotencyKeyReused(AgentCalError):
         "idempotency_key_reused",
         "This Idempotency-Key was used with a different request",
     )
+
+
+# --- Workspaces, agents and keys ------------------------------------------------------------------------
+
+
+class InvalidKey(Unauthenticated):
+    """The presented key is malformed, unknown, wrong, revoked or expired. The response never says which
+    (`reason` is for the logs); `workspace_id` is the workspace owning the presented prefix, when it
+    exists, so the refusal is audited where that workspace can see attempts on its own keys."""
+
+    def __init__(self, reason: str, workspace_id: int | None = None) -> None:
+        super().__init__("The API key is invalid, revoked or expired.")
+        self.reason = reason
+        self.workspace_id = workspace_id
+
+
+class InvalidScopes(AgentCalError):
+    status, code, title = 400, "invalid_scopes", "Unknown or missing scopes"
+
+
+class PriorityOutOfBounds(AgentCalError):
+    status, code, title = 400, "priority_out_of_bounds", "The priorities are outside the allowed range"
+
+
+class AgentSlugTaken(AgentCalError):
+    status, code, title = 409, "agent_slug_taken", "Another agent of this workspace has this name"
+
+
+class KeyNotActive(AgentCalError):
+    """The key was already revoked (or, for rotation, already rotated or expired)."""
+
+    status, code, title = 409, "key_not_active", "The API key is no longer active"
+
+
+# --- Webhooks -----------------------------------------------------------------------------------------
+
+
+class UnsafeWebhookUrl(AgentCalError):
+    """A webhook URL we refuse to deliver to; `reason` (the detail) is safe to show to the agent."""
+
+    status, code, title = 400, "unsafe_webhook_url", "The webhook URL is not allowed"
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class TooManyEndpoints(AgentCalError):
+    status, code, title = 409, "too_many_endpoints", "This agent has the maximum number of webhook endpoints"
+
+
+# --- People (dashboard sign-in) ---------------------------------------------------------------------------
+
+
+class SignInFailed(AgentCalError):
+    """A sign-in attempt failed; the detail is safe to show."""
+
+    status, code, title = 400, "sign_in_failed", "Sign-in failed"
 
 
 # --- Approvals ----------------------------------------------------------------------------------------

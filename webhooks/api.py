@@ -2,41 +2,24 @@
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
-from django.db import transaction
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from agentcal import broker
 from agentcal.api.fields import StrictSerializer, validated
 from agentcal.api.pagination import PageQuery, paginate
 from agentcal.api.schema import page_of, problems
 from agentcal.api.views import AgentAPIView
-from agentcal.errors import AgentCalError, NotFound
-from audit.events import AuditEvent
-from audit.models import Outcome
-from audit.services import audit_record
+from agentcal.errors import NotFound
+from webhooks import services
 from webhooks.models import DeliveryStatus, EventType, OutboxEvent, WebhookDelivery, WebhookEndpoint
-from webhooks.outbox import delivery_replay, endpoint_disable
-from webhooks.signing import new_signing_secret
-from webhooks.url_guard import UnsafeWebhookUrl, validate_webhook_url
 from workspaces.actor import Actor
 from workspaces.models import Scope
 
-MAX_ENDPOINTS_PER_AGENT = 20
 _FAMILIES = sorted({value.split(".")[0] + ".*" for value in EventType.values})
-
-
-class UnsafeUrl(AgentCalError):
-    status, code, title = 400, "unsafe_webhook_url", "The webhook URL is not allowed"
-
-
-class TooManyEndpoints(AgentCalError):
-    status, code, title = 409, "too_many_endpoints", "This agent has the maximum number of webhook endpoints"
 
 
 # --- Serializers --------------------------------------------------------------------------------------
@@ -180,33 +163,8 @@ class EndpointListView(AgentAPIView):
 
     @extend_schema(request=EndpointInput, responses={201: EndpointCreatedOutput, **problems(400, 409)})
     def post(self, request: Request) -> Response:
-        serializer = EndpointInput(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
-        try:
-            validate_webhook_url(data["url"])
-        except UnsafeWebhookUrl as exc:
-            raise UnsafeUrl(str(exc)) from exc
-        actor = self.actor
-        assert actor.agent is not None
-        with transaction.atomic(durable=True):
-            if WebhookEndpoint.objects.filter(agent=actor.agent, disabled_at__isnull=True).count() >= (
-                MAX_ENDPOINTS_PER_AGENT
-            ):
-                raise TooManyEndpoints(f"At most {MAX_ENDPOINTS_PER_AGENT} active endpoints per agent.")
-            endpoint = WebhookEndpoint.objects.create(
-                agent=actor.agent,
-                url=data["url"],
-                events=data["events"],
-                description=data.get("description", ""),
-                secret=new_signing_secret(),
-            )
-            audit_record(
-                event_type=AuditEvent.WEBHOOK_ENDPOINT_CREATED,
-                outcome=Outcome.SUCCESS,
-                actor=actor,
-                details={"endpoint_id": endpoint.public_id, "url": endpoint.url, "events": endpoint.events},
-            )
+        data = validated(EndpointInput, request.data)
+        endpoint = services.endpoint_create(actor=self.actor, **data)
         body = EndpointCreatedOutput(endpoint).data
         return Response(body, status=201, headers={"Location": f"/v1/webhook-endpoints/{endpoint.public_id}"})
 
@@ -223,8 +181,7 @@ class EndpointDetailView(AgentAPIView):
     def delete(self, request: Request, endpoint_id: str) -> Response:
         """Disable the endpoint (kept, with its delivery history) and cancel its pending deliveries."""
         endpoint = _endpoint_for(self.actor, endpoint_id)
-        endpoint_disable(endpoint, reason="deleted by the agent", actor=self.actor)
-        endpoint.refresh_from_db()
+        services.endpoint_disable(endpoint, reason="deleted by the agent", actor=self.actor)
         return Response(EndpointOutput(endpoint).data)
 
 
@@ -260,22 +217,8 @@ class DeliveryReplayView(AgentAPIView):
     @extend_schema(request=None, responses={202: DeliveryOutput, **problems(404)})
     def post(self, request: Request, delivery_id: str) -> Response:
         """Send the delivery once more (same webhook-id, current secret, no retries), in the background."""
-        from webhooks.tasks import replay_webhook
-
         delivery = _delivery_for(self.actor, delivery_id)
-        with transaction.atomic(durable=True):
-            audit_record(
-                event_type=AuditEvent.WEBHOOK_DELIVERY_REPLAYED,
-                outcome=Outcome.SUCCESS,
-                actor=self.actor,
-                details={"delivery_id": delivery.public_id, "event_id": delivery.event.public_id},
-            )
-            # If the broker refuses the message, the publisher's background thread sends the replay itself.
-            transaction.on_commit(
-                lambda: broker.enqueue(
-                    replay_webhook, (delivery.pk,), fallback=functools.partial(delivery_replay, delivery.pk)
-                )
-            )
+        services.delivery_replay_request(actor=self.actor, delivery=delivery)
         return Response(DeliveryOutput(delivery).data, status=202)
 
 

@@ -29,9 +29,6 @@ from agentcal import broker
 from agentcal.db import InsertBatch
 from agentcal.ids import new_public_id
 from agentcal.metrics import WEBHOOK_FAILURES, WEBHOOK_SECONDS
-from audit.events import AuditEvent
-from audit.models import Outcome
-from audit.services import audit_record
 from bookings.spans import isoformat_z
 from webhooks.models import (
     DeliveryAttempt,
@@ -42,6 +39,7 @@ from webhooks.models import (
     WebhookEndpoint,
 )
 from webhooks.sender import AttemptResult, send_webhook
+from webhooks.services import endpoint_disable
 
 logger = logging.getLogger(__name__)
 
@@ -232,31 +230,6 @@ def _settle(delivery: WebhookDelivery, status: DeliveryStatus) -> None:
     WebhookDelivery.objects.filter(pk=delivery.pk).update(
         status=status, completed_at=Now(), leased_until=None, next_attempt_at=None
     )
-
-
-def endpoint_disable(endpoint: WebhookEndpoint, *, reason: str, actor: Any = None) -> bool:
-    """Disable an endpoint and cancel its pending deliveries; audited. False if it already was."""
-    with transaction.atomic():
-        changed = WebhookEndpoint.objects.filter(pk=endpoint.pk, disabled_at__isnull=True).update(
-            disabled_at=Now(), disabled_reason=reason[:200]
-        )
-        if not changed:
-            return False
-        WebhookDelivery.objects.filter(endpoint=endpoint, status=DeliveryStatus.PENDING).update(
-            status=DeliveryStatus.CANCELLED, completed_at=Now(), next_attempt_at=None
-        )
-        audit_record(
-            event_type=AuditEvent.WEBHOOK_ENDPOINT_DISABLED,
-            outcome=Outcome.SUCCESS,
-            actor=actor,
-            workspace_id=endpoint.agent.workspace_id,
-            details={"endpoint_id": endpoint.public_id, "url": endpoint.url, "reason": reason},
-        )
-    if actor is None:
-        # Nobody asked for this: tell the owner. Until the dashboard's notifications exist, the
-        # audit row above and this log line are where an operator sees it.
-        logger.warning("webhook endpoint %s disabled: %s", endpoint.public_id, reason)
-    return True
 
 
 def outbox_purge_old(*, batch: int = 5000) -> int:

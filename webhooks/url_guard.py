@@ -21,6 +21,8 @@ from typing import Final
 import httpx
 from django.conf import settings
 
+from agentcal.errors import UnsafeWebhookUrl
+
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 MAX_URL_LENGTH: Final = 2048
@@ -70,14 +72,6 @@ _REFUSED_NETWORKS: Final[tuple[tuple[ipaddress.IPv4Network | ipaddress.IPv6Netwo
 # The well-known NAT64 prefix (RFC 6052): a DNS64 resolver answers with it for IPv4-only hosts, so
 # it is accepted when the IPv4 address inside is.
 _NAT64_WELL_KNOWN: Final = ipaddress.ip_network("64:ff9b::/96")
-
-
-class UnsafeWebhookUrl(ValueError):
-    """A webhook URL we refuse to deliver to; ``reason`` is safe to show to the agent."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,9 @@ from rest_framework.authentication import BaseAuthentication
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
-from agentcal.errors import InsufficientScope, Unauthenticated
+from agentcal.errors import InsufficientScope, InvalidKey, Unauthenticated
 from workspaces.actor import Actor
-from workspaces.keys import InvalidKey, api_key_verify, lookup_prefix
+from workspaces.keys import api_key_verify, lookup_prefix
 
 logger = logging.getLogger(__name__)
 
@@ -27,12 +27,9 @@ class ApiKeyAuthentication(BaseAuthentication):
             key = api_key_verify(raw)
         except InvalidKey as exc:
             # Only the non-secret prefix is ever logged.
-            prefix = lookup_prefix(raw) or ""
-            logger.info("rejected API key prefix=%r reason=%s", prefix, exc)
-            error = Unauthenticated("The API key is invalid, revoked or expired.")
-            error.key_prefix = prefix  # for the audit row, not the response
-            error.workspace_id = exc.workspace_id
-            raise error from exc
+            exc.key_prefix = lookup_prefix(raw) or ""  # for the audit row, not the response
+            logger.info("rejected API key prefix=%r reason=%s", exc.key_prefix, exc.reason)
+            raise
         actor = Actor(
             workspace=key.agent.workspace,
             agent=key.agent,

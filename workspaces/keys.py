@@ -25,6 +25,7 @@ from django.db import connection
 from django.db.models import Q
 from django.db.models.functions import Now
 
+from agentcal.errors import InvalidKey
 from workspaces.models import Agent, ApiKey, Workspace
 
 KEY_PREFIX = "avs_live_"
@@ -32,18 +33,6 @@ LOOKUP_PREFIX_LENGTH = 10
 _LOOKUP_ALPHABET = string.ascii_lowercase + string.digits
 _CACHE_MAX_ENTRIES = 10_000
 LAST_USED_RESOLUTION = timedelta(seconds=60)
-
-
-class InvalidKey(Exception):
-    """The presented key is malformed, unknown, wrong, revoked or expired (the reason is for logs).
-
-    `workspace_id` is the workspace owning the presented prefix, when it exists, so the refusal is
-    audited where that workspace can see attempts on its own keys.
-    """
-
-    def __init__(self, reason: str, workspace_id: int | None = None) -> None:
-        super().__init__(reason)
-        self.workspace_id = workspace_id
 
 
 def _hasher() -> PasswordHasher:

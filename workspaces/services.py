@@ -6,16 +6,13 @@ from django.db import IntegrityError, transaction
 from django.db.models.functions import Now
 from django.utils.text import slugify
 
+from agentcal.errors import AgentSlugTaken, InvalidScopes, KeyNotActive, PriorityOutOfBounds
 from audit.events import AuditEvent
 from audit.models import Outcome
 from audit.services import audit_record
 from workspaces.actor import Actor
 from workspaces.keys import api_key_create
 from workspaces.models import MAX_PRIORITY, MIN_PRIORITY, Agent, ApiKey, Scope, Workspace
-
-
-class InvalidScopes(ValueError):
-    pass
 
 
 def parse_scopes(raw: str) -> list[str]:
@@ -66,18 +63,6 @@ def agent_key_bootstrap(
 
 MAX_ROTATION_GRACE = timedelta(days=7)
 SLUG_MAX_LENGTH = 64
-
-
-class AgentSlugTaken(ValueError):
-    pass
-
-
-class PriorityOutOfBounds(ValueError):
-    pass
-
-
-class KeyNotActive(ValueError):
-    """The key was already revoked (or, for rotation, already rotated or expired)."""
 
 
 def _check_priorities(priority: int, max_priority: int) -> None:

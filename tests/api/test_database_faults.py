@@ -39,7 +39,8 @@ class BackendKiller(threading.Thread):
             while not self.stop.wait(0.015):
                 rows = conn.execute(
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                    " WHERE datname = current_database() AND pid <> ALL(%s) AND backend_type = 'client backend'",
+                    " WHERE datname = current_database() AND pid <> ALL(%s)"
+                    " AND backend_type = 'client backend'",
                     [list(self.spare_pids)],
                 ).fetchall()
                 self.killed += sum(1 for (ok,) in rows if ok)
