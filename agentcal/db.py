@@ -3,8 +3,8 @@
 `bound_cursor()`: Django's cursors interpolate parameters into the SQL text on the client and read
 results as text, parsing every timestamp in Python. This cursor, on the same connection and inside
 the same transaction, binds parameters on the server and reads results in binary (timestamps and JSON
-decoded in C). Its statements bypass Django's cursor wrapper, so they are not in `connection.queries`,
-debug logging or `execute_wrapper` hooks. Nothing is prepared on the connection (it works behind
+decoded in C). Its statements bypass Django's cursor wrapper, so they are not in `connection.queries`
+or debug logging, but they do pass through `connection.execute_wrapper` hooks. Nothing is prepared on the connection (it works behind
 PgBouncer in transaction mode): preparing the hot statements was measured and gained nothing here —
 psycopg's bookkeeping cost about what PostgreSQL saved in planning.
 
@@ -32,7 +32,19 @@ class _BinaryCursor(psycopg.Cursor[Any]):
     ) -> Any:
         # Binary results: Django's connection parses timestamptz text in Python (~5 % of a worker's
         # samples under py-spy); jsonb arrives as Python objects, already what a JSONField holds.
-        return super().execute(query, params, prepare=prepare, binary=True if binary is None else binary)
+        binary = True if binary is None else binary
+        wrappers = connection.execute_wrappers
+        if not wrappers:
+            return psycopg.Cursor.execute(self, query, params, prepare=prepare, binary=binary)
+
+        # Django's execute_wrapper hooks see these statements too (the statement-count tests use them).
+        def run(sql: Any, sql_params: Any, many: bool, context: dict[str, Any]) -> Any:
+            return psycopg.Cursor.execute(self, sql, sql_params, prepare=prepare, binary=binary)
+
+        executor: Callable[..., Any] = run
+        for wrapper in reversed(wrappers):
+            executor = functools.partial(wrapper, executor)
+        return executor(query, params, False, {"connection": connection, "cursor": self})
 
 
 @contextmanager
