@@ -4,9 +4,8 @@
 results as text, parsing every timestamp in Python. This cursor, on the same connection and inside
 the same transaction, binds parameters on the server and reads results in binary (timestamps and JSON
 decoded in C). Its statements bypass Django's cursor wrapper, so they are not in `connection.queries`
-or debug logging, but they do pass through `connection.execute_wrapper` hooks. Nothing is prepared on the connection (it works behind
-PgBouncer in transaction mode): preparing the hot statements was measured and gained nothing here —
-psycopg's bookkeeping cost about what PostgreSQL saved in planning.
+or debug logging, but they do pass through `connection.execute_wrapper` hooks. Nothing is prepared on
+the connection, so it works behind PgBouncer in transaction mode (docs/benchmark.md has why).
 
 `InsertBatch`: an engine write used to send its reservation, audit and outbox INSERTs as three
 statements, each a round trip and a parse/plan. The batch sends them as one statement of chained
