@@ -3,9 +3,10 @@
 
     python3 dev.py run     # install into .venv if needed, then run web + Celery worker + beat
     python3 dev.py test    # install into .venv if needed, then run the whole test suite
+    python3 dev.py lint    # install into .venv if needed, then ruff check, ruff format --check and mypy
 
-Without DATABASE_URL / REDIS_URL both use embedded PostgreSQL and Redis kept under .data/.
-Extra arguments are passed on (e.g. `python3 dev.py test -k idempotency`).
+Without DATABASE_URL / REDIS_URL run and test use embedded PostgreSQL and Redis kept under .data/.
+Extra arguments to run and test are passed on (e.g. `python3 dev.py test -k idempotency`).
 """
 
 from __future__ import annotations
@@ -39,13 +40,40 @@ def ensure_environment() -> None:
     STAMP.write_text(wanted)
 
 
+def lint() -> int:
+    """Run every check (all of them, so one run shows every finding); non-zero if any failed."""
+    # mypy's Django plugin imports the settings, which would start the embedded servers when these are
+    # unset; importing settings never connects, so any well-formed URLs will do.
+    mypy_env = {
+        **os.environ,
+        "DATABASE_URL": "postgresql://localhost/x",
+        "REDIS_URL": "redis://localhost:6379/0",
+    }
+    checks = [
+        ([str(PYTHON), "-m", "ruff", "check", "."], None),
+        ([str(PYTHON), "-m", "ruff", "format", "--check", "."], None),
+        ([str(PYTHON), "-m", "mypy", "."], mypy_env),
+    ]
+    failed = []
+    for argv, env in checks:
+        print(f"== {' '.join(argv[2:])}", flush=True)
+        if subprocess.run(argv, cwd=ROOT, env=env).returncode != 0:
+            failed.append(" ".join(argv[2:]))
+    if failed:
+        print(f"lint failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main() -> int:
-    if len(sys.argv) < 2 or sys.argv[1] not in {"run", "test"}:
+    command, rest = (sys.argv[1], sys.argv[2:]) if len(sys.argv) > 1 else ("", [])
+    if command not in {"run", "test", "lint"} or (command == "lint" and rest):  # lint checks everything
         print(__doc__)
         return 2
-    command, rest = sys.argv[1], sys.argv[2:]
     ensure_environment()
     os.chdir(ROOT)
+    if command == "lint":
+        return lint()
     if command == "run":
         argv = [str(PYTHON), "-m", "agentcal.cli", "run", *rest]
     else:

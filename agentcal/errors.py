@@ -7,8 +7,10 @@ Extra keyword arguments become top-level members of the problem document (e.g. `
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, ClassVar
+
+from agentcal.clock import isoformat_z
 
 _PROBLEM_MEMBERS = frozenset({"type", "title", "status", "detail", "error"})
 
@@ -253,7 +255,7 @@ class ApprovalAlreadyDecided(AgentCalError):
             approval_id=approval_id,
             approval_status=approval_status,
             decided_by=decided_by,
-            decided_at=_rfc3339(decided_at),
+            decided_at=isoformat_z(decided_at) if decided_at else None,
             **extra,
         )
         self.approval_id = approval_id
@@ -268,12 +270,6 @@ class ApprovalExpired(AgentCalError):
     def __init__(
         self, detail: str | None = None, *, approval_id: str, expires_at: datetime, **extra: Any
     ) -> None:
-        super().__init__(detail, approval_id=approval_id, expires_at=_rfc3339(expires_at), **extra)
+        super().__init__(detail, approval_id=approval_id, expires_at=isoformat_z(expires_at), **extra)
         self.approval_id = approval_id
         self.expires_at = expires_at
-
-
-def _rfc3339(moment: datetime | None) -> str | None:
-    if moment is None:
-        return None
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")

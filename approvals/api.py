@@ -13,12 +13,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from agentcal.api.fields import BoundedJSONField, StrictSerializer, validated
-from agentcal.api.pagination import PageQuery, paginate
+from agentcal.api.pagination import PageQuery
 from agentcal.api.schema import page_of, problems
 from agentcal.api.views import AgentAPIView
+from agentcal.clock import server_now
+from agentcal.pagination import paginate
 from approvals import services
 from approvals.models import SUMMARY_MAX_CHARS, Approval, ApprovalStatus
-from bookings.selectors import server_now
 from workspaces.models import Scope
 
 

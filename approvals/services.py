@@ -34,6 +34,7 @@ from django.db.models.functions import Now
 
 from accounts.models import Membership, Role
 from agentcal import broker
+from agentcal.clock import isoformat_z
 from agentcal.errors import (
     AgentCalError,
     ApprovalAlreadyDecided,
@@ -53,7 +54,6 @@ from audit.services import audit_record
 from bookings import engine
 from bookings.models import Reservation, ReservationStatus
 from bookings.selectors import reservation_group
-from bookings.spans import isoformat_z
 from webhooks.models import EventType
 from webhooks.outbox import outbox_emit
 from workspaces.actor import Actor

@@ -10,9 +10,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from agentcal.api.fields import OffsetDateTimeField
-from agentcal.api.pagination import PageQuery, paginate
+from agentcal.api.pagination import PageQuery
 from agentcal.api.schema import page_of, problems
 from agentcal.api.views import AgentAPIView
+from agentcal.pagination import paginate
 from audit.models import AuditRecord, Outcome
 from audit.selectors import audit_records
 from workspaces.models import Scope

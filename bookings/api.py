@@ -18,10 +18,11 @@ from agentcal.api.fields import (
     TimezoneField,
     validated,
 )
-from agentcal.api.pagination import PageQuery, paginate
+from agentcal.api.pagination import PageQuery
 from agentcal.api.schema import page_of, problems
 from agentcal.api.views import AgentAPIView
 from agentcal.errors import InvalidRange, InvalidRequest, NotFound
+from agentcal.pagination import paginate
 from bookings import engine
 from bookings.models import Calendar, Reservation, ReservationStatus
 from bookings.selectors import (

@@ -8,9 +8,10 @@ from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 
 from accounts.models import Membership
+from dashboard.http import DashboardRequest
 from workspaces.actor import Actor
 
 View = Callable[..., HttpResponse]
@@ -27,7 +28,11 @@ def workspace_page(*, manage: bool = False) -> Callable[[View], View]:
     def decorate(view: View) -> View:
         @login_required
         @functools.wraps(view)
-        def wrapper(request: HttpRequest, workspace_slug: str, *args: Any, **kwargs: Any) -> HttpResponse:
+        def wrapper(
+            request: DashboardRequest, workspace_slug: str, *args: Any, **kwargs: Any
+        ) -> HttpResponse:
+            # Typed as what it becomes: login_required has signed the person in, and the lines below
+            # set the rest.
             membership = (
                 Membership.objects.select_related("workspace")
                 .filter(user=request.user.pk, workspace__slug=workspace_slug)
@@ -37,13 +42,13 @@ def workspace_page(*, manage: bool = False) -> Callable[[View], View]:
                 raise Http404("No such workspace")
             if manage and not membership.can_manage:
                 raise PermissionDenied("Only owners and admins can do this.")
-            request.membership = membership  # type: ignore[attr-defined]
-            request.workspace = membership.workspace  # type: ignore[attr-defined]
-            request.actor = Actor(  # type: ignore[attr-defined]
+            request.membership = membership
+            request.workspace = membership.workspace
+            request.actor = Actor(
                 workspace=membership.workspace,
                 agent=None,
                 request_id=getattr(request, "request_id", ""),
-                user_email=request.user.email,  # type: ignore[union-attr]
+                user_email=request.user.email,
             )
             return view(request, membership.workspace, *args, **kwargs)
 
@@ -52,14 +57,14 @@ def workspace_page(*, manage: bool = False) -> Callable[[View], View]:
     return decorate
 
 
-def page_context(request: HttpRequest, section: str, **extra: Any) -> dict[str, Any]:
+def page_context(request: DashboardRequest, section: str, **extra: Any) -> dict[str, Any]:
     """What base.html needs on every workspace page."""
     from approvals.selectors import pending_count
 
-    workspace = request.workspace  # type: ignore[attr-defined]
+    workspace = request.workspace
     return {
         "workspace": workspace,
-        "membership": request.membership,  # type: ignore[attr-defined]
+        "membership": request.membership,
         "section": section,
         "pending_count": pending_count(workspace),
         **extra,

@@ -10,10 +10,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from agentcal.api.fields import StrictSerializer, validated
-from agentcal.api.pagination import PageQuery, paginate
+from agentcal.api.pagination import PageQuery
 from agentcal.api.schema import page_of, problems
 from agentcal.api.views import AgentAPIView
 from agentcal.errors import NotFound
+from agentcal.pagination import paginate
 from webhooks import services
 from webhooks.models import DeliveryStatus, EventType, OutboxEvent, WebhookDelivery, WebhookEndpoint
 from workspaces.actor import Actor

@@ -26,10 +26,10 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from agentcal import broker
+from agentcal.clock import isoformat_z
 from agentcal.db import InsertBatch
 from agentcal.ids import new_public_id
 from agentcal.metrics import WEBHOOK_FAILURES, WEBHOOK_SECONDS
-from bookings.spans import isoformat_z
 from webhooks.models import (
     DeliveryAttempt,
     DeliveryStatus,

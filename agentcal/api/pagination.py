@@ -1,22 +1,10 @@
-"""Cursor pagination by keyset: `{"results": [...], "next_cursor": "..." | null}`.
-
-A cursor is the public id of the last row returned, signed (django.core.signing) so it cannot be
-forged into another position; internal integer keys never appear in it.
-"""
+"""The query parameters of the API's list endpoints (agentcal.pagination pages through them)."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from django.core import signing
-from django.db.models import QuerySet, Subquery
 from rest_framework import serializers
 
-from agentcal.errors import InvalidRequest
-
-_SALT = "agentcal.api.cursor"
-DEFAULT_PAGE_SIZE = 50
-MAX_PAGE_SIZE = 200
+from agentcal.pagination import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE
 
 
 class PageQuery(serializers.Serializer):
@@ -28,37 +16,3 @@ class PageQuery(serializers.Serializer):
     limit = serializers.IntegerField(
         required=False, min_value=1, max_value=MAX_PAGE_SIZE, default=DEFAULT_PAGE_SIZE
     )
-
-
-def paginate(
-    queryset: QuerySet[Any],
-    *,
-    cursor: str | None,
-    limit: int,
-    descending: bool,
-    scope: str,
-    key_field: str,
-) -> tuple[list[Any], str | None]:
-    """One page of `queryset` in primary-key order, and the cursor for the next page (or None).
-
-    `key_field` is the row's public id (unique within `queryset`); `scope` binds a cursor to one
-    listing and filter set.
-    """
-    if cursor:
-        try:
-            position = signing.loads(cursor, salt=_SALT)
-        except signing.BadSignature:
-            raise InvalidRequest("The cursor is not valid.", errors={"cursor": ["Invalid cursor."]}) from None
-        if position.get("s") != scope:
-            raise InvalidRequest(
-                "The cursor belongs to a different listing or filter.",
-                errors={"cursor": ["Cursor mismatch."]},
-            )
-        after_pk = Subquery(queryset.filter(**{key_field: position["after"]}).values("pk")[:1])
-        queryset = queryset.filter(pk__lt=after_pk) if descending else queryset.filter(pk__gt=after_pk)
-    rows = list(queryset.order_by("-pk" if descending else "pk")[: limit + 1])
-    next_cursor = None
-    if len(rows) > limit:
-        rows = rows[:limit]
-        next_cursor = signing.dumps({"after": getattr(rows[-1], key_field), "s": scope}, salt=_SALT)
-    return rows, next_cursor

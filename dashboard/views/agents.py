@@ -26,6 +26,7 @@ from audit.models import AuditRecord, Outcome
 from bookings.models import Reservation
 from bookings.selectors import server_now
 from dashboard.access import page_context, workspace_page
+from dashboard.http import DashboardRequest
 from webhooks.models import DeliveryAttempt, WebhookEndpoint
 from workspaces.models import MAX_PRIORITY, MIN_PRIORITY, Agent, ApiKey, Scope, Workspace
 from workspaces.services import (
@@ -167,7 +168,7 @@ def agent_list(request: HttpRequest, workspace_slug: str) -> HttpResponse:
 
 
 def _render_agent_list(
-    request: HttpRequest, workspace: Workspace, form: AgentCreateForm | None = None, status: int = 200
+    request: DashboardRequest, workspace: Workspace, form: AgentCreateForm | None = None, status: int = 200
 ) -> HttpResponse:
     now = server_now()
     active_key = Q(api_keys__revoked_at__isnull=True) & (
@@ -184,7 +185,7 @@ def _render_agent_list(
         "agents",
         rows=[{"agent": agent, "stats": stats[agent.pk]} for agent in agents],
         form=form or AgentCreateForm(initial={"priority": DEFAULT_PRIORITY}),
-        can_manage=request.membership.can_manage,  # type: ignore[attr-defined]
+        can_manage=request.membership.can_manage,
         min_priority=MIN_PRIORITY,
         max_priority=MAX_PRIORITY,
         retention_days=workspace.audit_retention_days,
@@ -193,18 +194,18 @@ def _render_agent_list(
 
 
 @workspace_page()
-def _agent_list(request: HttpRequest, workspace: Workspace) -> HttpResponse:
+def _agent_list(request: DashboardRequest, workspace: Workspace) -> HttpResponse:
     return _render_agent_list(request, workspace)
 
 
 @workspace_page(manage=True)
-def _agent_create(request: HttpRequest, workspace: Workspace) -> HttpResponse:
+def _agent_create(request: DashboardRequest, workspace: Workspace) -> HttpResponse:
     form = AgentCreateForm(request.POST)
     if form.is_valid():
         data = form.cleaned_data
         try:
             agent = agent_create(
-                actor=request.actor,  # type: ignore[attr-defined]
+                actor=request.actor,
                 name=data["name"],
                 slug=data["slug"],
                 priority=data["priority"],
@@ -238,7 +239,7 @@ def _key(agent: Agent, key_prefix: str) -> ApiKey:
 
 
 def _render_agent_detail(
-    request: HttpRequest,
+    request: DashboardRequest,
     workspace: Workspace,
     agent: Agent,
     *,
@@ -270,7 +271,7 @@ def _render_agent_detail(
         stats=agent_stats(workspace, [agent])[agent.pk],
         keys=[{"key": key, "status": key_status(key, now)} for key in keys],
         endpoints=endpoint_rows,
-        can_manage=request.membership.can_manage,  # type: ignore[attr-defined]
+        can_manage=request.membership.can_manage,
         new_key=new_key,
         priority_form=priority_form
         or PriorityForm(initial={"priority": agent.priority, "max_priority": agent.max_priority}),
@@ -290,19 +291,19 @@ def _render_agent_detail(
 
 
 @workspace_page()
-def agent_detail(request: HttpRequest, workspace: Workspace, agent_id: str) -> HttpResponse:
+def agent_detail(request: DashboardRequest, workspace: Workspace, agent_id: str) -> HttpResponse:
     return _render_agent_detail(request, workspace, _agent(workspace, agent_id))
 
 
 @require_POST
 @workspace_page(manage=True)
-def agent_edit(request: HttpRequest, workspace: Workspace, agent_id: str) -> HttpResponse:
+def agent_edit(request: DashboardRequest, workspace: Workspace, agent_id: str) -> HttpResponse:
     agent = _agent(workspace, agent_id)
     form = PriorityForm(request.POST)
     if form.is_valid():
         try:
             agent = agent_update(
-                actor=request.actor,  # type: ignore[attr-defined]
+                actor=request.actor,
                 agent=agent,
                 priority=form.cleaned_data["priority"],
                 max_priority=form.cleaned_data["max_priority"],
@@ -317,13 +318,13 @@ def agent_edit(request: HttpRequest, workspace: Workspace, agent_id: str) -> Htt
 
 @require_POST
 @workspace_page(manage=True)
-def key_create(request: HttpRequest, workspace: Workspace, agent_id: str) -> HttpResponse:
+def key_create(request: DashboardRequest, workspace: Workspace, agent_id: str) -> HttpResponse:
     agent = _agent(workspace, agent_id)
     form = KeyCreateForm(request.POST)
     if form.is_valid():
         try:
             key, raw = api_key_issue(
-                actor=request.actor,  # type: ignore[attr-defined]
+                actor=request.actor,
                 agent=agent,
                 scopes=form.cleaned_data["scopes"],
                 name=form.cleaned_data["name"],
@@ -338,11 +339,13 @@ def key_create(request: HttpRequest, workspace: Workspace, agent_id: str) -> Htt
 
 @require_POST
 @workspace_page(manage=True)
-def key_revoke(request: HttpRequest, workspace: Workspace, agent_id: str, key_prefix: str) -> HttpResponse:
+def key_revoke(
+    request: DashboardRequest, workspace: Workspace, agent_id: str, key_prefix: str
+) -> HttpResponse:
     agent = _agent(workspace, agent_id)
     key = _key(agent, key_prefix)
     try:
-        api_key_revoke(actor=request.actor, key=key)  # type: ignore[attr-defined]
+        api_key_revoke(actor=request.actor, key=key)
     except KeyNotActive:
         messages.error(request, f"Key {key.prefix}… was already revoked.")
     else:
@@ -352,7 +355,9 @@ def key_revoke(request: HttpRequest, workspace: Workspace, agent_id: str, key_pr
 
 @require_POST
 @workspace_page(manage=True)
-def key_rotate(request: HttpRequest, workspace: Workspace, agent_id: str, key_prefix: str) -> HttpResponse:
+def key_rotate(
+    request: DashboardRequest, workspace: Workspace, agent_id: str, key_prefix: str
+) -> HttpResponse:
     agent = _agent(workspace, agent_id)
     old = _key(agent, key_prefix)
     form = RotateForm(request.POST)
@@ -361,7 +366,7 @@ def key_rotate(request: HttpRequest, workspace: Workspace, agent_id: str, key_pr
         return redirect("dashboard:agent", workspace.slug, agent.public_id)
     label, grace = GRACE_PERIODS[form.cleaned_data["grace"]]
     try:
-        key, raw = api_key_rotate(actor=request.actor, key=old, grace=grace)  # type: ignore[attr-defined]
+        key, raw = api_key_rotate(actor=request.actor, key=old, grace=grace)
     except KeyNotActive:
         messages.error(request, f"Key {old.prefix}… is revoked, expired or already rotated.")
         return redirect("dashboard:agent", workspace.slug, agent.public_id)

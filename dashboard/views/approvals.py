@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.db.models.functions import Now
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
@@ -12,6 +12,7 @@ from agentcal.errors import ApprovalAlreadyDecided, ApprovalExpired
 from approvals.models import Approval
 from approvals.services import approval_decide
 from dashboard.access import page_context, workspace_page
+from dashboard.http import DashboardRequest
 from workspaces.models import Workspace
 
 QUEUE_POLL_SECONDS = 5
@@ -19,7 +20,7 @@ RECENT_DECISIONS = 20
 
 
 @workspace_page()
-def queue(request: HttpRequest, workspace: Workspace) -> HttpResponse:
+def queue(request: DashboardRequest, workspace: Workspace) -> HttpResponse:
     """Pending newest first, plus recent decisions. htmx polls the table partial to stay live."""
     pending = (
         Approval.objects.filter(workspace=workspace, status="pending", expires_at__gt=Now())
@@ -33,7 +34,7 @@ def queue(request: HttpRequest, workspace: Workspace) -> HttpResponse:
         .order_by("-created_at")[:RECENT_DECISIONS]
     )
     template = "dashboard/approvals/queue.html"
-    if request.htmx:  # type: ignore[attr-defined]  # set by django_htmx's middleware
+    if request.htmx:
         template += "#queue-table"
     context = page_context(
         request, "approvals", pending=pending, recent=recent, poll_seconds=QUEUE_POLL_SECONDS
@@ -51,7 +52,7 @@ def _approval(workspace: Workspace, approval_id: str) -> Approval:
 
 
 @workspace_page()
-def detail(request: HttpRequest, workspace: Workspace, approval_id: str) -> HttpResponse:
+def detail(request: DashboardRequest, workspace: Workspace, approval_id: str) -> HttpResponse:
     approval = _approval(workspace, approval_id)
     return render(
         request, "dashboard/approvals/detail.html", page_context(request, "approvals", approval=approval)
@@ -60,7 +61,7 @@ def detail(request: HttpRequest, workspace: Workspace, approval_id: str) -> Http
 
 @require_POST
 @workspace_page()
-def decide(request: HttpRequest, workspace: Workspace, approval_id: str) -> HttpResponse:
+def decide(request: DashboardRequest, workspace: Workspace, approval_id: str) -> HttpResponse:
     decision = request.POST.get("decision")
     if decision not in {"approve", "deny"}:
         messages.error(request, "Choose approve or deny.")
@@ -70,7 +71,7 @@ def decide(request: HttpRequest, workspace: Workspace, approval_id: str) -> Http
         approval = approval_decide(
             approval_id=approval_id,
             workspace=workspace,
-            user=request.user,  # type: ignore[arg-type]  # workspace_page requires a signed-in person
+            user=request.user,
             approve=decision == "approve",
             note=request.POST.get("note", "")[:2000],
         )

@@ -10,18 +10,19 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from django.db.models import QuerySet
-from django.http import Http404, HttpRequest, HttpResponse, QueryDict
+from django.http import Http404, HttpResponse, QueryDict
 from django.shortcuts import render
 from django.urls import reverse
 
-from agentcal.api.pagination import paginate
 from agentcal.errors import InvalidRequest
+from agentcal.pagination import paginate
 from audit.api import AuditRecordOutput
 from audit.events import AuditEvent
 from audit.models import AuditRecord, Outcome
 from audit.selectors import audit_records
 from bookings.models import Calendar
 from dashboard.access import page_context, workspace_page
+from dashboard.http import DashboardRequest
 from workspaces.models import Agent, Workspace
 
 PAGE_SIZE = 50
@@ -98,7 +99,7 @@ def _query_string(values: dict[str, str], **extra: str) -> str:
 
 
 @workspace_page()
-def browser(request: HttpRequest, workspace: Workspace) -> HttpResponse:
+def browser(request: DashboardRequest, workspace: Workspace) -> HttpResponse:
     """The filtered trail. htmx requests get the results partial, or one record's full view."""
     if record_id := request.GET.get("record"):
         return _record(request, workspace, record_id)
@@ -146,7 +147,7 @@ def browser(request: HttpRequest, workspace: Workspace) -> HttpResponse:
         audit_url=reverse("dashboard:audit", args=[workspace.slug]),
     )
     template = "dashboard/audit/browser.html"
-    if request.htmx:  # type: ignore[attr-defined]
+    if request.htmx:
         template += "#audit-results"
     return render(request, template, context)
 
@@ -162,7 +163,7 @@ def _subject(record: AuditRecord, agents: dict[str, str]) -> str:
     return f"{name} · key {prefix}" if isinstance(prefix, str) else name
 
 
-def _record(request: HttpRequest, workspace: Workspace, record_id: str) -> HttpResponse:
+def _record(request: DashboardRequest, workspace: Workspace, record_id: str) -> HttpResponse:
     record = filtered_records(workspace, AuditFilters()).filter(public_id=record_id).first()
     if record is None:
         raise Http404("No such audit record")
@@ -170,6 +171,6 @@ def _record(request: HttpRequest, workspace: Workspace, record_id: str) -> HttpR
     full = dict(AuditRecordOutput(record, context={"workspace_public_id": workspace.public_id}).data)
     context = page_context(request, "audit", record=record, full_record=full)
     template = "dashboard/audit/record.html"
-    if request.htmx:  # type: ignore[attr-defined]
+    if request.htmx:
         template += "#record-detail"
     return render(request, template, context)

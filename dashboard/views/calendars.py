@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.db.models import Count, Q
 from django.db.models.functions import Now
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils.http import urlencode
@@ -17,6 +17,7 @@ from django.utils.http import urlencode
 from bookings.models import Calendar, Reservation, ReservationStatus
 from bookings.selectors import server_now
 from dashboard.access import page_context, workspace_page
+from dashboard.http import DashboardRequest
 from workspaces.models import Workspace
 
 TIMELINE_POLL_SECONDS = 5
@@ -29,7 +30,7 @@ SHORT_BLOCK_MINUTES = 45
 
 
 @workspace_page()
-def calendar_list(request: HttpRequest, workspace: Workspace) -> HttpResponse:
+def calendar_list(request: DashboardRequest, workspace: Workspace) -> HttpResponse:
     live_hold = Q(reservations__status=ReservationStatus.HELD, reservations__expires_at__gt=Now())
     upcoming = Q(reservations__status=ReservationStatus.COMMITTED, reservations__end_time__gt=Now())
     calendars = [
@@ -236,7 +237,7 @@ def _range_label(days: list[date]) -> str:
 
 
 @workspace_page()
-def calendar_view(request: HttpRequest, workspace: Workspace, calendar_id: str) -> HttpResponse:
+def calendar_view(request: DashboardRequest, workspace: Workspace, calendar_id: str) -> HttpResponse:
     """`?view=day|week&date=YYYY-MM-DD`; htmx polls the timeline partial to stay live."""
     calendar = Calendar.objects.filter(workspace=workspace, public_id=calendar_id).first()
     if calendar is None:
@@ -293,6 +294,6 @@ def calendar_view(request: HttpRequest, workspace: Workspace, calendar_id: str) 
         now=now,
     )
     template = "dashboard/calendars/calendar.html"
-    if request.htmx:  # type: ignore[attr-defined]
+    if request.htmx:
         template += "#timeline"
     return render(request, template, context)

@@ -6,10 +6,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.db import connection
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import render
 
 from dashboard.access import page_context, workspace_page
+from dashboard.http import DashboardRequest
 from workspaces.models import Workspace
 
 # window name -> (length, bucket size)
@@ -92,7 +93,7 @@ def _series(workspace: Workspace, length: timedelta, bucket: timedelta) -> tuple
 
 
 @workspace_page()
-def metrics(request: HttpRequest, workspace: Workspace) -> HttpResponse:
+def metrics(request: DashboardRequest, workspace: Workspace) -> HttpResponse:
     window = request.GET.get("window", "hour")
     if window not in WINDOWS:
         window = "hour"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import pytest
 from django.test import Client
@@ -11,8 +12,14 @@ from accounts.models import Passkey
 from tests.accounts.authenticator import SoftAuthenticator
 from tests.accounts.conftest import ORIGIN, make_person
 
+if TYPE_CHECKING:
+    # What the test client returns: a response with .json(); the stubs' name for it.
+    from django.test.client import _MonkeyPatchedWSGIResponse as TestResponse
 
-def register(client: Client, authenticator: SoftAuthenticator, name: str = "Laptop", **kwargs) -> object:
+
+def register(
+    client: Client, authenticator: SoftAuthenticator, name: str = "Laptop", **kwargs
+) -> TestResponse:
     options = client.post("/auth/passkeys/register/options").json()
     credential = authenticator.create(options, **kwargs)
     return client.post(
@@ -22,7 +29,7 @@ def register(client: Client, authenticator: SoftAuthenticator, name: str = "Lapt
     )
 
 
-def sign_in(client: Client, authenticator: SoftAuthenticator, **kwargs) -> object:
+def sign_in(client: Client, authenticator: SoftAuthenticator, **kwargs) -> TestResponse:
     options = client.post("/auth/passkeys/authenticate/options").json()
     assert options["allowCredentials"] == []  # discoverable: no user named up front
     assert options["userVerification"] == "required"

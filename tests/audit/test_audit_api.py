@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
-from django.utils.dateparse import parse_datetime
 
 from audit.models import AuditRecord
 from tests.audit.aged_rows import insert_aged_audit_row
@@ -87,7 +86,7 @@ def test_it_lists_the_workspaces_rows_newest_first(sdr, exec_assistant, history)
         .values_list("public_id", flat=True)
     )
     assert [row["id"] for row in rows] == expected_ids
-    stamps = [parse_datetime(row["timestamp"]) for row in rows]
+    stamps = [datetime.fromisoformat(row["timestamp"]) for row in rows]
     assert stamps == sorted(stamps, reverse=True)
     assert {row["workspace_id"] for row in rows} == {sdr.agent.workspace.public_id}
     assert all(row["id"].startswith("aud_") for row in rows)
@@ -157,7 +156,7 @@ def test_it_filters_by_requested_range_overlap(sdr, history):
     assert {row["reservation"] for row in rows} == {history["hold"]}
 
     # Half-open: a window ending exactly where span_1 starts does not overlap it.
-    start = parse_datetime(span_1["start_time"])
+    start = datetime.fromisoformat(span_1["start_time"])
     touching = listing(sdr, overlaps_start=iso(start - timedelta(hours=1)), overlaps_end=span_1["start_time"])
     assert touching == []
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import httpx
+
 from audit.models import AuditRecord
 from tests.conftest import slot
 from workspaces.keys import KEY_PREFIX, LOOKUP_PREFIX_LENGTH
@@ -39,7 +43,7 @@ def test_every_rejected_request_writes_exactly_one_rejected_audit_row(
         "calendar.hold.rejected", "calendar.hold.extend.rejected", "calendar.booking.cancel.rejected"
     )  # fmt: skip
     # (client, "METHOD path", request keyword arguments, "status failure_reason event_type")
-    cases = [
+    cases: list[tuple[httpx.Client, str, dict[str, Any], str]] = [
         (anonymous, "GET /calendars", {}, "401 unauthenticated auth.rejected"),
         (anonymous, "GET /calendars", {"headers": {"Authorization": f"Bearer {forged}"}},
          "401 unauthenticated auth.rejected"),
@@ -98,6 +102,8 @@ def test_a_rejected_commit_records_the_requested_range_and_conflict(sdr, exec_as
     (row,) = AuditRecord.objects.filter(event_type="calendar.commit.rejected")
     assert row.calendar_public_id == calendar["id"]
     assert row.auth_key_prefix == sdr.key.prefix
+    assert row.requested_start is not None and row.requested_end is not None
+    assert row.conflict_details is not None
     assert (
         row.requested_start.isoformat().replace("+00:00", "Z"),
         row.requested_end.isoformat().replace("+00:00", "Z"),

@@ -36,7 +36,8 @@ def test_the_naive_baseline_lets_double_bookings_through() -> None:
         assert naive is not None and naive.double_bookings is not None
         if naive.double_bookings > 0:
             break
-    assert naive.double_bookings > 0
+    else:
+        pytest.fail("the naive baseline never double-booked in 3 attempts")
     assert naive.extra["rounds_with_several_winners"] > 0
 
     # The same race behind an advisory lock per calendar is safe.

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from django.db import connection
 
+from agentcal.clock import server_now
 from agentcal.errors import SlotConflict
 from bookings import engine
-from bookings.selectors import server_now
 from bookings.spans import Span
 from workspaces.actor import Actor
 from workspaces.models import Agent, Workspace

@@ -8,11 +8,11 @@ from datetime import timedelta
 import pytest
 from django.db import IntegrityError, connection, transaction
 
+from agentcal.clock import server_now
 from agentcal.db import InsertBatch
 from audit.models import AuditRecord
 from bookings import engine
 from bookings.models import Reservation, ReservationStatus
-from bookings.selectors import server_now
 from bookings.spans import Span
 from workspaces.actor import Actor
 from workspaces.models import Agent, Workspace

@@ -61,6 +61,7 @@ def test_members_see_agents_with_priorities_keys_and_booking_stats(team):
     calendar = make_calendar(team.workspace)
     day, sdr, boss = future_day(3), actor(team.sdr), actor(team.exec_assistant)
     first = hold_create(actor=sdr, calendar=calendar, span=span_on(day, time(9)), ttl_seconds=600)
+    assert first.hold_token is not None
     hold_commit(actor=sdr, calendar=calendar, hold_token=first.hold_token)
     hold_create(actor=sdr, calendar=calendar, span=span_on(day, time(10)), ttl_seconds=600)
     hold_create(actor=boss, calendar=calendar, span=span_on(day, time(11)), ttl_seconds=600)
@@ -297,6 +298,7 @@ def test_rotating_a_key_gives_a_new_one_and_the_old_one_works_until_its_grace_en
     new = ApiKey.objects.exclude(pk=old.pk).get(agent=team.sdr)
     assert new.scopes == ["bookings:write", "calendars:read"] and new.expires_at is None
     old.refresh_from_db()
+    assert old.expires_at is not None
     assert before + timedelta(minutes=59) < old.expires_at < timezone.now() + timedelta(minutes=61)
     assert api_status(old_raw) == 200 and api_status(new_raw) == 200
     assert tables_containing(secret_part(new_raw)) == []
@@ -388,6 +390,8 @@ def test_posts_without_a_csrf_token_are_refused(team):
     assert snapshot() == before
     # With the token from the page, the same client succeeds.
     page = text(owner.get(AGENTS))
-    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
+    match = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)
+    assert match is not None
+    token = match.group(1)
     response = owner.post(AGENTS, {"name": "Legit", "priority": "100", "csrfmiddlewaretoken": token})
     assert response.status_code == 302 and Agent.objects.filter(name="Legit").exists()

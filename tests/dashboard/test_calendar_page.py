@@ -64,6 +64,7 @@ def reserve_every_kind(team, calendar, day: date) -> dict[str, str]:
         bump_window_ends_at=timezone.now() - timedelta(hours=1)
     )
     cancelled = booking_create(actor=sdr, calendar=calendar, span=span_on(day, time(12)), title="Dropped")
+    assert cancelled.primary.booking_id is not None
     booking_cancel(actor=sdr, booking_id=cancelled.primary.booking_id)
     bumped = booking_create(actor=sdr, calendar=calendar, span=span_on(day, time(13)), title="Low priority")
     bumper = booking_create(actor=boss, calendar=calendar, span=span_on(day, time(13)), title="CEO sync")
@@ -123,6 +124,7 @@ def test_the_week_shows_held_committed_frozen_and_ended_blocks(team, calendar):
     }
     assert html.count('data-testid="day-column"') == 7
     held = Reservation.objects.get(hold_id=ids["held"])
+    assert held.expires_at is not None
     assert f'data-countdown="{held.expires_at.isoformat()}"' in html
     # Each block says what it is, whose it is and at what priority.
     assert "Demo call" in html and "SDR bot" in html and "P500" in html and "CEO sync" in html
@@ -237,7 +239,9 @@ def test_overlapping_blocks_sit_side_by_side(team, calendar):
     html = text(signed_in(team.member).get(url(calendar, view="day", date=day.isoformat())))
 
     def style(reservation: str) -> str:
-        return re.search(rf'data-reservation="{reservation}"\s+style="([^"]+)"', html).group(1)
+        match = re.search(rf'data-reservation="{reservation}"\s+style="([^"]+)"', html)
+        assert match is not None, reservation
+        return match.group(1)
 
     # The bumped booking and the one that took its place share 13:00 and split the column.
     assert "width: calc(50.0000% - 8px)" in style(ids["bumped"])

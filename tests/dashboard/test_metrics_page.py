@@ -28,6 +28,7 @@ def activity(db):
     engine.hold_create(actor=high_actor, calendar=calendar, span=span)  # evicts
     other = Span(span.end, span.end + timedelta(minutes=30))
     second = engine.hold_create(actor=low_actor, calendar=calendar, span=other)
+    assert second.hold_token is not None
     engine.hold_commit(actor=low_actor, calendar=calendar, hold_token=second.hold_token)
     return workspace, held
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
-from django.template.loaders.app_directories import get_app_template_dirs
+from django.template.utils import get_app_template_dirs
 from django.test import Client
 
 from tests.dashboard.pages_helpers import make_team, signed_in
@@ -111,7 +111,9 @@ STYLE_ATTRIBUTE_ALLOWED_IN = {"dashboard/calendars/calendar.html"}
 
 def project_templates() -> dict[str, str]:
     """Every template in the project (not the installed packages'), by its name as Django loads it."""
-    template_dirs = [Path(d) for d in settings.TEMPLATES[0]["DIRS"]] + [
+    configured_dirs = settings.TEMPLATES[0]["DIRS"]
+    assert isinstance(configured_dirs, list)
+    template_dirs = [Path(d) for d in configured_dirs] + [
         Path(d) for d in get_app_template_dirs("templates") if "site-packages" not in Path(d).parts
     ]
     found = {
