@@ -92,6 +92,9 @@ class _Publisher:
                 lambda: not self._jobs and not self._nudges and not self._busy, timeout
             )
 
+    def backing_off(self) -> bool:
+        return time.monotonic() < self._broker_down_until
+
     def clear_backoff(self) -> None:
         with self._changed:
             self._broker_down_until = 0.0
@@ -209,6 +212,11 @@ def enqueue(task: Any, args: tuple[Any, ...], *, fallback: Callable[[], object])
 def wait_idle(timeout: float) -> bool:
     """Wait until everything queued (pending nudges included) has been published or handled."""
     return _current().wait_idle(timeout)
+
+
+def backing_off() -> bool:
+    """Has the broker refused a message within the last BROKER_BACKOFF_SECONDS?"""
+    return _current().backing_off()
 
 
 def clear_backoff() -> None:
