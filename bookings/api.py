@@ -23,7 +23,7 @@ from agentcal.api.schema import page_of, problems
 from agentcal.api.views import AgentAPIView
 from agentcal.errors import InvalidRange, InvalidRequest, NotFound
 from agentcal.pagination import paginate
-from bookings import engine
+from bookings import engine, services
 from bookings.models import Calendar, Reservation, ReservationStatus
 from bookings.selectors import (
     MAX_AVAILABILITY_WINDOW,
@@ -144,9 +144,8 @@ class BookingOutput(ReservationOutput):
 
 
 def _effective_status(row: Reservation, now: datetime | None) -> str:
-    if row.status == ReservationStatus.HELD and now is not None and row.expires_at and row.expires_at <= now:
-        return ReservationStatus.EXPIRED  # lapsed, whether or not the sweep has run yet
-    return row.status
+    # A lapsed hold reads as expired, whether or not the sweep has run yet (no `now`: just created).
+    return row.status if now is None else row.status_at(now)
 
 
 def _common(rows: list[Reservation], now: datetime | None) -> dict[str, Any]:
@@ -205,9 +204,7 @@ def booking_payload(group: engine.ReservationGroup, now: datetime | None = None)
         **_common(group.rows, now),
         "committed_at": head.committed_at,
         "bump_window_ends_at": head.bump_window_ends_at,
-        "frozen": now is not None
-        and head.bump_window_ends_at is not None
-        and head.bump_window_ends_at <= now,
+        "frozen": now is not None and head.is_frozen_at(now),
     }
     if group.displaced:
         payload["displaced"] = _displaced(group)
@@ -249,7 +246,7 @@ class CalendarListView(AgentAPIView):
     @extend_schema(request=CalendarInput, responses={201: CalendarOutput, **problems(400)})
     def post(self, request: Request) -> Response:
         data = validated(CalendarInput, request.data)
-        calendar = engine.calendar_create(actor=self.actor, **data)
+        calendar = services.calendar_create(actor=self.actor, **data)
         return Response(
             CalendarOutput(calendar).data,
             status=201,
@@ -271,7 +268,7 @@ class CalendarDetailView(AgentAPIView):
         changes = validated(CalendarInput, request.data, partial=True)
         if not changes:
             raise InvalidRequest("Send at least one field to change.")
-        calendar = engine.calendar_update(actor=self.actor, calendar=calendar, changes=changes)
+        calendar = services.calendar_update(actor=self.actor, calendar=calendar, changes=changes)
         return Response(CalendarOutput(calendar).data)
 
 

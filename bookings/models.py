@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import partial
 
 from django.contrib.postgres.constraints import ExclusionConstraint
@@ -12,6 +12,7 @@ from django.db.models import F, Func, Q, Value
 from django.db.models.functions import Now
 
 from agentcal.ids import new_public_id
+from bookings.spans import Span
 from workspaces.models import Agent, Workspace
 
 
@@ -73,6 +74,43 @@ LIVE_STATUSES = (ReservationStatus.HELD, ReservationStatus.COMMITTED)
 MAX_RESERVATION_LENGTH = timedelta(days=7)
 
 
+def lapsed_hold_q(prefix: str = "") -> Q:
+    """A hold whose expiry has come, by the database's clock (`Now()`). `prefix` reaches reservations
+    through a relation (`"reservations__"`). SQL twin: bookings.sql.lapsed_hold()."""
+    return Q(**{f"{prefix}status": ReservationStatus.HELD, f"{prefix}expires_at__lte": Now()})
+
+
+def live_hold_q(prefix: str = "") -> Q:
+    """A hold that has not lapsed, by the database's clock. SQL twin: bookings.sql.live_hold()."""
+    return Q(**{f"{prefix}status": ReservationStatus.HELD, f"{prefix}expires_at__gt": Now()})
+
+
+class ReservationQuerySet(models.QuerySet["Reservation"]):
+    """The time rules for ORM readers, always at the database's clock (`Now()`). The same rules in SQL
+    are in bookings/sql.py, and per row in the Reservation methods `status_at()`, `is_live_at()`."""
+
+    def live(self) -> ReservationQuerySet:
+        """Reservations that block their span now: held or committed, minus holds that have lapsed
+        (still 'held' until a writer or the sweep expires them). SQL twin: bookings.sql.live() (that
+        module's docstring says where upstream busy time will join them)."""
+        return self.filter(status__in=LIVE_STATUSES).exclude(lapsed_hold_q())
+
+    def live_holds(self) -> ReservationQuerySet:
+        return self.filter(live_hold_q())
+
+    def lapsed_holds(self) -> ReservationQuerySet:
+        return self.filter(lapsed_hold_q())
+
+    def overlapping(self, span: Span) -> ReservationQuerySet:
+        """Reservations whose `[start, end)` overlaps the span's. The lower bound on start_time adds
+        nothing logically; it bounds the (calendar, start_time) index scan. SQL: bookings.sql.overlaps()."""
+        return self.filter(
+            start_time__lt=span.end,
+            start_time__gt=span.start - MAX_RESERVATION_LENGTH,
+            end_time__gt=span.start,
+        )
+
+
 class TsTzRange(Func):
     function = "TSTZRANGE"
     output_field = DateTimeRangeField()
@@ -125,6 +163,8 @@ class Reservation(models.Model):
     displaced_by = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
     )
+
+    objects = ReservationQuerySet.as_manager()
 
     class Meta:
         constraints = [
@@ -183,3 +223,34 @@ class Reservation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.hold_id}@{self.calendar_id} {self.status}"
+
+    # The time rules, row by row. `now` is always the database's clock (the time the calendar lock was
+    # granted, or a reader's `SELECT now()`), never the web worker's: workers drift, and the database
+    # is the one clock every writer shares. SQL twins: bookings/sql.py; ORM: ReservationQuerySet.
+
+    def is_lapsed_at(self, now: datetime) -> bool:
+        """A hold whose expiry has come: it stays 'held' until a writer or the sweep expires it, but it
+        blocks nothing. At exactly `expires_at` it has lapsed: the expiry is when the span frees up."""
+        return (
+            self.status == ReservationStatus.HELD and self.expires_at is not None and self.expires_at <= now
+        )
+
+    def status_at(self, now: datetime) -> str:
+        """The status a reader sees at `now`: a lapsed hold reads as expired, swept or not."""
+        return ReservationStatus.EXPIRED if self.is_lapsed_at(now) else self.status
+
+    def is_live_at(self, now: datetime) -> bool:
+        """Does it block its span at `now`? Held (not lapsed) or committed."""
+        return self.status in LIVE_STATUSES and not self.is_lapsed_at(now)
+
+    def is_frozen_at(self, now: datetime) -> bool:
+        """Past its bump window: no priority can take this booking over any more. Frozen from
+        `bump_window_ends_at` on (the window is open while it is still ahead). A hold has no window."""
+        return self.bump_window_ends_at is not None and self.bump_window_ends_at <= now
+
+    def is_bumpable_at(self, now: datetime) -> bool:
+        """May a strictly higher priority take it over at `now`? A live hold always; a commit only
+        inside its bump window. (Who may take it over is the takeover rule: bookings.engine.rules.)"""
+        if not self.is_live_at(now):
+            return False
+        return self.status == ReservationStatus.HELD or not self.is_frozen_at(now)

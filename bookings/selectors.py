@@ -8,10 +8,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models.functions import Now
 
 from agentcal.db import bound_cursor
-from bookings.models import LIVE_STATUSES, MAX_RESERVATION_LENGTH, Calendar, Reservation, ReservationStatus
+from bookings.models import Calendar, Reservation
 from bookings.spans import BusyIndex, Span, grid_slots
 from workspaces.models import Agent, Workspace
 
@@ -40,14 +39,9 @@ def availability(*, calendar: Calendar, window: Span, duration: timedelta | None
             cursor.execute("SELECT version, now() FROM bookings_calendar WHERE id = %s", [calendar.pk])
             version, now = cursor.fetchone()
         busy = list(
-            Reservation.objects.filter(
-                calendar=calendar,
-                status__in=LIVE_STATUSES,
-                start_time__lt=window.end,
-                start_time__gt=window.start - MAX_RESERVATION_LENGTH,
-                end_time__gt=window.start,
-            )
-            .exclude(status=ReservationStatus.HELD, expires_at__lte=Now())
+            Reservation.objects.live()
+            .overlapping(window)
+            .filter(calendar=calendar)
             .select_related("agent")
             .order_by("start_time")
         )

@@ -14,7 +14,7 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.utils.http import urlencode
 
-from bookings.models import Calendar, Reservation, ReservationStatus
+from bookings.models import Calendar, Reservation, ReservationStatus, live_hold_q
 from bookings.selectors import server_now
 from dashboard.access import page_context, workspace_page
 from dashboard.http import DashboardRequest
@@ -31,7 +31,7 @@ SHORT_BLOCK_MINUTES = 45
 
 @workspace_page()
 def calendar_list(request: DashboardRequest, workspace: Workspace) -> HttpResponse:
-    live_hold = Q(reservations__status=ReservationStatus.HELD, reservations__expires_at__gt=Now())
+    live_hold = live_hold_q(prefix="reservations__")
     upcoming = Q(reservations__status=ReservationStatus.COMMITTED, reservations__end_time__gt=Now())
     calendars = [
         {
@@ -129,11 +129,9 @@ def block_kind(reservation: Reservation, now: datetime) -> tuple[str, str]:
     status = reservation.status
     if status == ReservationStatus.HELD:
         # A lapsed hold is still 'held' until a writer or the sweep expires it; it blocks nothing.
-        live = reservation.expires_at is not None and reservation.expires_at > now
-        return ("held", "held") if live else ("ended", "lapsed")
+        return ("held", "held") if reservation.is_live_at(now) else ("ended", "lapsed")
     if status == ReservationStatus.COMMITTED:
-        frozen = reservation.bump_window_ends_at is not None and reservation.bump_window_ends_at <= now
-        return ("frozen", "frozen") if frozen else ("committed", "committed")
+        return ("frozen", "frozen") if reservation.is_frozen_at(now) else ("committed", "committed")
     return "ended", status
 
 

@@ -1,0 +1,425 @@
+"""Creating holds and bookings: the pre-check, the locked write, takeovers and the new rows."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from agentcal.db import InsertBatch, bound_cursor
+from agentcal.errors import SlotConflict
+from agentcal.ids import new_public_id
+from audit.events import AuditEvent
+from audit.models import Outcome
+from audit.services import audit_record
+from bookings.engine.alternatives import alternatives
+from bookings.engine.auditing import audit_rejections
+from bookings.engine.expiry import clear_the_way
+from bookings.engine.groups import ReservationGroup, groups, hash_token, ordered
+from bookings.engine.locking import CalendarBusy, await_writers, lock_calendars
+from bookings.engine.rules import (
+    check_not_in_the_past,
+    check_span_length,
+    distinct_calendars,
+    may_take_over,
+    priority_for,
+    slot_conflict,
+)
+from bookings.engine.statements import PRECHECK_SQL
+from bookings.engine.transitions import transition_group
+from bookings.events import emit_reservation_event
+from bookings.models import Calendar, Reservation, ReservationStatus
+from bookings.spans import Span
+from bookings.sql import overlap_params
+from webhooks.models import EventType
+from workspaces.actor import Actor
+from workspaces.models import Agent
+
+# A takeover whose victim spans calendars outside the locked set retries with the larger set.
+MAX_LOCK_EXPANSIONS = 3
+
+
+@audit_rejections(AuditEvent.HOLD_REJECTED)
+def hold_create(
+    *,
+    actor: Actor,
+    calendar: Calendar,
+    span: Span,
+    priority: int | None = None,
+    ttl_seconds: int | None = None,
+    also_calendars: Sequence[Calendar] = (),
+    if_match: int | None = None,
+    title: str = "",
+    attendees: list[Any] | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> ReservationGroup:
+    """Phase 1: a soft hold that blocks the span until it expires, is committed, released or evicted."""
+    return _reserve(
+        actor=actor,
+        calendar=calendar,
+        span=span,
+        priority=priority,
+        ttl_seconds=ttl_seconds,
+        commit=False,
+        also_calendars=also_calendars,
+        if_match=if_match,
+        title=title,
+        attendees=attendees or [],
+        metadata=metadata or {},
+    )
+
+
+@audit_rejections(AuditEvent.COMMIT_REJECTED)
+def booking_create(
+    *,
+    actor: Actor,
+    calendar: Calendar,
+    span: Span,
+    priority: int | None = None,
+    also_calendars: Sequence[Calendar] = (),
+    if_match: int | None = None,
+    title: str = "",
+    attendees: list[Any] | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> ReservationGroup:
+    """Single-step atomic hold + commit."""
+    return _reserve(
+        actor=actor,
+        calendar=calendar,
+        span=span,
+        priority=priority,
+        ttl_seconds=None,
+        commit=True,
+        also_calendars=also_calendars,
+        if_match=if_match,
+        title=title,
+        attendees=attendees or [],
+        metadata=metadata or {},
+    )
+
+
+class _NeedMoreLocks(Exception):
+    def __init__(self, calendar_ids: set[int]) -> None:
+        self.calendar_ids = calendar_ids
+
+
+class _Blocked(Exception):
+    """The pre-check's conflict, with the database's now when it looked (for the alternatives)."""
+
+    def __init__(self, conflict: SlotConflict, checked_at: datetime) -> None:
+        self.conflict, self.checked_at = conflict, checked_at
+
+
+def _reserve(
+    *,
+    actor: Actor,
+    calendar: Calendar,
+    span: Span,
+    priority: int | None,
+    ttl_seconds: int | None,
+    commit: bool,
+    also_calendars: Sequence[Calendar],
+    if_match: int | None,
+    title: str,
+    attendees: list[Any],
+    metadata: dict[str, Any],
+) -> ReservationGroup:
+    assert actor.agent is not None
+    calendars = distinct_calendars(calendar, also_calendars)
+    check_span_length(span, calendars)
+    priority = priority_for(actor.agent, priority)
+    now = None
+    try:
+        # Cheap, unlocked pre-check: never trusted for correctness, only to let losers fail fast.
+        now = _precheck(calendars, span, priority)
+        lock_ids = sorted(c.pk for c in calendars)
+        nowait = True
+        for _ in range(MAX_LOCK_EXPANSIONS):
+            try:
+                return _reserve_locked(
+                    actor=actor,
+                    calendars=calendars,
+                    lock_ids=lock_ids,
+                    nowait=nowait,
+                    span=span,
+                    priority=priority,
+                    ttl_seconds=ttl_seconds,
+                    commit=commit,
+                    if_match=if_match,
+                    title=title,
+                    attendees=attendees,
+                    metadata=metadata,
+                )
+            except CalendarBusy:
+                # Another write on these calendars is in flight, maybe for this very span (a herd). Wait
+                # for it to end, then look again without the lock: if it took the span, this request
+                # loses now, at the same moment as every other loser, instead of each loser taking the
+                # lock in turn (and delaying unrelated writes to the calendar). Otherwise, queue for it.
+                await_writers(lock_ids)
+                now = _precheck(calendars, span, priority)
+                nowait = False
+            except _NeedMoreLocks as more:
+                lock_ids = sorted({*lock_ids, *more.calendar_ids})
+                nowait = False
+        raise SlotConflict("The reservations in the way kept changing; re-read availability and retry.")
+    except _Blocked as blocked:
+        # Found by the pre-check, with the database's now of that look: no lock was taken.
+        blocked.conflict.extra["alternatives"] = alternatives(calendars, span, now=blocked.checked_at)
+        raise blocked.conflict from None
+    except SlotConflict as conflict:
+        conflict.extra["alternatives"] = alternatives(calendars, span, now=now)
+        raise
+
+
+def _precheck(calendars: Sequence[Calendar], span: Span, priority: int) -> datetime:
+    """Refuse what is certainly refused without taking a lock (_Blocked); returns the database's now."""
+    with bound_cursor() as cursor:
+        cursor.execute(PRECHECK_SQL, overlap_params([c.pk for c in calendars], span, priority=priority))
+        found = cursor.fetchone()
+    assert found is not None  # one row always: SELECT … FROM (SELECT 1) LEFT JOIN
+    now, blocker_id, *blocker = found
+    check_not_in_the_past(span, now)
+    if blocker_id is not None:
+        raise _Blocked(slot_conflict(_blocker_row(blocker_id, *blocker), span, priority, now), now)
+    return now
+
+
+def _blocker_row(
+    row_id: int,
+    status: str,
+    priority: int,
+    start: datetime,
+    end: datetime,
+    expires_at: datetime | None,
+    bump_window_ends_at: datetime | None,
+    calendar_id: int,
+    calendar_public_id: str,
+    slot_minutes: int,
+    agent_id: int,
+    agent_public_id: str,
+) -> Reservation:
+    """The pre-check's blocker as an (unsaved) row with what slot_conflict reads."""
+    return Reservation(
+        id=row_id,
+        status=status,
+        priority=priority,
+        start_time=start,
+        end_time=end,
+        expires_at=expires_at,
+        bump_window_ends_at=bump_window_ends_at,
+        calendar=Calendar(id=calendar_id, public_id=calendar_public_id, slot_minutes=slot_minutes),
+        agent=Agent(id=agent_id, public_id=agent_public_id),
+    )
+
+
+def _reserve_locked(
+    *,
+    actor: Actor,
+    calendars: Sequence[Calendar],
+    lock_ids: Sequence[int],
+    nowait: bool,
+    span: Span,
+    priority: int,
+    ttl_seconds: int | None,
+    commit: bool,
+    if_match: int | None,
+    title: str,
+    attendees: list[Any],
+    metadata: dict[str, Any],
+) -> ReservationGroup:
+    primary = calendars[0]
+    calendar_ids = [c.pk for c in calendars]
+    # The rows this write adds (reservation, audit, outbox) go to the database together, at the end.
+    batch = InsertBatch()
+    with transaction.atomic(durable=True):
+        now, versions = lock_calendars(
+            lock_ids, if_match=(primary.pk, if_match) if if_match is not None else None, nowait=nowait
+        )
+        in_the_way = clear_the_way(calendar_ids=calendar_ids, span=span, now=now, batch=batch)
+        for row in in_the_way:
+            if not may_take_over(row, priority=priority, now=now):
+                raise slot_conflict(row, span, priority, now)
+
+        victim_groups = {row.hold_id for row in in_the_way}
+        if victim_groups:
+            # A victim that also holds other calendars is taken off them too (a hold is all-or-nothing),
+            # which changes those calendars' state: their locks are needed, in order, so start over.
+            victim_calendar_ids = set(
+                Reservation.objects.filter(hold_id__in=victim_groups).values_list("calendar_id", flat=True)
+            )
+            if not victim_calendar_ids <= set(lock_ids):
+                raise _NeedMoreLocks(victim_calendar_ids)
+        displaced = _displace(victim_groups, in_the_way, now=now)
+
+        group = _new_group(
+            actor=actor,
+            calendars=calendars,
+            versions=versions,
+            span=span,
+            priority=priority,
+            ttl_seconds=ttl_seconds,
+            commit=commit,
+            now=now,
+            title=title,
+            attendees=attendees,
+            metadata=metadata,
+            batch=batch,
+        )
+        group.displaced = displaced
+
+        head = group.primary
+        audit_record(
+            event_type=AuditEvent.COMMIT_CREATED if commit else AuditEvent.HOLD_CREATED,
+            outcome=Outcome.SUCCESS,
+            actor=actor,
+            batch=batch,
+            calendar_public_id=primary.public_id,
+            reservation_public_id=head.booking_id if commit else head.hold_id,  # type: ignore[arg-type]
+            requested_start=span.start,
+            requested_end=span.end,
+            fencing_token=head.fencing_token,
+            details={
+                "priority": priority,
+                "also_calendars": [c.public_id for c in calendars[1:]],
+                "displaced": sorted({r.booking_id or r.hold_id for r in displaced if r.is_primary}),
+            },
+        )
+        emit_reservation_event(
+            EventType.BOOKING_COMMITTED if commit else EventType.HOLD_CREATED, group.rows, batch=batch
+        )
+        for victim_rows in groups(displaced):
+            _announce_displacement(victim_rows, by=head, actor=actor, batch=batch)
+        _insert_group(group, batch)
+        if displaced:
+            Reservation.objects.filter(pk__in=[r.pk for r in displaced]).update(displaced_by=group.primary)
+    return group
+
+
+def _displace(victim_groups: set[str], in_the_way: list[Reservation], *, now: datetime) -> list[Reservation]:
+    """Evict the live holds and bump the commits in the way (whole groups), CAS-checked."""
+    displaced: list[Reservation] = []
+    for hold_id in sorted(victim_groups):
+        status = next(r.status for r in in_the_way if r.hold_id == hold_id)
+        to_status = (
+            ReservationStatus.EVICTED if status == ReservationStatus.HELD else ReservationStatus.BUMPED
+        )
+        group_size = Reservation.objects.filter(hold_id=hold_id).count()
+        moved = transition_group(hold_id=hold_id, from_status=status, to_status=to_status, now=now)
+        if len(moved) != group_size:
+            # Someone changed the victim between our read and our update (cannot happen while we hold
+            # every calendar lock involved, but the CAS is what we trust, not that reasoning).
+            raise SlotConflict(
+                "A reservation in the way changed concurrently; re-read and retry.", retryable=True
+            )
+        displaced.extend(moved)
+    return displaced
+
+
+def _announce_displacement(
+    victim_rows: list[Reservation], *, by: Reservation, actor: Actor, batch: InsertBatch
+) -> None:
+    """Audit the eviction/bump and tell the victim's agent, with alternatives computed right here,
+    in the evicting transaction, so they already account for the reservation that displaced it."""
+    victim = victim_rows[0]
+    bumped = victim.status == ReservationStatus.BUMPED
+    audit_record(
+        event_type=AuditEvent.BOOKING_BUMPED if bumped else AuditEvent.HOLD_EVICTED,
+        outcome=Outcome.SUCCESS,
+        actor=actor,
+        batch=batch,
+        calendar_public_id=victim.calendar.public_id,
+        reservation_public_id=(victim.booking_id if bumped else victim.hold_id) or victim.hold_id,
+        requested_start=victim.start_time,
+        requested_end=victim.end_time,
+        fencing_token=victim.fencing_token,
+        details={
+            "victim_agent_id": victim.agent.public_id,
+            "victim_priority": victim.priority,
+            "displaced_by": by.booking_id or by.hold_id,
+            "displaced_by_priority": by.priority,
+        },
+    )
+    emit_reservation_event(
+        EventType.BOOKING_BUMPED if bumped else EventType.HOLD_EVICTED,
+        victim_rows,
+        displaced_by={
+            "id": by.booking_id or by.hold_id,
+            "agent_id": by.agent.public_id,
+            "priority": by.priority,
+        },
+        alternatives=alternatives(
+            [r.calendar for r in victim_rows], Span(victim.start_time, victim.end_time), now=by.created_at
+        ),
+        batch=batch,
+    )
+
+
+def _new_group(
+    *,
+    actor: Actor,
+    calendars: Sequence[Calendar],
+    versions: dict[int, int],
+    span: Span,
+    priority: int,
+    ttl_seconds: int | None,
+    commit: bool,
+    now: datetime,
+    title: str,
+    attendees: list[Any],
+    metadata: dict[str, Any],
+    batch: InsertBatch,
+) -> ReservationGroup:
+    """The new hold or booking's rows, queued in `batch` (written by _insert_group)."""
+    suffix = new_public_id("hld").removeprefix("hld_")  # the booking id reuses it: hld_X -> bk_X
+    hold_token = None if commit else "hlt_" + secrets.token_urlsafe(24)
+    primary = calendars[0]
+    ttl = timedelta(seconds=ttl_seconds or primary.hold_ttl_seconds)
+    rows = [
+        Reservation(
+            hold_id=f"hld_{suffix}",
+            booking_id=f"bk_{suffix}" if commit else None,
+            calendar=cal,
+            agent=actor.agent,
+            is_primary=cal.pk == primary.pk,
+            status=ReservationStatus.COMMITTED if commit else ReservationStatus.HELD,
+            priority=priority,
+            start_time=span.start,
+            end_time=span.end,
+            hold_token_hash=hash_token(hold_token) if hold_token else None,
+            fencing_token=versions[cal.pk],
+            title=title,
+            attendees=attendees,
+            metadata=metadata,
+            created_at=now,  # the decision's time (the lock's clock), not the transaction's start
+            expires_at=None if commit else now + ttl,
+            committed_at=now if commit else None,
+            bump_window_ends_at=now + timedelta(seconds=cal.bump_window_seconds) if commit else None,
+        )
+        for cal in calendars
+    ]
+    group = ReservationGroup(rows=ordered(rows), hold_token=hold_token)
+    for row in group.rows:
+        batch.add(Reservation, {f.attname: getattr(row, f.attname) for f in _RESERVATION_INSERT_FIELDS})
+    return group
+
+
+_RESERVATION_INSERT_FIELDS = [f for f in Reservation._meta.concrete_fields if not f.primary_key]
+
+
+def _insert_group(group: ReservationGroup, batch: InsertBatch) -> None:
+    """Write the batch (the new rows, their audit and outbox rows) in one statement; ids come back in
+    the order the rows were queued, which is the group's order."""
+    try:
+        ids = batch.execute(returning=Reservation)
+    except IntegrityError as exc:
+        # Unreachable while every writer takes the calendar lock; if it ever happens, the constraint
+        # did its job and the caller gets an ordinary conflict instead of a double booking.
+        if "reservation_no_overlapping_live" in str(exc):
+            raise SlotConflict("The span was taken concurrently; re-read availability.") from exc
+        raise
+    for row, row_id in zip(group.rows, ids, strict=True):
+        row.pk = row_id
+        row._state.adding = False

@@ -1,0 +1,93 @@
+"""The engine's pure rules: no database, no clock of their own (`now` is always the database's)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from agentcal.errors import BookingTooLong, InvalidRange, PriorityNotAllowed, SlotConflict
+from bookings.models import Calendar, Reservation, ReservationStatus
+from bookings.spans import MAX_BUCKETS, Span, bucket_label, buckets_touched, isoformat_z
+from workspaces.models import Agent
+
+# How far into the past a span may start (clock skew between an agent and the database).
+PAST_START_GRACE = timedelta(seconds=60)
+
+
+def distinct_calendars(calendar: Calendar, also: Sequence[Calendar]) -> list[Calendar]:
+    """The request's calendars, primary first, each once."""
+    seen = {calendar.pk: calendar}
+    for other in also:
+        seen.setdefault(other.pk, other)
+    return list(seen.values())
+
+
+def check_span_length(span: Span, calendars: Sequence[Calendar]) -> None:
+    if span.end <= span.start:
+        raise InvalidRange("end_time must be after start_time.")
+    for cal in calendars:
+        buckets = buckets_touched(span, cal.slot_minutes)
+        if span.minutes > cal.max_booking_minutes or buckets > MAX_BUCKETS:
+            raise BookingTooLong(
+                f"{span.minutes} minutes is more than calendar {cal.public_id} allows.",
+                calendar=cal.public_id,
+                max_allowed_minutes=min(cal.max_booking_minutes, MAX_BUCKETS * cal.slot_minutes),
+                requested_minutes=span.minutes,
+                max_buckets_allowed=MAX_BUCKETS,
+            )
+
+
+def check_not_in_the_past(span: Span, now: datetime) -> None:
+    """The database's clock decides what is past; a little grace for an agent whose clock lags."""
+    if span.end <= now or span.start < now - PAST_START_GRACE:
+        raise InvalidRange("The span is in the past by the server's clock.", server_time=isoformat_z(now))
+
+
+def priority_for(agent: Agent, requested: int | None) -> int:
+    """The priority a request runs at: the agent's own unless it asks for one up to its maximum."""
+    if requested is None:
+        return agent.priority
+    if requested > agent.max_priority:
+        raise PriorityNotAllowed(
+            f"Priority {requested} is above this agent's maximum of {agent.max_priority}.",
+            max_priority=agent.max_priority,
+            requested_priority=requested,
+        )
+    return requested
+
+
+def may_take_over(row: Reservation, *, priority: int, now: datetime) -> bool:
+    """A request of `priority` may take over `row` only with a strictly greater priority (ties keep the
+    first writer, so two equal agents cannot ping-pong a slot), and only while the row is bumpable (a
+    live hold, or a commit inside its bump window). statements.PRECHECK_SQL states the same in SQL."""
+    return row.priority < priority and row.is_bumpable_at(now)
+
+
+def slot_conflict(blocker: Reservation, span: Span, caller_priority: int, now: datetime) -> SlotConflict:
+    """The 409 for a live `blocker` the caller may not take over at `now`."""
+    conflicting: dict[str, Any] = {
+        "calendar": blocker.calendar.public_id,
+        "start_time": isoformat_z(blocker.start_time),
+        "end_time": isoformat_z(blocker.end_time),
+        "status": blocker.status,
+        "priority": blocker.priority,
+        "agent_id": blocker.agent.public_id,
+    }
+    if blocker.status == ReservationStatus.HELD and blocker.expires_at is not None:
+        conflicting["expires_at"] = isoformat_z(blocker.expires_at)
+    elif blocker.bump_window_ends_at is not None:
+        conflicting["bump_window_ends_at"] = isoformat_z(blocker.bump_window_ends_at)
+    # The caller outranks it, so only its closed bump window stands in the way.
+    frozen = blocker.priority < caller_priority and blocker.is_frozen_at(now)
+    reason = "a frozen booking (past its bump window)" if frozen else f"priority {blocker.priority}"
+    return SlotConflict(
+        f"The span overlaps a {blocker.status} reservation held at {reason}; "
+        f"taking it over needs a strictly higher priority than {blocker.priority}"
+        + (" and is no longer possible." if frozen else "."),
+        conflicting_bucket=bucket_label(max(span.start, blocker.start_time), blocker.calendar.slot_minutes),
+        conflicting=conflicting,
+        held_by_priority=blocker.priority,
+        caller_priority=caller_priority,
+        retryable=False,
+    )

@@ -1,0 +1,182 @@
+"""The engine's hand-written SQL, built from the shared fragments of bookings/sql.py (what "live",
+"lapsed", "bumpable" and "overlaps" mean is written there, once).
+
+Hand-written because these run on every write: the ORM spent longer compiling them than the database
+spent running them, and one statement can do what the ORM would need several round trips for.
+"""
+
+from __future__ import annotations
+
+from bookings.selectors import RESERVATION_ROW_COLUMNS, RESERVATION_ROW_JOINS
+from bookings.sql import NOW_PARAM, bumpable, lapsed_hold, live, live_hold, overlaps
+
+# --- Calendar locks ----------------------------------------------------------------------------------
+
+
+def _lock_calendar(*, nowait: bool, matching: bool) -> str:
+    target = (
+        "(SELECT id FROM bookings_calendar WHERE id = %(id)s FOR NO KEY UPDATE NOWAIT)"
+        if nowait
+        else "%(id)s"
+    )
+    return (
+        f"UPDATE bookings_calendar SET version = version + 1 WHERE id = {target}"
+        + (" AND version = %(version)s" if matching else "")
+        + " RETURNING version, clock_timestamp()"
+    )
+
+
+# One calendar's lock and version bump; the timestamp is read after the lock was granted. Keyed by
+# (nowait, the If-Match version is checked on this calendar).
+LOCK_CALENDAR_SQL = {
+    (nowait, matching): _lock_calendar(nowait=nowait, matching=matching)
+    for nowait in (False, True)
+    for matching in (False, True)
+}
+
+# A share lock conflicts with a writer's lock but not with other share locks (see await_writers()).
+AWAIT_WRITERS_SQL = "SELECT id FROM bookings_calendar WHERE id = ANY(%(ids)s) ORDER BY id FOR SHARE"
+
+# --- The write path ----------------------------------------------------------------------------------
+
+
+def _taken_over(alias: str, *, now: str) -> str:
+    """The takeover rule (Python twin: rules.may_take_over): a strictly greater priority, and a row
+    still bumpable."""
+    return f"{alias}.priority < %(priority)s AND {bumpable(alias, now=now)}"
+
+
+# The pre-check in one round trip: the database's now, and the first live reservation in the way
+# that the caller could not take over (not lapsed, and not what rules.may_take_over allows), with what a
+# 409 says about it. One statement, so the blocker it describes is the one it found (no second read).
+PRECHECK_SQL = f"""
+SELECT now(), b.id, b.status, b.priority, b.start_time, b.end_time, b.expires_at, b.bump_window_ends_at,
+       b.calendar_id, b.cal_public_id, b.slot_minutes, b.agent_id, b.agent_public_id
+  FROM (SELECT 1) AS one
+  LEFT JOIN LATERAL (
+      SELECT r.id, r.status, r.priority, r.start_time, r.end_time, r.expires_at, r.bump_window_ends_at,
+             r.calendar_id, c.public_id AS cal_public_id, c.slot_minutes, r.agent_id,
+             a.public_id AS agent_public_id
+        FROM bookings_reservation r
+        JOIN bookings_calendar c ON c.id = r.calendar_id
+        JOIN workspaces_agent a ON a.id = r.agent_id
+       WHERE r.calendar_id = ANY(%(calendars)s) AND {live("r", now="now()")}
+         AND {overlaps("r")}
+         AND NOT ({_taken_over("r", now="now()")})
+       ORDER BY r.start_time
+       LIMIT 1
+  ) AS b ON true
+"""
+
+
+def _expire_lapsed_cte(*, overlapping: bool) -> str:
+    """Whole groups of lapsed holds overlapping the span (or anywhere on the calendars, for the sweep)
+    move to 'expired': row locks taken in id order (like TRANSITION_SQL), status re-checked after the
+    lock. As a CTE `expired` whose rows the statement reads back with their calendar and agent."""
+    in_span = f"AND {overlaps('')}" if overlapping else ""
+    return f"""
+WITH expired AS (
+    UPDATE bookings_reservation SET status = 'expired', version = version + 1, ended_at = {NOW_PARAM}
+     WHERE id IN (SELECT id FROM bookings_reservation
+                   WHERE hold_id IN (SELECT hold_id FROM bookings_reservation
+                                      WHERE calendar_id = ANY(%(calendars)s)
+                                        AND {lapsed_hold("", now=NOW_PARAM)} {in_span})
+                     AND {lapsed_hold("", now=NOW_PARAM)}
+                   ORDER BY id FOR UPDATE)
+       AND status = 'held'
+    RETURNING *)
+"""
+
+
+# The sweep: every lapsed hold on the calendars.
+EXPIRE_LAPSED_SQL = (
+    _expire_lapsed_cte(overlapping=False)
+    + f"SELECT {RESERVATION_ROW_COLUMNS} FROM expired r {RESERVATION_ROW_JOINS}"
+)
+
+# The write path's look under the lock, in one round trip: expire the lapsed holds in the span, and
+# read the live rows in the way (whole rows, with calendar and agent, for a 409 or a takeover). Both
+# parts read the statement's one snapshot, taken after the lock was granted, so the look-up leaves out
+# exactly the lapsed rows the UPDATE expires (the lapsed set cannot change meanwhile: extending a hold
+# needs it unexpired, and every other change needs the lock we hold).
+CLEAR_THE_WAY_SQL = (
+    _expire_lapsed_cte(overlapping=True)
+    + f"""
+SELECT true, {RESERVATION_ROW_COLUMNS} FROM expired r {RESERVATION_ROW_JOINS}
+UNION ALL
+SELECT false, {RESERVATION_ROW_COLUMNS} FROM bookings_reservation r {RESERVATION_ROW_JOINS}
+ WHERE r.calendar_id = ANY(%(calendars)s) AND {live("r", now=NOW_PARAM)}
+   AND {overlaps("r")}
+"""
+)
+
+# --- State transitions -------------------------------------------------------------------------------
+
+
+def _transition(*, column: str, unexpired: bool) -> str:
+    only_live = f"AND {live_hold('', now=NOW_PARAM)}" if unexpired else ""
+    return f"""
+WITH moved AS (
+    UPDATE bookings_reservation SET status = %(to_status)s, version = version + 1, ended_at = {NOW_PARAM}
+     WHERE id IN (SELECT id FROM bookings_reservation
+                   WHERE {column} = %(key)s AND status = %(from_status)s {only_live}
+                   ORDER BY id FOR UPDATE)
+       AND status = %(from_status)s
+    RETURNING *)
+SELECT {RESERVATION_ROW_COLUMNS} FROM moved r {RESERVATION_ROW_JOINS}
+"""
+
+
+# CAS on one whole hold or booking: lock its rows in id order (two transactions touching the rows of
+# one multi-calendar group then cannot deadlock), re-check the status after the lock, move the rows and
+# read them back with their calendar and agent, in one statement. A row another transaction moved first
+# is simply not returned; callers compare what came back with what they need. Keyed by (the group's key
+# column, only holds that have not lapsed).
+TRANSITION_SQL = {
+    (column, unexpired): _transition(column=column, unexpired=unexpired)
+    for column in ("hold_id", "booking_id")
+    for unexpired in (False, True)
+}
+
+# The commit as one CAS statement: row locks in id order (like every group-row lock, see
+# TRANSITION_SQL), then every row of the group moves from a live hold to committed, each with its own
+# calendar's bump window fixed now (later setting changes don't move it). An agent's own commit also
+# requires the hold not to be gated by an approval (the gate may have closed after the agent's read).
+COMMIT_SQL = f"""
+UPDATE bookings_reservation r
+   SET status = 'committed', version = r.version + 1, committed_at = {NOW_PARAM},
+       booking_id = 'bk_' || substr(r.hold_id, 5),
+       bump_window_ends_at = {NOW_PARAM} + make_interval(secs => c.bump_window_seconds)
+  FROM bookings_calendar c
+ WHERE r.id IN (SELECT id FROM bookings_reservation WHERE hold_id = %(hold_id)s ORDER BY id FOR UPDATE)
+   AND c.id = r.calendar_id AND {live_hold("r", now=NOW_PARAM)}
+   AND (r.awaiting_approval IS NULL OR %(approved)s)
+RETURNING r.id, r.version, r.booking_id, r.committed_at, r.bump_window_ends_at
+"""
+
+# The heartbeat's CAS: still-live rows of the hold, locked in id order, get expires_at = now + ttl, and
+# are read back with their calendar and agent. It takes no calendar lock, so its "now" is the clock at
+# the statement (clock_timestamp(); now() would be the transaction's start).
+EXTEND_SQL = f"""
+WITH extended AS (
+    UPDATE bookings_reservation
+       SET expires_at = clock_timestamp() + make_interval(secs => %(ttl)s), version = version + 1
+     WHERE id IN (SELECT id FROM bookings_reservation
+                   WHERE hold_id = %(hold_id)s AND {live_hold("", now="clock_timestamp()")}
+                   ORDER BY id FOR UPDATE)
+       AND status = 'held'
+    RETURNING *)
+SELECT {RESERVATION_ROW_COLUMNS} FROM extended r {RESERVATION_ROW_JOINS}
+"""
+
+# The clock the heartbeat's CAS decided by, to explain a CAS that moved fewer rows.
+CLOCK_SQL = "SELECT clock_timestamp()"
+
+# --- Alternatives ------------------------------------------------------------------------------------
+
+# Live reservations near a request (lapsed holds left out): what alternatives must avoid.
+BUSY_NEAR_SQL = f"""
+SELECT start_time, end_time FROM bookings_reservation
+ WHERE calendar_id = ANY(%(calendars)s) AND {live("", now=NOW_PARAM)}
+   AND {overlaps("")}
+"""

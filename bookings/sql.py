@@ -1,0 +1,86 @@
+"""The time rules and the overlap test as SQL fragments: every hand-written statement that asks "does
+this reservation block that span at that moment?" is built from these, so the rule is written once.
+
+The same rules in Python are the `Reservation` methods (`status_at`, `is_live_at`, `is_bumpable_at`,
+`is_frozen_at`), and for ORM readers `Reservation.objects.live()` / `live_holds()` / `lapsed_holds()`
+(bookings/models.py). A change to a rule changes all three.
+
+Each fragment takes the reservation table's alias (`"r"`, or `""` for an unqualified table) and the
+SQL for "now", always a database clock, never the web worker's: `%(now)s` (NOW_PARAM: the time read
+when the calendar lock was granted, the one "now" of a write transaction), `now()` (the unlocked
+pre-check's own statement) or `clock_timestamp()` (the heartbeat's CAS, which takes no calendar lock).
+
+Upstream busy time (busy blocks synced from an owner's external calendar, a future feature) is one
+more source of blocking, and this module is where it goes: a fragment next to `live()`, included by
+every statement that asks what blocks a span (the pre-check and the look under the lock in
+bookings/engine/statements.py, and the alternatives' BUSY_NEAR_SQL), and as its ORM twin next to
+`Reservation.objects.live()` for availability. No priority takes it over, so it is never `bumpable()`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from bookings.models import MAX_RESERVATION_LENGTH
+from bookings.spans import Span
+
+# The write transaction's one "now": bound as a parameter, read when the calendar lock was granted.
+NOW_PARAM = "%(now)s"
+
+
+def _qualified(alias: str) -> str:
+    return f"{alias}." if alias else ""
+
+
+def lapsed_hold(alias: str, *, now: str) -> str:
+    """A hold whose expiry has come. Still 'held' in the table until a writer or the sweep expires it,
+    but it blocks nothing. At exactly `expires_at` it has lapsed (`<=`): the expiry is the first moment
+    the span is free again. Python: `Reservation.is_lapsed_at()`."""
+    r = _qualified(alias)
+    return f"{r}status = 'held' AND {r}expires_at <= {now}"
+
+
+def live_hold(alias: str, *, now: str) -> str:
+    """A hold that has not lapsed: the negation of lapsed_hold() for a held row (every held row has an
+    expiry: the `reservation_held_has_expiry` constraint)."""
+    r = _qualified(alias)
+    return f"{r}status = 'held' AND {r}expires_at > {now}"
+
+
+def live(alias: str, *, now: str) -> str:
+    """A reservation that blocks its span at `now`: held or committed, minus lapsed holds. The
+    exclusion constraint's condition is only the first half (a lapsed hold is still 'held' there),
+    which is why a writer expires lapsed holds in its span before it inserts. Python:
+    `Reservation.is_live_at()`; ORM: `Reservation.objects.live()`."""
+    r = _qualified(alias)
+    return f"{r}status IN ('held', 'committed') AND NOT ({lapsed_hold(alias, now=now)})"
+
+
+def bumpable(alias: str, *, now: str) -> str:
+    """Of a live reservation: may a strictly higher priority take it over at `now`? A hold always; a
+    commit only while its bump window is open. From `bump_window_ends_at` on, it is frozen. Python:
+    `Reservation.is_bumpable_at()`."""
+    r = _qualified(alias)
+    return f"({r}status = 'held' OR {r}bump_window_ends_at > {now})"
+
+
+def overlaps(alias: str) -> str:
+    """The reservation's range overlaps the span, both half-open `[start, end)` like the exclusion
+    constraint (back-to-back meetings fit). `start_time > earliest` adds nothing logically (no
+    reservation is longer than MAX_RESERVATION_LENGTH), but it bounds the (calendar_id, start_time)
+    index scan to a window instead of the calendar's whole history. Parameters: overlap_params()."""
+    r = _qualified(alias)
+    return f"{r}start_time < %(end)s AND {r}start_time > %(earliest)s AND {r}end_time > %(start)s"
+
+
+def overlap_params(calendar_ids: Iterable[int], span: Span, **more: Any) -> dict[str, Any]:
+    """The parameters of overlaps(), and `calendars` for the `calendar_id = ANY(%(calendars)s)` every
+    overlap look-up has."""
+    return {
+        "calendars": list(calendar_ids),
+        "start": span.start,
+        "end": span.end,
+        "earliest": span.start - MAX_RESERVATION_LENGTH,
+        **more,
+    }
