@@ -12,7 +12,7 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from agentcal.api.fields import BoundedJSONField, StrictSerializer, validated
+from agentcal.api.fields import BoundedJSONField, OneLineField, StrictSerializer, validated
 from agentcal.api.pagination import PageQuery
 from agentcal.api.schema import page_of, problems
 from agentcal.api.views import AgentAPIView
@@ -23,16 +23,8 @@ from approvals.models import SUMMARY_MAX_CHARS, Approval, ApprovalStatus
 from workspaces.models import Scope
 
 
-class OneLineField(serializers.CharField):
-    def to_internal_value(self, data: Any) -> str:
-        value = super().to_internal_value(data)
-        if value.splitlines() != [value]:
-            raise serializers.ValidationError("Must be one line (no line breaks).")
-        return value
-
-
 class ApprovalInput(StrictSerializer):
-    summary = OneLineField(max_length=SUMMARY_MAX_CHARS, trim_whitespace=False)
+    summary = OneLineField(max_length=SUMMARY_MAX_CHARS)
     evidence = BoundedJSONField(expect=dict, max_bytes=services.EVIDENCE_MAX_BYTES)
     expires_in_seconds = serializers.IntegerField(
         min_value=services.MIN_EXPIRES_IN_SECONDS, max_value=services.MAX_EXPIRES_IN_SECONDS, required=False

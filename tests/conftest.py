@@ -31,6 +31,29 @@ def pytest_configure(config: pytest.Config) -> None:
     settings.ARGON2_TIME_COST = 1
     settings.ARGON2_MEMORY_COST_KIB = 8
     settings.ARGON2_PARALLELISM = 1
+    _flush_without_post_migrate()
+
+
+def _flush_without_post_migrate() -> None:
+    """After each transactional test Django empties every table, then replays post_migrate, which
+    re-creates the content types and permissions row by row: most of a test's teardown. Nothing here
+    uses either (no admin, no model permissions), so the tables are emptied and left so."""
+    from django.core.management import call_command
+    from django.test import TransactionTestCase
+
+    def fixture_teardown(self: Any) -> None:  # Django's private hook, not in its stubs
+        for db_name in self._databases_names(include_mirrors=False):
+            call_command(
+                "flush",
+                verbosity=0,
+                interactive=False,
+                database=db_name,
+                reset_sequences=False,
+                allow_cascade=False,
+                inhibit_post_migrate=True,
+            )
+
+    setattr(TransactionTestCase, "_fixture_teardown", fixture_teardown)  # noqa: B010 — private, unstubbed
 
 
 @dataclass

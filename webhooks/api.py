@@ -26,8 +26,14 @@ _FAMILIES = sorted({value.split(".")[0] + ".*" for value in EventType.values})
 # --- Serializers --------------------------------------------------------------------------------------
 
 
+class WebhookUrlField(serializers.CharField):
+    """An http(s) URL; whether its host is a public address is the SSRF guard's call, at request time."""
+
+    PATTERN = "^[Hh][Tt][Tt][Pp][Ss]?://"
+
+
 class EndpointInput(StrictSerializer):
-    url = serializers.CharField(max_length=2048)
+    url = WebhookUrlField(max_length=2048)
     events = serializers.ListField(
         child=serializers.ChoiceField(choices=sorted({*EventType.values, *_FAMILIES, "*"})),
         min_length=1,

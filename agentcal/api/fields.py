@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -19,22 +20,89 @@ from agentcal.errors import InvalidRange
 MAX_JSON_FIELD_BYTES = 16 * 1024
 # PostgreSQL's timestamptz takes offsets up to ±15:59:59 (RFC 3339's syntax allows ±23:59).
 MAX_UTC_OFFSET = timedelta(hours=15, minutes=59)
-# The times the API accepts: every computation on them (alternatives, bucket labels, a week's window
-# either side) stays far from the ends of Python's and PostgreSQL's calendars.
-EARLIEST_NAIVE_UTC = datetime(1970, 1, 1)  # noqa: DTZ001 — compared with a UTC wall time
-LATEST_NAIVE_UTC = datetime(9000, 1, 1)  # noqa: DTZ001
+EARLIEST_YEAR, LATEST_YEAR = 1970, 8999
+# RFC 3339 date-time as the server takes it, for the published schema: those years, offsets within
+# ±15:59 (PostgreSQL's limit), seconds without a leap second, at most microseconds.
+DATE_TIME_PATTERN = (
+    "^(19[7-9][0-9]|[2-8][0-9]{3})-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
+    "T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,6})?(Z|[+-](0[0-9]|1[0-5]):[0-5][0-9])$"
+)
+
+
+# What JSON Schema (ECMA-262's `\s`) calls white space, spelled out: the server refuses exactly the
+# blank strings the published `pattern` refuses (Python's str.strip() has a different set).
+_JSON_SCHEMA_SPACE = "\t\n\v\f\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+NOT_BLANK_PATTERN = f"[^{_JSON_SCHEMA_SPACE}]"
+_NOT_BLANK = re.compile(NOT_BLANK_PATTERN)
+# The JSON type each field kind takes in a body: DRF would turn 5 into "5" or "30" into 30.
+_JSON_TYPES: tuple[tuple[type[serializers.Field], tuple[type, ...], str], ...] = (
+    (serializers.CharField, (str,), "a string"),
+    (serializers.IntegerField, (int,), "an integer"),
+    (serializers.BooleanField, (bool,), "true or false"),
+)
 
 
 class StrictSerializer(serializers.Serializer):
-    # Refuses fields it does not know: a typo (`ttl_second`) must not be silently ignored. (A comment:
+    # A JSON body held to its schema: unknown fields are refused (a typo such as `ttl_second` must not
+    # be silently ignored), every value must have its field's JSON type, and text is taken as sent
+    # (not trimmed) but may not be blank unless the field allows it. (A comment, not a docstring:
     # drf-spectacular would publish a docstring as the description of every input schema.)
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        fields = super().get_fields()
+        for field in [
+            *fields.values(),
+            *(f.child for f in fields.values() if isinstance(f, serializers.ListField)),
+        ]:
+            if isinstance(field, serializers.CharField):
+                field.trim_whitespace = False
+        return fields
 
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, dict):
-            unknown = sorted(set(data) - set(self.fields))
-            if unknown:
-                raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
+            errors: dict[str, list[str]] = {
+                name: ["Unknown field."] for name in sorted(set(data) - set(self.fields))
+            }
+            for name, field in self.fields.items():
+                if name in data and data[name] is not None:
+                    problem = _json_type_problem(field, data[name])
+                    if problem:
+                        errors[name] = [problem]
+            if errors:
+                raise serializers.ValidationError(errors)
         return super().to_internal_value(data)
+
+
+def _json_type_problem(field: serializers.Field, value: Any) -> str | None:
+    values = value if isinstance(field, serializers.ListField) and isinstance(value, list) else [value]
+    kind = field.child if isinstance(field, serializers.ListField) else field
+    for field_class, json_types, name in _JSON_TYPES:
+        if isinstance(kind, field_class):
+            for item in values:
+                wrong_type = not isinstance(item, json_types) or (
+                    bool not in json_types and isinstance(item, bool)
+                )
+                if wrong_type:
+                    return f"Must be {name}."
+                if (
+                    isinstance(kind, serializers.CharField)
+                    and not kind.allow_blank
+                    and not _NOT_BLANK.search(item)
+                ):
+                    return "May not be blank."
+    return None
+
+
+class OneLineField(serializers.CharField):
+    """Text without line breaks (as Python's str.splitlines() counts them)."""
+
+    PATTERN = "^[^\n\r\v\f\u001c\u001d\u001e\u0085\u2028\u2029]*$"
+
+    def to_internal_value(self, data: Any) -> str:
+        value = super().to_internal_value(data)
+        if value.splitlines() != [value]:
+            raise serializers.ValidationError("Must be one line (no line breaks).")
+        return value
 
 
 def validated(serializer_class: type[serializers.Serializer], data: Any, **kwargs: Any) -> dict[str, Any]:
@@ -73,7 +141,7 @@ class OffsetDateTimeField(serializers.Field):
             raise InvalidRange(f"{self.field_name} must be an RFC 3339 string.", field=self.field_name)
         parsed = None
         with contextlib.suppress(ValueError):  # out-of-range parts, e.g. hour 60
-            parsed = parse_datetime(data.strip())
+            parsed = parse_datetime(data)
         if parsed is None:
             raise InvalidRange(
                 f"{self.field_name} is not an RFC 3339 date-time: {data[:64]!r}.", field=self.field_name
@@ -89,11 +157,11 @@ class OffsetDateTimeField(serializers.Field):
                 f"{self.field_name} has a UTC offset beyond ±15:59; no time zone is that far from UTC.",
                 field=self.field_name,
             )
-        # Compared as naive UTC wall times: converting a time near year 1 or 9999 could itself overflow.
-        utc_wall = parsed.replace(tzinfo=None) - offset if 1 < parsed.year < 9999 else None
-        if utc_wall is None or not EARLIEST_NAIVE_UTC <= utc_wall < LATEST_NAIVE_UTC:
+        # The year as written (the published pattern says the same): far enough from year 1 and 9999
+        # that converting, adding a week or a bucket never overflows.
+        if not EARLIEST_YEAR <= parsed.year <= LATEST_YEAR:
             raise InvalidRange(
-                f"{self.field_name} must lie between 1970-01-01T00:00:00Z and 9000-01-01T00:00:00Z.",
+                f"{self.field_name} must be in the years {EARLIEST_YEAR}-{LATEST_YEAR}.",
                 field=self.field_name,
             )
         return parsed

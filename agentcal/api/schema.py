@@ -14,7 +14,15 @@ from zoneinfo import available_timezones
 from drf_spectacular.openapi import AutoSchema
 from rest_framework import serializers
 
-from agentcal.api.fields import BoundedJSONField, OutputSerializer, StrictSerializer, TimezoneField
+from agentcal.api.fields import (
+    DATE_TIME_PATTERN,
+    NOT_BLANK_PATTERN,
+    BoundedJSONField,
+    OffsetDateTimeField,
+    OutputSerializer,
+    StrictSerializer,
+    TimezoneField,
+)
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 
@@ -81,6 +89,12 @@ class AgentAPISchema(AutoSchema):
             )
         return dict(sorted(bodies.items()))
 
+    def _get_request_body(self, direction: Any = "request") -> Any:
+        body = super()._get_request_body(direction)
+        if body:
+            body["required"] = True  # every body the API takes is refused when missing
+        return body
+
     def _map_basic_serializer(self, serializer: Any, direction: str) -> dict[str, Any]:
         schema: dict[str, Any] = super()._map_basic_serializer(serializer, direction)
         if isinstance(serializer, StrictSerializer) and direction == "request":
@@ -97,14 +111,18 @@ class AgentAPISchema(AutoSchema):
             schema = {"type": "object" if field.expect is dict else "array", **schema}
             if field.expect is list:
                 schema.setdefault("items", {})
+        elif isinstance(field, OffsetDateTimeField):
+            schema = {**schema, "pattern": DATE_TIME_PATTERN}
         elif isinstance(field, TimezoneField):
             schema = {**schema, "enum": sorted(available_timezones())}
-        elif (
-            direction == "request"
-            and isinstance(field, serializers.CharField)
-            and not field.allow_blank
-            and isinstance(schema, dict)
-            and schema.get("type") == "string"
-        ):
-            schema.setdefault("minLength", 1)
+        elif direction == "request" and isinstance(field, serializers.CharField) and isinstance(schema, dict):
+            patterns = [getattr(field, "PATTERN", None)]
+            if not field.allow_blank:
+                schema.setdefault("minLength", 1)
+                patterns.append(NOT_BLANK_PATTERN)
+            patterns = [pattern for pattern in patterns if pattern]
+            if len(patterns) == 1:
+                schema = {**schema, "pattern": patterns[0]}
+            elif patterns:
+                schema = {**schema, "allOf": [{"pattern": pattern} for pattern in patterns]}
         return schema
