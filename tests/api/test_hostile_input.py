@@ -169,3 +169,25 @@ def test_a_query_string_with_nul_is_400_not_500(sdr, calendar):
     assert events.status_code in (200, 400), events.text
     audit = sdr.client.get("/audit", params={"event_type": "x\x00", "agent": "agt_\x00"})
     assert audit.status_code in (200, 400), audit.text
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"name": 0}, "name"),
+        ({"name": "Team", "slot_minutes": "30"}, "slot_minutes"),
+        ({"name": "Team", "slot_minutes": 30.0}, "slot_minutes"),
+        ({"name": "Team", "hold_ttl_seconds": True}, "hold_ttl_seconds"),
+        ({"name": " \t"}, "name"),
+    ],
+)
+def test_a_value_of_the_wrong_json_type_or_blank_text_is_400_naming_the_field(sdr, body, field):
+    response = sdr.client.post("/calendars", json=body)
+    problem = assert_problem(response, 400, "invalid_request")
+    assert list(problem["errors"]) == [field]
+
+
+def test_text_is_kept_as_sent(sdr):
+    response = sdr.client.post("/calendars", json={"name": "  Sales team "})
+    assert response.status_code == 201, response.text
+    assert response.json()["name"] == "  Sales team "
