@@ -52,7 +52,7 @@ from audit.events import AuditEvent
 from audit.models import Outcome
 from audit.services import audit_record
 from bookings import engine
-from bookings.models import Reservation, ReservationStatus
+from bookings.models import Reservation
 from bookings.selectors import reservation_group
 from webhooks.models import EventType
 from webhooks.outbox import outbox_emit
@@ -598,13 +598,7 @@ def approvals_finish_interrupted(*, limit: int = EXPIRE_BATCH) -> int:
     # and not a hold a newer approval has taken over since (it pinned the hold again).
     still_held = (
         recent.filter(status__in=(ApprovalStatus.DENIED, ApprovalStatus.CANCELLED), expires_at__gt=Now())
-        .filter(
-            Exists(
-                Reservation.objects.filter(
-                    hold_id=OuterRef("hold_id"), status=ReservationStatus.HELD, expires_at__gt=Now()
-                )
-            )
-        )
+        .filter(Exists(Reservation.objects.live_holds().filter(hold_id=OuterRef("hold_id"))))
         .exclude(Exists(Approval.objects.filter(hold_id=OuterRef("hold_id"), pk__gt=OuterRef("pk"))))
         .select_related("agent", "workspace")[:limit]
     )

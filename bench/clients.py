@@ -18,12 +18,13 @@ from typing import Any, Protocol
 import httpx
 from django.db import connections
 
+from agentcal.clock import isoformat_z
 from agentcal.errors import AgentCalError
 from bench.baselines import BaselineStore
 from bench.stats import CONFLICT, Outcome
 from bookings import engine
 from bookings.models import Calendar
-from bookings.spans import Span, isoformat_z
+from bookings.spans import Span
 from workspaces.actor import Actor
 from workspaces.models import Agent
 

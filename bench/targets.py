@@ -16,11 +16,12 @@ from typing import Any
 import httpx
 from django.db import connection
 
+from agentcal.clock import isoformat_z
 from bench.clients import EngineSession
 from bookings import engine
 from bookings.models import Calendar
 from bookings.selectors import MAX_AVAILABILITY_WINDOW
-from bookings.spans import Span, isoformat_z
+from bookings.spans import Span
 from workspaces.actor import Actor
 from workspaces.models import Agent, Scope
 from workspaces.services import agent_key_bootstrap

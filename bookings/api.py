@@ -21,6 +21,7 @@ from agentcal.api.fields import (
 from agentcal.api.pagination import PageQuery
 from agentcal.api.schema import page_of, problems
 from agentcal.api.views import AgentAPIView
+from agentcal.clock import server_now
 from agentcal.errors import InvalidRange, InvalidRequest, NotFound
 from agentcal.pagination import paginate
 from bookings import engine, services
@@ -30,7 +31,6 @@ from bookings.selectors import (
     availability,
     calendar_in_workspace,
     reservation_group,
-    server_now,
 )
 from bookings.spans import Span
 from workspaces.actor import Actor

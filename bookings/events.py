@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from agentcal.clock import isoformat_z
 from agentcal.db import InsertBatch
 from bookings.models import Reservation
-from bookings.spans import isoformat_z
 from webhooks.models import EventType
 from webhooks.outbox import outbox_emit
 

@@ -144,9 +144,3 @@ def calendar_in_workspace(*, workspace_id: int, public_id: str) -> Calendar | No
         cursor.execute(_CALENDAR_SQL, {"workspace": workspace_id, "public_id": public_id})
         row = cursor.fetchone()
     return None if row is None else Calendar.from_db("default", _CALENDAR_ATTNAMES, row)
-
-
-def server_now() -> datetime:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT now()")
-        return cursor.fetchone()[0]

@@ -8,6 +8,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from agentcal.clock import isoformat_z
+
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MAX_BUCKETS = 99
 
@@ -53,10 +55,6 @@ def buckets_touched(span: Span, slot_minutes: int) -> int:
 
 def bucket_label(moment: datetime, slot_minutes: int) -> str:
     return "BUCKET#" + isoformat_z(bucket_start(moment, slot_minutes))
-
-
-def isoformat_z(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def merge(spans: Iterable[Span]) -> list[Span]:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from agentcal.clock import server_now
+from agentcal.clock import isoformat_z, server_now
 from agentcal.db import bound_cursor
 from bookings.engine.statements import BUSY_NEAR_SQL
 from bookings.models import Calendar
-from bookings.spans import BusyIndex, Span, isoformat_z, nearest_free
+from bookings.spans import BusyIndex, Span, nearest_free
 from bookings.sql import overlap_params
 
 ALTERNATIVES_COUNT = 3

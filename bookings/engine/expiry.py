@@ -11,6 +11,7 @@ from datetime import datetime
 
 from django.db import transaction
 
+from agentcal.clock import isoformat_z
 from agentcal.db import InsertBatch, bound_cursor
 from agentcal.metrics import HOLD_EXPIRIES
 from audit.events import AuditEvent
@@ -21,7 +22,7 @@ from bookings.engine.statements import CLEAR_THE_WAY_SQL, EXPIRE_LAPSED_SQL
 from bookings.events import emit_reservation_event
 from bookings.models import Reservation
 from bookings.selectors import reservation_rows_from
-from bookings.spans import Span, isoformat_z
+from bookings.spans import Span
 from bookings.sql import overlap_params
 from webhooks.models import EventType
 

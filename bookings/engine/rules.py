@@ -6,9 +6,10 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from agentcal.clock import isoformat_z
 from agentcal.errors import BookingTooLong, InvalidRange, PriorityNotAllowed, SlotConflict
 from bookings.models import Calendar, Reservation, ReservationStatus
-from bookings.spans import MAX_BUCKETS, Span, bucket_label, buckets_touched, isoformat_z
+from bookings.spans import MAX_BUCKETS, Span, bucket_label, buckets_touched
 from workspaces.models import Agent
 
 # How far into the past a span may start (clock skew between an agent and the database).

@@ -13,7 +13,7 @@ from typing import NoReturn
 from django.db import transaction
 from django.db.models import F
 
-from agentcal.clock import server_now
+from agentcal.clock import isoformat_z, server_now
 from agentcal.db import InsertBatch, bound_cursor
 from agentcal.errors import (
     BookingNotLive,
@@ -35,7 +35,7 @@ from bookings.engine.statements import CLOCK_SQL, COMMIT_SQL, EXTEND_SQL, TRANSI
 from bookings.events import emit_reservation_event
 from bookings.models import Calendar, Reservation, ReservationStatus
 from bookings.selectors import reservation_group, reservation_rows_from
-from bookings.spans import Span, isoformat_z
+from bookings.spans import Span
 from webhooks.models import EventType
 from workspaces.actor import Actor
 

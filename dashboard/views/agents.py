@@ -21,10 +21,10 @@ from django.shortcuts import redirect, render
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_http_methods, require_POST
 
+from agentcal.clock import server_now
 from audit.events import AuditEvent
 from audit.models import AuditRecord, Outcome
 from bookings.models import Reservation
-from bookings.selectors import server_now
 from dashboard.access import page_context, workspace_page
 from dashboard.http import DashboardRequest
 from webhooks.models import DeliveryAttempt, WebhookEndpoint

@@ -14,8 +14,8 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.utils.http import urlencode
 
+from agentcal.clock import server_now
 from bookings.models import Calendar, Reservation, ReservationStatus, live_hold_q
-from bookings.selectors import server_now
 from dashboard.access import page_context, workspace_page
 from dashboard.http import DashboardRequest
 from workspaces.models import Workspace
