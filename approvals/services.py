@@ -25,15 +25,12 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth.models import User
-from django.core.mail import get_connection, send_mail
 from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import Exists, F, OuterRef
 from django.db.models.functions import Now
 
-from accounts.models import Membership, Role
-from agentcal import broker
+from accounts.models import Membership
 from agentcal.clock import isoformat_z
 from agentcal.errors import (
     AgentCalError,
@@ -47,6 +44,7 @@ from agentcal.errors import (
     NotOwner,
 )
 from agentcal.ids import new_public_id
+from approvals import notifications
 from approvals.models import NOTE_MAX_CHARS, SUMMARY_MAX_CHARS, Approval, ApprovalStatus
 from audit.events import AuditEvent
 from audit.models import Outcome
@@ -67,7 +65,6 @@ MAX_EXPIRES_IN_SECONDS = 30 * 86400
 EVIDENCE_MAX_BYTES = 64 * 1024
 STATE_MAX_BYTES = 16 * 1024
 # The owner's notification must not hold a request hostage to a slow SMTP server.
-EMAIL_TIMEOUT_SECONDS = 10
 # The repair sweep looks at decisions older than this (younger ones are most likely still in flight)
 # and younger than the window (it runs every 30 s; the window covers a beat outage of days).
 INTERRUPTED_AFTER = timedelta(seconds=60)
@@ -243,7 +240,7 @@ def _approval_insert(
                 },
             )
             _announce(EventType.APPROVAL_REQUESTED, approval)
-            transaction.on_commit(functools.partial(_enqueue_owner_notification, approval.pk))
+            transaction.on_commit(functools.partial(notifications.enqueue_owner_notification, approval.pk))
     except IntegrityError as exc:
         # Unreachable while requests for a hold take _hold_lock; if it ever happens, the constraint did
         # its job and the caller gets the ordinary answer.
@@ -255,69 +252,6 @@ def _approval_insert(
             ) from exc
         raise
     return approval
-
-
-def _enqueue_owner_notification(approval_pk: int) -> None:
-    """Email from a Celery worker, never from the request. If the broker refuses the message, the
-    publisher's background thread sends the email itself rather than lose it."""
-    from approvals.tasks import notify_owners
-
-    broker.enqueue(
-        notify_owners, (approval_pk,), fallback=functools.partial(approval_notify_owners, approval_pk)
-    )
-
-
-def approval_notify_owners(approval_pk: int) -> None:
-    """After commit: email the workspace owner(s) a link to the approval in the dashboard queue.
-
-    Never an approve/deny link or token: only a signed-in person decides. A mail failure is logged,
-    never raised: the approval exists and the queue shows it whether or not the email went out.
-    """
-    try:
-        approval = Approval.objects.select_related("workspace", "agent").get(pk=approval_pk)
-        recipients = sorted(
-            set(
-                Membership.objects.filter(workspace=approval.workspace, role=Role.OWNER, user__is_active=True)
-                .exclude(user__email="")
-                .values_list("user__email", flat=True)
-            )
-        )
-        if not recipients:
-            logger.warning(
-                "approval %s: workspace %s has no owner to notify",
-                approval.public_id,
-                approval.workspace.slug,
-            )
-            return
-        subject, body = _notification(approval)
-        mail_connection = get_connection(
-            timeout=getattr(settings, "EMAIL_TIMEOUT", None) or EMAIL_TIMEOUT_SECONDS
-        )
-    except Exception:
-        logger.exception("could not prepare the notification for approval %s", approval_pk)
-        return
-    for recipient in recipients:  # one message each: owners need not see each other's addresses
-        try:
-            send_mail(subject, body, None, [recipient], connection=mail_connection)
-        except Exception:
-            logger.exception("could not email approval %s to %s", approval.public_id, recipient)
-
-
-def approval_queue_url(approval: Approval) -> str:
-    return f"{settings.DASHBOARD_BASE_URL}/w/{approval.workspace.slug}/approvals/{approval.public_id}"
-
-
-def _notification(approval: Approval) -> tuple[str, str]:
-    agent, workspace = approval.agent, approval.workspace
-    subject = f"[{workspace.name}] Approval requested by {agent.name}: {approval.summary}"
-    body = (
-        f"{agent.name} asks for approval in {workspace.name}:\n\n"
-        f"    {approval.summary}\n\n"
-        f"Review it in the AgentCal dashboard (you will be asked to sign in):\n"
-        f"{approval_queue_url(approval)}\n\n"
-        f"If nobody decides, it expires at {isoformat_z(approval.expires_at)}.\n"
-    )
-    return subject, body
 
 
 # --- Deciding (a signed-in person, from the dashboard) ------------------------------------------------------

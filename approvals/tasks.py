@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from approvals.services import approval_notify_owners, approvals_expire_due, approvals_finish_interrupted
+from approvals.notifications import approval_notify_owners
+from approvals.services import approvals_expire_due, approvals_finish_interrupted
 
 
 @shared_task(name="approvals.expire_due", ignore_result=True)

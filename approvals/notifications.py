@@ -1,0 +1,81 @@
+"""Telling the workspace owners that an approval waits: one email each, linking to the dashboard queue."""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+from django.conf import settings
+from django.core.mail import get_connection, send_mail
+
+from accounts.models import Membership, Role
+from agentcal import broker
+from agentcal.clock import isoformat_z
+from approvals.models import Approval
+
+logger = logging.getLogger(__name__)
+
+EMAIL_TIMEOUT_SECONDS = 10
+
+
+def enqueue_owner_notification(approval_pk: int) -> None:
+    """Email from a Celery worker, never from the request. If the broker refuses the message, the
+    publisher's background thread sends the email itself rather than lose it."""
+    from approvals.tasks import notify_owners
+
+    broker.enqueue(
+        notify_owners, (approval_pk,), fallback=functools.partial(approval_notify_owners, approval_pk)
+    )
+
+
+def approval_notify_owners(approval_pk: int) -> None:
+    """After commit: email the workspace owner(s) a link to the approval in the dashboard queue.
+
+    Never an approve/deny link or token: only a signed-in person decides. A mail failure is logged,
+    never raised: the approval exists and the queue shows it whether or not the email went out.
+    """
+    try:
+        approval = Approval.objects.select_related("workspace", "agent").get(pk=approval_pk)
+        recipients = sorted(
+            set(
+                Membership.objects.filter(workspace=approval.workspace, role=Role.OWNER, user__is_active=True)
+                .exclude(user__email="")
+                .values_list("user__email", flat=True)
+            )
+        )
+        if not recipients:
+            logger.warning(
+                "approval %s: workspace %s has no owner to notify",
+                approval.public_id,
+                approval.workspace.slug,
+            )
+            return
+        subject, body = _notification(approval)
+        mail_connection = get_connection(
+            timeout=getattr(settings, "EMAIL_TIMEOUT", None) or EMAIL_TIMEOUT_SECONDS
+        )
+    except Exception:
+        logger.exception("could not prepare the notification for approval %s", approval_pk)
+        return
+    for recipient in recipients:  # one message each: owners need not see each other's addresses
+        try:
+            send_mail(subject, body, None, [recipient], connection=mail_connection)
+        except Exception:
+            logger.exception("could not email approval %s to %s", approval.public_id, recipient)
+
+
+def approval_queue_url(approval: Approval) -> str:
+    return f"{settings.DASHBOARD_BASE_URL}/w/{approval.workspace.slug}/approvals/{approval.public_id}"
+
+
+def _notification(approval: Approval) -> tuple[str, str]:
+    agent, workspace = approval.agent, approval.workspace
+    subject = f"[{workspace.name}] Approval requested by {agent.name}: {approval.summary}"
+    body = (
+        f"{agent.name} asks for approval in {workspace.name}:\n\n"
+        f"    {approval.summary}\n\n"
+        f"Review it in the AgentCal dashboard (you will be asked to sign in):\n"
+        f"{approval_queue_url(approval)}\n\n"
+        f"If nobody decides, it expires at {isoformat_z(approval.expires_at)}.\n"
+    )
+    return subject, body
