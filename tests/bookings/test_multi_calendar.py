@@ -38,7 +38,6 @@ def test_a_hold_over_three_calendars_blocks_each_of_them(sdr, make_agent, three_
         assert [(r.hold_id, r.status) for r in rows_of(cal)] == [(held["id"], "held")]
         body = problem(hold(peer, cal, span), 409, "slot_conflict")
         assert body["conflicting"]["calendar"] == cal
-    assert overlapping_live_pairs() == []
 
 
 def test_it_writes_nothing_on_any_calendar_when_one_is_busy(sdr, make_agent, three_calendars):
@@ -99,7 +98,6 @@ def test_evicting_a_multi_calendar_hold_on_one_calendar_evicts_it_everywhere(
         assert [r.status for r in rows_of(cal, hold_id=victim["id"])] == ["evicted"]
     assert sdr.client.get(f"/holds/{victim['id']}").json()["status"] == "evicted"
     assert len(audit_rows(event_type="calendar.hold.evicted", reservation_public_id=victim["id"])) == 1
-    assert overlapping_live_pairs() == []
 
 
 @pytest.mark.slow
