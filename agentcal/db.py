@@ -29,8 +29,8 @@ class _BinaryCursor(psycopg.Cursor[Any]):
     def execute(
         self, query: Any, params: Any = None, *, prepare: bool | None = None, binary: bool | None = None
     ) -> Any:
-        # Binary results: Django's connection parses timestamptz text in Python (~5 % of a worker's
-        # samples under py-spy); jsonb arrives as Python objects, already what a JSONField holds.
+        # Binary results: timestamps decoded in C, not parsed from text in Python; jsonb arrives as
+        # Python objects, already what a JSONField holds (docs/performance-notes.md).
         binary = True if binary is None else binary
         wrappers = connection.execute_wrappers
         if not wrappers:

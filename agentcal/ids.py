@@ -11,8 +11,8 @@ _DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
 def new_public_id(prefix: str, length: int = 20) -> str:
     """`prefix_` + `length` random base36 characters (~103 bits for 20).
 
-    One call to the OS's random source, then base36 digits by division: a write makes several ids, and
-    `secrets.choice` per character cost ten times as much.
+    One call to the OS's random source, then base36 digits by division: a write makes several ids
+    (docs/performance-notes.md).
     """
     value = int.from_bytes(secrets.token_bytes(length * 6 // 8 + 2)) % 36**length
     digits = []

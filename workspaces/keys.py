@@ -170,7 +170,7 @@ def _load_key(prefix: str) -> tuple[ApiKey, datetime] | None:
     """The key with its agent and workspace, and the database's now, in one round trip.
 
     Hand-written SQL because this runs on every request: the ORM spends longer compiling the
-    equivalent three-table query than PostgreSQL spends answering it (~1.1 ms vs ~0.3 ms, measured).
+    equivalent three-table query than PostgreSQL spends answering it (docs/performance-notes.md).
     The database's now judges expiry, not the web worker's clock.
     """
     with connection.cursor() as cursor:

@@ -115,8 +115,8 @@ def validated(serializer_class: type[serializers.Serializer], data: Any, **kwarg
 class OutputSerializer(serializers.Serializer):
     # Comments, not a docstring: drf-spectacular would publish a docstring as every output schema's
     # description. A serializer that only renders: DRF deep-copies and binds every declared field for
-    # each instance, a third of a hold's response time; rendering never changes a field, so each class
-    # binds its fields once, on first use, and every later instance reuses them.
+    # each instance (docs/performance-notes.md has the cost); rendering never changes a field, so each
+    # class binds its fields once, on first use, and every later instance reuses them.
 
     _shared_fields: BindingDict | None = None
 
