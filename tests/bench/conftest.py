@@ -17,6 +17,13 @@ from bench.scenarios import MixPlan
 TEST_SCHEMA = "bench_test"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = __file__.rsplit("/", 1)[0]
+    for item in items:
+        if str(item.path).startswith(here):
+            item.add_marker(pytest.mark.bench)
+
+
 def tiny(**overrides: Any) -> BenchConfig:
     """A run of a few agents and rounds, in-process only, no key timing, no files."""
     settings: dict[str, Any] = {
