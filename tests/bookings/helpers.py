@@ -15,7 +15,9 @@ import httpx
 from django.db.models import Q
 from django.db.models.functions import Now
 
+from agentcal.clock import server_now
 from bookings.models import Reservation
+from bookings.spans import Span
 from tests.conftest import Persona
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -111,3 +113,9 @@ def live_spans(calendar_id: str) -> list[dict[str, str]]:
 
 def _z(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def half_hour(hours_ahead: int) -> Span:
+    """A 30-minute span starting on the hour, `hours_ahead` from the database's now."""
+    start = server_now().replace(minute=0, second=0, microsecond=0) + timedelta(hours=hours_ahead)
+    return Span(start, start + timedelta(minutes=30))

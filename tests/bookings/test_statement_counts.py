@@ -5,18 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.db import connection
 
-from agentcal.clock import server_now
 from agentcal.errors import SlotConflict
 from bookings import engine
-from bookings.spans import Span
+from tests.bookings.helpers import half_hour
 from workspaces.actor import Actor
-from workspaces.models import Agent, Workspace
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -34,21 +31,9 @@ def statements() -> Iterator[list[str]]:
         yield seen
 
 
-@pytest.fixture
-def actor() -> Actor:
-    workspace = Workspace.objects.create(slug="acme", name="Acme")
-    agent = Agent.objects.create(workspace=workspace, name="sdr", slug="sdr", priority=100, max_priority=500)
-    return Actor(workspace=workspace, agent=agent)
-
-
-def _span(hours_ahead: int) -> Span:
-    start = server_now().replace(minute=0, second=0, microsecond=0) + timedelta(hours=hours_ahead)
-    return Span(start, start + timedelta(minutes=30))
-
-
 def test_a_hold_is_four_statements_and_commit(actor: Actor) -> None:
     calendar = engine.calendar_create(actor=actor, name="room")
-    span = _span(30)
+    span = half_hour(30)
     with statements() as sent:
         engine.hold_create(actor=actor, calendar=calendar, span=span)
     # pre-check; calendar lock; lapsed-hold expiry + what is in the way; reservation + audit + outbox rows
@@ -57,7 +42,7 @@ def test_a_hold_is_four_statements_and_commit(actor: Actor) -> None:
 
 def test_committing_a_hold_is_four_statements_and_commit(actor: Actor) -> None:
     calendar = engine.calendar_create(actor=actor, name="room")
-    group = engine.hold_create(actor=actor, calendar=calendar, span=_span(30))
+    group = engine.hold_create(actor=actor, calendar=calendar, span=half_hour(30))
     assert group.hold_token is not None
     with statements() as sent:
         engine.hold_commit(actor=actor, calendar=calendar, hold_token=group.hold_token)
@@ -67,7 +52,7 @@ def test_committing_a_hold_is_four_statements_and_commit(actor: Actor) -> None:
 
 def test_a_refused_hold_is_three_statements(actor: Actor) -> None:
     calendar = engine.calendar_create(actor=actor, name="room")
-    span = _span(30)
+    span = half_hour(30)
     engine.booking_create(actor=actor, calendar=calendar, span=span)
     with statements() as sent, pytest.raises(SlotConflict):
         engine.hold_create(actor=actor, calendar=calendar, span=span)

@@ -3,39 +3,23 @@ get their own ids; nothing is left prepared on the connection (so PgBouncer's tr
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import pytest
 from django.db import IntegrityError, connection, transaction
 
-from agentcal.clock import server_now
 from agentcal.db import InsertBatch
 from audit.models import AuditRecord
 from bookings import engine
 from bookings.models import Reservation, ReservationStatus
-from bookings.spans import Span
+from tests.bookings.helpers import half_hour
 from workspaces.actor import Actor
-from workspaces.models import Agent, Workspace
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def actor() -> Actor:
-    workspace = Workspace.objects.create(slug="acme", name="Acme")
-    agent = Agent.objects.create(workspace=workspace, name="sdr", slug="sdr", priority=100, max_priority=500)
-    return Actor(workspace=workspace, agent=agent)
-
-
-def _span(hours_ahead: int) -> Span:
-    start = server_now().replace(minute=0, second=0, microsecond=0) + timedelta(hours=hours_ahead)
-    return Span(start, start + timedelta(minutes=30))
 
 
 def test_a_multi_calendar_hold_gets_one_row_per_calendar_with_its_own_id(actor: Actor) -> None:
     calendars = [engine.calendar_create(actor=actor, name=f"room {i}") for i in range(3)]
     group = engine.hold_create(
-        actor=actor, calendar=calendars[1], span=_span(30), also_calendars=[calendars[2], calendars[0]]
+        actor=actor, calendar=calendars[1], span=half_hour(30), also_calendars=[calendars[2], calendars[0]]
     )
 
     assert [row.calendar_id for row in group.rows] == [calendars[1].pk, calendars[0].pk, calendars[2].pk]
@@ -50,7 +34,7 @@ def test_a_multi_calendar_hold_gets_one_row_per_calendar_with_its_own_id(actor: 
 
 def test_a_batch_that_fails_writes_none_of_its_rows(actor: Actor) -> None:
     calendar = engine.calendar_create(actor=actor, name="room")
-    span = _span(31)
+    span = half_hour(31)
     taken = engine.hold_create(actor=actor, calendar=calendar, span=span).primary
     audit_before = AuditRecord.objects.count()
 
@@ -80,7 +64,7 @@ def test_the_write_path_leaves_no_prepared_statement_on_the_connection(actor: Ac
     calendar = engine.calendar_create(actor=actor, name="room")
     connection.close()  # a fresh connection
     for hours in range(32, 35):
-        group = engine.hold_create(actor=actor, calendar=calendar, span=_span(hours))
+        group = engine.hold_create(actor=actor, calendar=calendar, span=half_hour(hours))
         assert group.hold_token is not None
         engine.hold_commit(actor=actor, calendar=calendar, hold_token=group.hold_token)
     assert _prepared_statements() == 0
