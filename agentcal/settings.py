@@ -155,16 +155,15 @@ SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", Fals
 SECURE_PROXY_SSL_HEADER = (
     ("HTTP_X_FORWARDED_PROTO", "https") if env_bool("TRUSTED_PROXY_SSL_HEADER", False) else None
 )
-# Every HTML page (agentcal/security_headers.py). Scripts only from our own static files, so injected
-# markup cannot run; the JavaScript lives in dashboard/static and htmx is configured not to inject a
-# <style>. Style *attributes* stay allowed (style-src-attr): the calendar timeline positions each
-# block by computed percentages, and an attribute cannot run script or read the page.
+# Every HTML page (agentcal/security_headers.py). Scripts and styles only from our own static files, so
+# injected markup can neither run nor restyle the page: the JavaScript lives in dashboard/static, htmx
+# is configured not to inject a <style>, and templates carry no style="" attributes (the calendar
+# timeline's computed geometry travels in data-* attributes that app.js applies through the CSSOM).
 CONTENT_SECURITY_POLICY = env_str("CONTENT_SECURITY_POLICY") or "; ".join(
     [
         "default-src 'self'",
         "script-src 'self'",
         "style-src 'self'",
-        "style-src-attr 'unsafe-inline'",
         "img-src 'self' data:",
         "connect-src 'self'",
         "font-src 'self'",

@@ -238,16 +238,20 @@ def test_overlapping_blocks_sit_side_by_side(team, calendar):
     ids = reserve_every_kind(team, calendar, day)
     html = text(signed_in(team.member).get(url(calendar, view="day", date=day.isoformat())))
 
-    def style(reservation: str) -> str:
-        match = re.search(rf'data-reservation="{reservation}"\s+style="([^"]+)"', html)
+    def geometry(reservation: str) -> dict[str, str]:
+        """The block's data-top/-height/-left/-width, which app.js applies as its style."""
+        match = re.search(rf'data-reservation="{reservation}"\s+([^>]*)>', html)
         assert match is not None, reservation
-        return match.group(1)
+        return dict(re.findall(r'data-(top|height|left|width)="([^"]*)"', match.group(1)))
 
     # The bumped booking and the one that took its place share 13:00 and split the column.
-    assert "width: calc(50.0000% - 8px)" in style(ids["bumped"])
-    assert "width: calc(50.0000% - 8px)" in style(ids["bumper"])
-    assert style(ids["bumped"]) != style(ids["bumper"])
-    assert "width: calc(100.0000% - 8px)" in style(ids["committed"])
+    bumped, bumper = geometry(ids["bumped"]), geometry(ids["bumper"])
+    assert bumped["width"] == bumper["width"] == "calc(50.0000% - 8px)"
+    assert {bumped["left"], bumper["left"]} == {"calc(0.0000% + 4px)", "calc(50.0000% + 4px)"}
+    assert bumped["top"] == bumper["top"]
+    assert geometry(ids["committed"])["width"] == "calc(100.0000% - 8px)"
+    assert geometry(ids["committed"])["left"] == "calc(0.0000% + 4px)"
+    assert " style=" not in html
 
 
 def test_the_visible_hours_widen_to_fit_early_and_late_reservations(team, calendar):

@@ -113,13 +113,19 @@ def test_owner_signs_up_with_a_magic_link_adds_a_passkey_and_approves_an_agents_
         api.post(f"/calendars/{cal['id']}/holds", json={**window, "title": f"Intro call +{hours}h"})
         api.post(f"/calendars/{cal['id']}/holds", json=window)  # the same slot again: a conflict
     api.post(f"/calendars/{cal['id']}/commits", json={**slot(hours_ahead=5), "title": "Board prep"})
+    # A released hold and the hold that took its slot overlap on the timeline: they sit side by side.
+    overlap = slot(hours_ahead=7, minutes=60)
+    released = api.post(f"/calendars/{cal['id']}/holds", json={**overlap, "title": "Released"}).json()
+    api.delete(f"/holds/{released['id']}", params={"hold_token": released["hold_token"]}).raise_for_status()
+    retaken = api.post(f"/calendars/{cal['id']}/holds", json={**overlap, "title": "Retaken"}).json()
+    overlap_day = overlap["start_time"][:10]  # the calendar is in UTC
     api.close()
 
     # 6. The other pages render in the real browser (screenshots kept as test artifacts).
     for path, name in [
         ("audit", "audit-trail"),
         ("calendars", "calendars"),
-        (f"calendars/{cal['id']}", "calendar-week"),
+        (f"calendars/{cal['id']}?date={overlap_day}", "calendar-week"),
         ("metrics", "metrics"),
         ("agents", "agents"),
         (f"agents/{agent.public_id}", "agent-detail"),
@@ -128,7 +134,39 @@ def test_owner_signs_up_with_a_magic_link_adds_a_passkey_and_approves_an_agents_
         assert page.locator("h1").first.is_visible()
         screenshot(page, name)
 
-    # 7. What used to be inline script, now in app.js: clickable rows, the audit filters' short URLs,
+    # 7. The timeline's geometry comes as data-* attributes (the policy refuses style=""), which app.js
+    #    applies on load and again after every htmx poll: the overlapping pair splits its day column.
+    page.goto(f"{base}/w/acme/calendars/{cal['id']}?date={overlap_day}")
+    assert page.eval_on_selector(".block", "e => e.style.width")
+    column = page.locator(f'[data-testid="day-column"][data-day="{overlap_day}"] .timeline-body')
+
+    def assert_side_by_side() -> None:
+        column_box = column.bounding_box()
+        left, right = sorted(
+            (
+                page.locator(f'[data-reservation="{hold["id"]}"]').bounding_box()
+                for hold in (released, retaken)
+            ),
+            key=lambda box: box["x"],
+        )
+        top_percent = float(
+            page.get_attribute(f'[data-reservation="{retaken["id"]}"]', "data-top").rstrip("%")
+        )
+        expected_top = column_box["y"] + column_box["height"] * top_percent / 100
+        assert left["y"] == pytest.approx(expected_top, abs=1) and right["y"] == pytest.approx(
+            expected_top, abs=1
+        )
+        for box in (left, right):
+            assert box["width"] == pytest.approx(column_box["width"] / 2 - 8, abs=1)
+        assert right["x"] - left["x"] == pytest.approx(column_box["width"] / 2, abs=1)
+
+    assert_side_by_side()
+    page.eval_on_selector_all(".block", "blocks => blocks.forEach((b) => { b.dataset.beforePoll = '1'; })")
+    page.wait_for_function("() => !document.querySelector('.block[data-before-poll]')")  # swapped in anew
+    assert page.eval_on_selector(".block", "e => e.style.width")
+    assert_side_by_side()
+
+    # 8. What used to be inline script, now in app.js: clickable rows, the audit filters' short URLs,
     #    the confirmation before revoking a key.
     page.goto(f"{base}/w/acme/calendars")
     page.get_by_test_id("calendar-row").get_by_role("cell", name="UTC", exact=True).click()
@@ -154,7 +192,7 @@ def test_owner_signs_up_with_a_magic_link_adds_a_passkey_and_approves_an_agents_
     page.get_by_role("button", name="Revoke").click()
     page.locator('[data-testid="key-row"][data-status="revoked"]').wait_for()
 
-    # 8. Not one refusal across the journey; and the watcher does hear one (an inline script, refused).
+    # 9. Not one refusal across the journey; and the watcher does hear one (an inline script, refused).
     assert csp_violations == []
     with page.expect_console_message(lambda message: "Content Security Policy" in message.text):
         page.evaluate(

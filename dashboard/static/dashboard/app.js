@@ -98,6 +98,22 @@ function tickCountdowns() {
   });
 }
 
+// Geometry the server computes (the calendar timeline's blocks, hour lines and now line) arrives as
+// data-* attributes: the Content-Security-Policy refuses style="" attributes, but not changes made
+// through the CSSOM (element.style). Run on every page load and on whatever htmx swaps in.
+const GEOMETRY = { top: "top", height: "height", left: "left", width: "width", hours: "--hours" };
+const GEOMETRY_SELECTOR = Object.keys(GEOMETRY).map((name) => `[data-${name}]`).join(", ");
+
+function applyGeometry(root) {
+  const elements = [...root.querySelectorAll(GEOMETRY_SELECTOR)];
+  if (root.matches && root.matches(GEOMETRY_SELECTOR)) elements.push(root);
+  elements.forEach((el) => {
+    for (const [name, property] of Object.entries(GEOMETRY)) {
+      if (name in el.dataset) el.style.setProperty(property, el.dataset[name]);
+    }
+  });
+}
+
 // Table rows with data-href open that page when clicked anywhere; links and controls inside a row
 // keep their own behaviour (so a ctrl-click on the link still opens a new tab). Delegated, so rows
 // that htmx swaps in later work too.
@@ -123,9 +139,16 @@ document.addEventListener("htmx:configRequest", (event) => {
 });
 
 document.addEventListener("DOMContentLoaded", () => {
+  applyGeometry(document);
   wirePasskeys();
   wireCopyButtons(document);
   tickCountdowns();
   setInterval(tickCountdowns, 1000);
 });
-document.addEventListener("htmx:afterSwap", (event) => { wireCopyButtons(event.target); tickCountdowns(); });
+document.addEventListener("htmx:afterSwap", (event) => {
+  applyGeometry(event.target);
+  wireCopyButtons(event.target);
+  tickCountdowns();
+});
+// Also content htmx adds outside the swap target (out-of-band swaps, history restores).
+document.addEventListener("htmx:load", (event) => applyGeometry(event.detail.elt));
