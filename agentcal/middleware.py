@@ -6,9 +6,10 @@ from collections.abc import Callable
 
 from django.conf import settings
 from django.core.handlers.wsgi import LimitedStream
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 
 from agentcal.ids import new_public_id
+from agentcal.text import is_storable
 
 _CLIENT_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 
@@ -51,4 +52,20 @@ class ChunkedBodyMiddleware:
             body = meta["wsgi.input"].read(settings.API_MAX_BODY_BYTES + 1)
             meta["CONTENT_LENGTH"] = str(len(body))
             request._stream = LimitedStream(io.BytesIO(body), len(body))  # type: ignore[assignment]
+        return self.get_response(request)
+
+
+class UnstorableQueryMiddleware:
+    """Pages for people answer 400 to a path or query string holding U+0000 or a lone surrogate, which
+    PostgreSQL cannot compare or store. (The agent API refuses them in its base view, where the refusal
+    is audited with the agent who sent it.)"""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if not request.path.startswith("/v1/"):
+            texts = [request.path, *request.GET.keys(), *(v for _, vs in request.GET.lists() for v in vs)]
+            if not all(map(is_storable, texts)):
+                return HttpResponseBadRequest("The address holds characters no page can take.")
         return self.get_response(request)

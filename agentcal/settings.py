@@ -77,6 +77,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "agentcal.middleware.RequestIdMiddleware",
     "agentcal.middleware.ChunkedBodyMiddleware",
+    "agentcal.middleware.UnstorableQueryMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "agentcal.security_headers.SecurityHeadersMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",

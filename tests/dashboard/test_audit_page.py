@@ -256,3 +256,9 @@ def test_admin_actions_appear_with_the_persons_email(team):
 
     assert len(row_ids(html)) == 1
     assert "agent.created" in html and "olivia@acme.test" in html and "Night shift" in html
+
+
+@pytest.mark.parametrize("query", ["event_type=a%00b", "agent=%00", "cursor=%00", "x%00=1"])
+def test_a_query_postgresql_cannot_take_is_400_not_500(team, query):
+    response = signed_in(team.member).get(f"{AUDIT}?{query}")
+    assert response.status_code == 400
