@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, ClassVar
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -26,6 +26,13 @@ from agentcal.errors import InvalidRange, InvalidRequest, NotFound
 from agentcal.pagination import paginate
 from bookings import engine, services
 from bookings.models import Calendar, Reservation, ReservationStatus
+from bookings.payloads import (
+    BookingOutput,
+    CalendarOutput,
+    HoldOutput,
+    booking_payload,
+    hold_payload,
+)
 from bookings.selectors import (
     MAX_AVAILABILITY_WINDOW,
     availability,
@@ -76,139 +83,6 @@ def etag(version: int) -> str:
 
 def span_from(data: dict[str, Any]) -> Span:
     return Span(data["start_time"], data["end_time"])
-
-
-# --- Output -------------------------------------------------------------------------------------------
-
-
-class CalendarOutput(OutputSerializer):
-    id = serializers.CharField(source="public_id")
-    name = serializers.CharField()
-    timezone = serializers.CharField()
-    slot_minutes = serializers.IntegerField()
-    hold_ttl_seconds = serializers.IntegerField()
-    bump_window_seconds = serializers.IntegerField()
-    max_booking_minutes = serializers.IntegerField()
-    version = serializers.IntegerField()
-    created_at = serializers.DateTimeField()
-    updated_at = serializers.DateTimeField()
-
-
-class CalendarShareOutput(OutputSerializer):
-    calendar = serializers.CharField()
-    fencing_token = serializers.IntegerField()
-
-
-class DisplacedOutput(OutputSerializer):
-    id = serializers.CharField()
-    status = serializers.CharField()
-    agent_id = serializers.CharField()
-    priority = serializers.IntegerField()
-
-
-class ReservationOutput(OutputSerializer):
-    """Fields common to holds and bookings."""
-
-    id = serializers.CharField()
-    status = serializers.CharField()
-    calendar = serializers.CharField()
-    also_calendars = serializers.ListField(child=serializers.CharField())
-    calendars = CalendarShareOutput(many=True)
-    start_time = serializers.DateTimeField()
-    end_time = serializers.DateTimeField()
-    priority = serializers.IntegerField()
-    fencing_token = serializers.IntegerField()
-    agent_id = serializers.CharField()
-    title = serializers.CharField()
-    attendees = serializers.JSONField()
-    metadata = serializers.JSONField()
-    created_at = serializers.DateTimeField()
-    ended_at = serializers.DateTimeField(allow_null=True)
-
-
-class HoldOutput(ReservationOutput):
-    hold_token = serializers.CharField(
-        required=False, help_text="Only in the response that created the hold."
-    )
-    expires_at = serializers.DateTimeField(allow_null=True, help_text="Null once the hold became a booking.")
-    booking_id = serializers.CharField(allow_null=True)
-    displaced = DisplacedOutput(many=True, required=False)
-
-
-class BookingOutput(ReservationOutput):
-    hold_id = serializers.CharField()
-    committed_at = serializers.DateTimeField()
-    bump_window_ends_at = serializers.DateTimeField()
-    frozen = serializers.BooleanField(help_text="True once the bump window has passed: no priority moves it.")
-    displaced = DisplacedOutput(many=True, required=False)
-
-
-def _effective_status(row: Reservation, now: datetime | None) -> str:
-    # A lapsed hold reads as expired, whether or not the sweep has run yet (no `now`: just created).
-    return row.status if now is None else row.status_at(now)
-
-
-def _common(rows: list[Reservation], now: datetime | None) -> dict[str, Any]:
-    head = rows[0]
-    return {
-        "status": _effective_status(head, now),
-        "calendar": head.calendar.public_id,
-        "also_calendars": [r.calendar.public_id for r in rows[1:]],
-        "calendars": [{"calendar": r.calendar.public_id, "fencing_token": r.fencing_token} for r in rows],
-        "start_time": head.start_time,
-        "end_time": head.end_time,
-        "priority": head.priority,
-        "fencing_token": head.fencing_token,
-        "agent_id": head.agent.public_id,
-        "title": head.title,
-        "attendees": head.attendees,
-        "metadata": head.metadata,
-        "created_at": head.created_at,
-        "ended_at": head.ended_at,
-    }
-
-
-def _displaced(group: engine.ReservationGroup) -> list[dict[str, Any]]:
-    return [
-        {
-            "id": r.booking_id or r.hold_id,
-            "status": r.status,
-            "agent_id": r.agent.public_id,
-            "priority": r.priority,
-        }
-        for r in group.displaced
-        if r.is_primary
-    ]
-
-
-def hold_payload(group: engine.ReservationGroup, now: datetime | None = None) -> dict[str, Any]:
-    head = group.primary
-    payload = {
-        "id": head.hold_id,
-        **_common(group.rows, now),
-        "expires_at": head.expires_at,
-        "booking_id": head.booking_id,
-    }
-    if group.hold_token:
-        payload["hold_token"] = group.hold_token
-    if group.displaced:
-        payload["displaced"] = _displaced(group)
-    return HoldOutput(payload).data
-
-
-def booking_payload(group: engine.ReservationGroup, now: datetime | None = None) -> dict[str, Any]:
-    head = group.primary
-    payload = {
-        "id": head.booking_id,
-        "hold_id": head.hold_id,
-        **_common(group.rows, now),
-        "committed_at": head.committed_at,
-        "bump_window_ends_at": head.bump_window_ends_at,
-        "frozen": now is not None and head.is_frozen_at(now),
-    }
-    if group.displaced:
-        payload["displaced"] = _displaced(group)
-    return BookingOutput(payload).data
 
 
 # --- Calendars ------------------------------------------------------------------------------------------

@@ -56,7 +56,9 @@ RULES: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
     (("dashboard",), ("bench", "agentcal.api")),
     (("bench",), ("dashboard",)),
 ]
-# Only the API modules of an app (and the composition root) build on the HTTP API plumbing.
+# Only an app's HTTP layer (its views, and the payloads they answer) and the composition root build on
+# the HTTP API plumbing.
+HTTP_LAYER = (".api", ".payloads")
 API_PLUMBING_USERS = ("agentcal.api", "agentcal.urls", "agentcal.views", "agentcal.middleware")
 
 
@@ -105,6 +107,6 @@ def test_imports_follow_the_layers(path: Path) -> None:
     module = module_name(path)
     forbidden = next((banned for modules, banned in RULES if within(module, modules)), ())
     wrong = sorted(name for name in imported_modules(path) if within(name, forbidden))
-    if not module.endswith(".api") and not within(module, API_PLUMBING_USERS):
+    if not module.endswith(HTTP_LAYER) and not within(module, API_PLUMBING_USERS):
         wrong += sorted(name for name in imported_modules(path) if within(name, ("agentcal.api",)))
     assert wrong == [], f"{module} may not import {wrong}"
