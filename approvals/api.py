@@ -73,7 +73,7 @@ class ApprovalListView(AgentAPIView):
     required_scopes = {"GET": Scope.APPROVALS_READ, "POST": Scope.APPROVALS_WRITE}
     audit_action = "approval"
 
-    @extend_schema(parameters=[ApprovalListQuery], responses={200: page_of(ApprovalOutput), **problems(400)})
+    @extend_schema(parameters=[ApprovalListQuery], responses={200: page_of(ApprovalOutput)})
     def get(self, request: Request) -> Response:
         query = validated(ApprovalListQuery, request.query_params.dict())
         approvals = Approval.objects.filter(agent=self.actor.agent).select_related("agent")
@@ -99,7 +99,7 @@ class ApprovalListView(AgentAPIView):
         results = [ApprovalOutput(approval_payload(a, now)).data for a in page]
         return Response({"results": results, "next_cursor": next_cursor})
 
-    @extend_schema(request=ApprovalInput, responses={201: ApprovalOutput, **problems(400, 404, 409)})
+    @extend_schema(request=ApprovalInput, responses={201: ApprovalOutput, **problems(404)})
     def post(self, request: Request) -> Response:
         data = validated(ApprovalInput, request.data)
         approval = services.approval_request(
@@ -121,7 +121,7 @@ class ApprovalDetailView(AgentAPIView):
     required_scopes = {"GET": Scope.APPROVALS_READ}
     audit_action = "approval"
 
-    @extend_schema(responses={200: ApprovalOutput, **problems(404)})
+    @extend_schema(responses={200: ApprovalOutput})
     def get(self, request: Request, approval_id: str) -> Response:
         approval = services.approval_for_agent(actor=self.actor, approval_id=approval_id)
         return Response(ApprovalOutput(approval_payload(approval, server_now())).data)
@@ -131,7 +131,7 @@ class ApprovalCancelView(AgentAPIView):
     required_scopes = {"POST": Scope.APPROVALS_WRITE}
     audit_action = "approval.cancel"
 
-    @extend_schema(request=None, responses={200: ApprovalOutput, **problems(404, 409)})
+    @extend_schema(request=None, responses={200: ApprovalOutput})
     def post(self, request: Request, approval_id: str) -> Response:
         approval = services.approval_cancel(actor=self.actor, approval_id=approval_id)
         return Response(ApprovalOutput(approval_payload(approval, server_now())).data)

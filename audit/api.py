@@ -11,7 +11,7 @@ from rest_framework.response import Response
 
 from agentcal.api.fields import OffsetDateTimeField
 from agentcal.api.pagination import PageQuery
-from agentcal.api.schema import page_of, problems
+from agentcal.api.schema import page_of
 from agentcal.api.views import AgentAPIView
 from agentcal.pagination import paginate
 from audit.models import AuditRecord, Outcome
@@ -66,7 +66,7 @@ class AuditListView(AgentAPIView):
     required_scopes = {"GET": Scope.AUDIT_READ}
     audit_action = "audit.read"
 
-    @extend_schema(parameters=[AuditQuery], responses={200: page_of(AuditRecordOutput), **problems(400)})
+    @extend_schema(parameters=[AuditQuery], responses={200: page_of(AuditRecordOutput)})
     def get(self, request: Request) -> Response:
         validator = AuditQuery(data=request.query_params.dict())
         validator.is_valid(raise_exception=True)

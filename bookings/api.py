@@ -102,7 +102,7 @@ class CalendarListView(AgentAPIView):
     audit_action = "calendar"
 
     @extend_schema(
-        responses={200: page_of(CalendarOutput), **problems(400)},
+        responses={200: page_of(CalendarOutput)},
         parameters=[PageQuery],
     )
     def get(self, request: Request) -> Response:
@@ -117,7 +117,7 @@ class CalendarListView(AgentAPIView):
         )
         return Response({"results": CalendarOutput(calendars, many=True).data, "next_cursor": next_cursor})
 
-    @extend_schema(request=CalendarInput, responses={201: CalendarOutput, **problems(400)})
+    @extend_schema(request=CalendarInput, responses={201: CalendarOutput})
     def post(self, request: Request) -> Response:
         data = validated(CalendarInput, request.data)
         calendar = services.calendar_create(actor=self.actor, **data)
@@ -132,11 +132,11 @@ class CalendarDetailView(AgentAPIView):
     required_scopes = {"GET": Scope.CALENDARS_READ, "PATCH": Scope.CALENDARS_WRITE}
     audit_action = "calendar"
 
-    @extend_schema(responses={200: CalendarOutput, **problems(404)})
+    @extend_schema(responses={200: CalendarOutput})
     def get(self, request: Request, calendar_id: str) -> Response:
         return Response(CalendarOutput(calendar_for(self.actor, calendar_id)).data)
 
-    @extend_schema(request=CalendarInput(partial=True), responses={200: CalendarOutput, **problems(400, 404)})
+    @extend_schema(request=CalendarInput(partial=True), responses={200: CalendarOutput})
     def patch(self, request: Request, calendar_id: str) -> Response:
         calendar = calendar_for(self.actor, calendar_id)
         changes = validated(CalendarInput, request.data, partial=True)
@@ -189,7 +189,7 @@ class AvailabilityView(AgentAPIView):
     required_scopes = {"GET": Scope.BOOKINGS_READ}
     audit_action = "calendar.availability"
 
-    @extend_schema(parameters=[AvailabilityQuery], responses={200: AvailabilityOutput, **problems(400, 404)})
+    @extend_schema(parameters=[AvailabilityQuery], responses={200: AvailabilityOutput})
     def get(self, request: Request, calendar_id: str) -> Response:
         calendar = calendar_for(self.actor, calendar_id)
         query = validated(AvailabilityQuery, request.query_params.dict())
@@ -266,7 +266,7 @@ class HoldCreateView(AgentAPIView):
     required_scopes = {"POST": Scope.BOOKINGS_WRITE}
     audit_action = "calendar.hold"
 
-    @extend_schema(request=HoldInput, responses={201: HoldOutput, **problems(400, 404, 409, 412, 422)})
+    @extend_schema(request=HoldInput, responses={201: HoldOutput, **problems(412)})
     def post(self, request: Request, calendar_id: str) -> Response:
         calendar = calendar_for(self.actor, calendar_id)
         data = validated(HoldInput, request.data)
@@ -299,7 +299,7 @@ class HoldDetailView(AgentAPIView):
     required_scopes = {"GET": Scope.BOOKINGS_READ, "DELETE": Scope.BOOKINGS_WRITE}
     audit_action = "calendar.hold"
 
-    @extend_schema(responses={200: HoldOutput, **problems(404)})
+    @extend_schema(responses={200: HoldOutput})
     def get(self, request: Request, hold_id: str) -> Response:
         rows = reservation_group(workspace=self.actor.workspace, hold_id=hold_id)
         if not rows:
@@ -308,7 +308,7 @@ class HoldDetailView(AgentAPIView):
 
     @extend_schema(
         request=HoldTokenInput,
-        responses={200: HoldOutput, **problems(400, 404, 409)},
+        responses={200: HoldOutput},
         # Documented as the query parameter: OpenAPI describes no body on DELETE, and many clients
         # cannot send one. A JSON body {"hold_token": ...} is accepted too.
         parameters=[
@@ -331,7 +331,7 @@ class HoldExtendView(AgentAPIView):
     required_scopes = {"POST": Scope.BOOKINGS_WRITE}
     audit_action = "calendar.hold.extend"
 
-    @extend_schema(request=HoldExtendInput, responses={200: HoldOutput, **problems(400, 404, 409)})
+    @extend_schema(request=HoldExtendInput, responses={200: HoldOutput})
     def post(self, request: Request, hold_id: str) -> Response:
         data = validated(HoldExtendInput, request.data)
         ttl = data.get("ttl_seconds")
@@ -390,7 +390,7 @@ class CommitCreateView(AgentAPIView):
     required_scopes = {"POST": Scope.BOOKINGS_WRITE}
     audit_action = "calendar.commit"
 
-    @extend_schema(request=CommitInput, responses={201: BookingOutput, **problems(400, 404, 409, 412, 422)})
+    @extend_schema(request=CommitInput, responses={201: BookingOutput, **problems(412)})
     def post(self, request: Request, calendar_id: str) -> Response:
         calendar = calendar_for(self.actor, calendar_id)
         data = validated(CommitInput, request.data)
@@ -427,9 +427,7 @@ class BookingListView(AgentAPIView):
     required_scopes = {"GET": Scope.BOOKINGS_READ}
     audit_action = "calendar.bookings"
 
-    @extend_schema(
-        parameters=[BookingListQuery], responses={200: page_of(BookingOutput), **problems(400, 404)}
-    )
+    @extend_schema(parameters=[BookingListQuery], responses={200: page_of(BookingOutput)})
     def get(self, request: Request, calendar_id: str) -> Response:
         calendar = calendar_for(self.actor, calendar_id)
         query = validated(BookingListQuery, request.query_params.dict())
@@ -463,14 +461,14 @@ class BookingDetailView(AgentAPIView):
     required_scopes = {"GET": Scope.BOOKINGS_READ, "DELETE": Scope.BOOKINGS_WRITE}
     audit_action = "calendar.booking"
 
-    @extend_schema(responses={200: BookingOutput, **problems(404)})
+    @extend_schema(responses={200: BookingOutput})
     def get(self, request: Request, booking_id: str) -> Response:
         rows = reservation_group(workspace=self.actor.workspace, booking_id=booking_id)
         if not rows:
             raise NotFound(f"No booking {booking_id} in this workspace.")
         return Response(booking_payload(engine.ReservationGroup(rows=rows), now=server_now()))
 
-    @extend_schema(request=None, responses={200: BookingOutput, **problems(404, 409)})
+    @extend_schema(request=None, responses={200: BookingOutput})
     def delete(self, request: Request, booking_id: str) -> Response:
         group = engine.booking_cancel(actor=self.actor, booking_id=booking_id)
         return Response(booking_payload(group, now=server_now()))

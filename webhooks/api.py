@@ -11,7 +11,7 @@ from rest_framework.response import Response
 
 from agentcal.api.fields import StrictSerializer, validated
 from agentcal.api.pagination import PageQuery
-from agentcal.api.schema import page_of, problems
+from agentcal.api.schema import page_of
 from agentcal.api.views import AgentAPIView
 from agentcal.errors import NotFound
 from agentcal.pagination import paginate
@@ -168,7 +168,7 @@ class EndpointListView(AgentAPIView):
         )
         return Response({"results": EndpointOutput(endpoints, many=True).data, "next_cursor": next_cursor})
 
-    @extend_schema(request=EndpointInput, responses={201: EndpointCreatedOutput, **problems(400, 409)})
+    @extend_schema(request=EndpointInput, responses={201: EndpointCreatedOutput})
     def post(self, request: Request) -> Response:
         data = validated(EndpointInput, request.data)
         endpoint = services.endpoint_create(actor=self.actor, **data)
@@ -180,11 +180,11 @@ class EndpointDetailView(AgentAPIView):
     required_scopes = {"GET": Scope.WEBHOOKS_WRITE, "DELETE": Scope.WEBHOOKS_WRITE}
     audit_action = "webhook.endpoint"
 
-    @extend_schema(responses={200: EndpointOutput, **problems(404)})
+    @extend_schema(responses={200: EndpointOutput})
     def get(self, request: Request, endpoint_id: str) -> Response:
         return Response(EndpointOutput(_endpoint_for(self.actor, endpoint_id)).data)
 
-    @extend_schema(request=None, responses={200: EndpointOutput, **problems(404)})
+    @extend_schema(request=None, responses={200: EndpointOutput})
     def delete(self, request: Request, endpoint_id: str) -> Response:
         """Disable the endpoint (kept, with its delivery history) and cancel its pending deliveries."""
         endpoint = _endpoint_for(self.actor, endpoint_id)
@@ -212,7 +212,7 @@ class DeliveryDetailView(AgentAPIView):
     required_scopes = {"GET": Scope.WEBHOOKS_WRITE}
     audit_action = "webhook.delivery"
 
-    @extend_schema(responses={200: DeliveryDetailOutput, **problems(404)})
+    @extend_schema(responses={200: DeliveryDetailOutput})
     def get(self, request: Request, delivery_id: str) -> Response:
         return Response(DeliveryDetailOutput(_delivery_for(self.actor, delivery_id)).data)
 
@@ -221,7 +221,7 @@ class DeliveryReplayView(AgentAPIView):
     required_scopes = {"POST": Scope.WEBHOOKS_WRITE}
     audit_action = "webhook.delivery.replay"
 
-    @extend_schema(request=None, responses={202: DeliveryOutput, **problems(404)})
+    @extend_schema(request=None, responses={202: DeliveryOutput})
     def post(self, request: Request, delivery_id: str) -> Response:
         """Send the delivery once more (same webhook-id, current secret, no retries), in the background."""
         delivery = _delivery_for(self.actor, delivery_id)
