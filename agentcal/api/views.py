@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any, ClassVar
 
-from django.db import DatabaseError
+from django.db import DatabaseError, InterfaceError, OperationalError, connection
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -26,6 +26,7 @@ from workspaces.actor import Actor
 
 logger = logging.getLogger(__name__)
 MUTATING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+COMPLETE_ATTEMPTS = 3
 
 
 class _Replay(Exception):
@@ -109,7 +110,22 @@ class AgentAPIView(APIView):
         headers = {name: response[name] for name in REPLAYED_HEADERS if response.has_header(name)}
         if response.content_type:
             headers["Content-Type"] = response.content_type
-        idempotency_complete(
-            record_id=record_id, key=key, status=response.status_code, body=response.data, headers=headers
-        )
+        # The write has committed; only its answer is being kept for replays. A connection lost just now
+        # must not turn a success into an error the agent would believe (and retry), so the answer is
+        # stored over a fresh connection, a few times; if the database stays away the agent still gets
+        # the truth, and a retry with the key waits out the claim (IDEMPOTENCY_STALE_CLAIM_SECONDS).
+        for attempt in range(1, COMPLETE_ATTEMPTS + 1):
+            try:
+                idempotency_complete(
+                    record_id=record_id,
+                    key=key,
+                    status=response.status_code,
+                    body=response.data,
+                    headers=headers,
+                )
+                break
+            except (OperationalError, InterfaceError) as exc:
+                connection.close()
+                if attempt == COMPLETE_ATTEMPTS:
+                    logger.error("could not store the answer of idempotency claim %s: %s", record_id, exc)
         return response

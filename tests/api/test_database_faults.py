@@ -1,5 +1,8 @@
 """PostgreSQL connections killed mid-request: 503 + Retry-After, nothing half-written, and the same
-Idempotency-Key then gets the answer a calm server would have given."""
+Idempotency-Key then gets the answer a calm server would have given.
+
+Served by gunicorn as in production (persistent connections with health checks), not by the test live
+server, whose connections come from a pool."""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ import psycopg
 import pytest
 from django.db import connection
 
-from tests.conftest import Persona, iso, overlapping_live_pairs
+from tests.conftest import Persona, http_client, iso, overlapping_live_pairs
 
 pytestmark = pytest.mark.slow
 
@@ -50,7 +53,7 @@ def hold_request(persona: Persona, client: Any, calendar_id: str, span: dict[str
     return client.post(f"/calendars/{calendar_id}/holds", json=span, headers={"Idempotency-Key": key})
 
 
-def test_killed_connections_answer_503_and_a_retry_with_the_key_settles(make_agent, calendar):
+def test_killed_connections_answer_503_and_a_retry_with_the_key_settles(make_agent, calendar, app_server):
     agents = [make_agent(f"agent-{i}", priority=100) for i in range(AGENTS)]
     base = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) + timedelta(days=3)
     # Few distinct slots for many requests: conflicts (409) and wins (201) both happen.
@@ -65,8 +68,11 @@ def test_killed_connections_answer_503_and_a_retry_with_the_key_settles(make_age
     attempts: list[tuple[Persona, dict[str, str], str, Any]] = []
     lock = threading.Lock()
 
+    def client_of(persona: Persona) -> Any:
+        return http_client(f"{app_server}/v1", headers=dict(persona.client.headers))
+
     def agent_loop(persona: Persona) -> None:
-        with persona.new_client() as client:
+        with client_of(persona) as client:
             for _ in range(REQUESTS_PER_AGENT):
                 span = slots[next(counter) % len(slots)]
                 key = str(uuid.uuid4())
@@ -99,19 +105,23 @@ def test_killed_connections_answer_503_and_a_retry_with_the_key_settles(make_age
         assert response.json()["retryable"] is True
 
     # The database is back: every request retried with its own key settles, and settles for good.
+    clients = {persona.id: client_of(persona) for persona in agents}
     for persona, span, key, response in attempts:
-        retry = hold_request(persona, persona.client, calendar["id"], span, key)
+        client = clients[persona.id]
+        retry = hold_request(persona, client, calendar["id"], span, key)
         deadline = time.monotonic() + 10
         while retry.status_code == 409 and retry.json()["error"] == "idempotency_in_progress":
             assert time.monotonic() < deadline, retry.text
             time.sleep(0.2)
-            retry = hold_request(persona, persona.client, calendar["id"], span, key)
+            retry = hold_request(persona, client, calendar["id"], span, key)
         assert retry.status_code in (201, 409), retry.text
         if response.status_code != 503:
             assert retry.headers.get("Idempotent-Replayed") == "true"
             assert (retry.status_code, retry.json()) == (response.status_code, response.json())
-        again = hold_request(persona, persona.client, calendar["id"], span, key)
+        again = hold_request(persona, client, calendar["id"], span, key)
         assert again.headers.get("Idempotent-Replayed") == "true"
         assert (again.status_code, again.json()) == (retry.status_code, retry.json())
 
+    for client in clients.values():
+        client.close()
     assert overlapping_live_pairs(calendar["id"]) == []
