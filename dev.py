@@ -6,7 +6,8 @@
     python3 dev.py lint    # install into .venv if needed, then ruff check, ruff format --check and mypy
 
 Without DATABASE_URL / REDIS_URL run and test use embedded PostgreSQL and Redis kept under .data/.
-Extra arguments to run and test are passed on (e.g. `python3 dev.py test -k idempotency`).
+Extra arguments to run and test are passed on (e.g. `python3 dev.py test -k idempotency`). The suite runs in
+parallel worker processes; `-n0` runs it in one process, `-m fuzz` / `-m bench` add the opt-in sets.
 """
 
 from __future__ import annotations
@@ -77,6 +78,9 @@ def main() -> int:
     if command == "run":
         argv = [str(PYTHON), "-m", "agentcal.cli", "run", *rest]
     else:
+        # The suite runs in several worker processes, each importing (and pytest rewriting) every module:
+        # cached bytecode saves each of them that, so a setting that turns the cache off is dropped here.
+        os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
         argv = [str(PYTHON), "-m", "pytest", *rest]
     os.execv(argv[0], argv)
 

@@ -6,8 +6,10 @@ own PostgreSQL connection) against the real database: no mocks of the database a
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
+import ssl
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -31,18 +33,43 @@ def pytest_configure(config: pytest.Config) -> None:
     settings.ARGON2_TIME_COST = 1
     settings.ARGON2_MEMORY_COST_KIB = 8
     settings.ARGON2_PARALLELISM = 1
+    # The live server serves each request on a new thread and closes that thread's connections after
+    # it, so every request would open a PostgreSQL connection (a backend fork, a cold catalog cache):
+    # about a quarter of the suite's time. Django's connection pool hands them on instead. Sixteen
+    # covers the most concurrent requests a test makes (a dozen racers); CONN_HEALTH_CHECKS makes the
+    # pool check each connection as it hands it out (tests kill backends on purpose).
+    database = settings.DATABASES["default"]
+    database["CONN_MAX_AGE"] = 0  # a pool replaces persistent connections
+    database.setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 0,
+        "max_size": 16,
+        "timeout": 10,
+    }
     _flush_without_post_migrate()
 
 
 def _flush_without_post_migrate() -> None:
-    """After each transactional test Django empties every table, then replays post_migrate, which
-    re-creates the content types and permissions row by row: most of a test's teardown. Nothing here
-    uses either (no admin, no model permissions), so the tables are emptied and left so."""
+    """After each transactional test Django empties every table with one TRUNCATE, then replays
+    post_migrate (content types and permissions, row by row). Nothing here uses post_migrate's rows,
+    and a test leaves a handful of rows behind, which DELETE removes far faster than TRUNCATE creates
+    new files for every table (docs/performance-notes.md has the figures). Deleting needs the
+    triggers off (the audit table refuses deletes; foreign keys would need an order), which takes a
+    superuser; without one the reset falls back to Django's TRUNCATE."""
     from django.core.management import call_command
+    from django.db import connections
+    from django.db.utils import DatabaseError
     from django.test import TransactionTestCase
 
-    def fixture_teardown(self: Any) -> None:  # Django's private hook, not in its stubs
-        for db_name in self._databases_names(include_mirrors=False):
+    def reset(db_name: str) -> None:
+        conn = connections[db_name]
+        tables = conn.introspection.django_table_names(only_existing=True, include_views=False)
+        deletes = "".join(f"DELETE FROM {conn.ops.quote_name(table)};" for table in tables)
+        try:
+            with conn.cursor() as cursor:
+                cursor.execute(f"BEGIN; SET LOCAL session_replication_role = replica; {deletes} COMMIT;")
+        except DatabaseError:
+            with conn.cursor() as cursor:
+                cursor.execute("ROLLBACK")
             call_command(
                 "flush",
                 verbosity=0,
@@ -53,7 +80,22 @@ def _flush_without_post_migrate() -> None:
                 inhibit_post_migrate=True,
             )
 
+    def fixture_teardown(self: Any) -> None:  # Django's private hook, not in its stubs
+        for db_name in self._databases_names(include_mirrors=False):
+            reset(db_name)
+
     setattr(TransactionTestCase, "_fixture_teardown", fixture_teardown)  # noqa: B010 — private, unstubbed
+
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    return ssl.create_default_context()
+
+
+def http_client(base_url: str, **options: Any) -> httpx.Client:
+    """An httpx client for the test servers. They speak plain HTTP, but every new client would still
+    load the system's CA bundle into a TLS context of its own (~50 ms of CPU each): they share one."""
+    return httpx.Client(base_url=base_url, verify=_tls_context(), timeout=30, **options)
 
 
 @dataclass
@@ -71,7 +113,7 @@ class Persona:
 
     def new_client(self) -> httpx.Client:
         """A separate connection (for concurrent use from another thread)."""
-        return httpx.Client(base_url=str(self.client.base_url), headers=dict(self.client.headers), timeout=30)
+        return http_client(str(self.client.base_url), headers=dict(self.client.headers))
 
 
 def test_database_url() -> str:
@@ -119,10 +161,8 @@ def make_agent(live_server: Any, transactional_db: None) -> Iterator[Callable[..
         key, raw = api_key_create(agent=agent, scopes=ALL_SCOPES if scopes is None else scopes)
         # Connection: close — Django's test live server handles keep-alive connections slowly
         # (~50 ms a request instead of ~15 ms).
-        client = httpx.Client(
-            base_url=f"{live_server.url}/v1",
-            headers={"Authorization": f"Bearer {raw}", "Connection": "close"},
-            timeout=30,
+        client = http_client(
+            f"{live_server.url}/v1", headers={"Authorization": f"Bearer {raw}", "Connection": "close"}
         )
         clients.append(client)
         return Persona(agent=agent, key=key, raw_key=raw, client=client)
@@ -153,7 +193,7 @@ def outsider(make_agent: Callable[..., Persona]) -> Persona:
 
 @pytest.fixture
 def anonymous(live_server: Any) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=f"{live_server.url}/v1", timeout=30) as client:
+    with http_client(f"{live_server.url}/v1") as client:
         yield client
 
 

@@ -8,7 +8,7 @@ import httpx
 
 from tests.api.test_bad_input import assert_problem
 from tests.bookings.helpers import rows_of
-from tests.conftest import slot
+from tests.conftest import http_client, slot
 
 
 def chunks(data: bytes, size: int = 7) -> Iterator[bytes]:
@@ -19,7 +19,7 @@ def chunks(data: bytes, size: int = 7) -> Iterator[bytes]:
 def test_a_chunked_body_is_read_under_gunicorn(sdr, calendar, app_server):
     span = slot(30)
     body = httpx.Response(200, json={**span, "title": "Chunked"}).content
-    with httpx.Client(base_url=f"{app_server}/v1", headers=dict(sdr.client.headers), timeout=30) as client:
+    with http_client(f"{app_server}/v1", headers=dict(sdr.client.headers)) as client:
         created = client.post(
             f"/calendars/{calendar['id']}/holds",
             content=chunks(body),

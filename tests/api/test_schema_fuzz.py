@@ -227,7 +227,7 @@ def negative_coverage_only(operations: list[str]) -> str:
     )
 
 
-@pytest.mark.slow
+@pytest.mark.fuzz
 @pytest.mark.timeout(RUN_TIMEOUT_S + 60)
 def test_every_operation_honours_the_published_schema(app_server, fuzz_target, tmp_path):
     base_url = app_server

@@ -5,13 +5,12 @@ from __future__ import annotations
 import re
 from io import StringIO
 
-import httpx
 import pytest
 from django.core.management import call_command
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from accounts.models import Passkey
-from tests.conftest import slot
+from tests.conftest import http_client, slot
 from tests.e2e.conftest import add_virtual_authenticator, screenshot, watch_csp_violations
 from workspaces.keys import api_key_create
 from workspaces.models import Agent, ApiKey, Workspace
@@ -78,7 +77,7 @@ def test_owner_signs_up_with_a_magic_link_adds_a_passkey_and_approves_an_agents_
         agent=agent,
         scopes=["approvals:read", "approvals:write", "calendars:write", "bookings:read", "bookings:write"],
     )
-    api = httpx.Client(base_url=f"{live_server.url}/v1", headers={"Authorization": f"Bearer {raw}"})
+    api = http_client(f"{live_server.url}/v1", headers={"Authorization": f"Bearer {raw}"})
     created = api.post(
         "/approvals",
         json={

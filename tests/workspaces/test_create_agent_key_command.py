@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from io import StringIO
 
-import httpx
 import pytest
 from django.core.management import CommandError, call_command
 
+from tests.conftest import http_client
 from workspaces.keys import api_key_verify, lookup_prefix
 from workspaces.models import Agent, ApiKey, Workspace
 
@@ -43,7 +43,7 @@ def test_it_creates_workspace_agent_and_key_and_prints_the_raw_key_last(transact
     assert raw not in err and key.prefix in err
     assert api_key_verify(raw).pk == key.pk
     # The printed key works over HTTP with exactly its scopes.
-    with httpx.Client(base_url=f"{live_server.url}/v1", headers={"Authorization": f"Bearer {raw}"}) as client:
+    with http_client(f"{live_server.url}/v1", headers={"Authorization": f"Bearer {raw}"}) as client:
         assert client.get("/calendars").status_code == 200
         assert client.post("/calendars", json={"name": "x"}).json()["required_scope"] == "calendars:write"
 
