@@ -37,13 +37,12 @@ def pytest_configure(config: pytest.Config) -> None:
     # it, so every request would open a PostgreSQL connection (a backend fork, a cold catalog cache):
     # about a quarter of the suite's time. Django's connection pool hands them on instead. Sixteen
     # covers the most concurrent requests a test makes (a dozen racers); CONN_HEALTH_CHECKS makes the
-    # pool check each connection as it hands it out (tests kill backends on purpose).
-    database = settings.DATABASES["default"]
+    # pool check each connection as it hands it out.
+    database: dict[str, Any] = settings.DATABASES["default"]
     database["CONN_MAX_AGE"] = 0  # a pool replaces persistent connections
-    database.setdefault("OPTIONS", {})["pool"] = {
-        "min_size": 0,
-        "max_size": 16,
-        "timeout": 10,
+    database["OPTIONS"] = {
+        **database.get("OPTIONS", {}),
+        "pool": {"min_size": 0, "max_size": 16, "timeout": 10},
     }
     _flush_without_post_migrate()
 
