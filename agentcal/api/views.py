@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, ClassVar
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connection
@@ -26,7 +27,7 @@ from workspaces.actor import Actor
 
 logger = logging.getLogger(__name__)
 MUTATING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-COMPLETE_ATTEMPTS = 3
+COMPLETE_WITHIN_SECONDS = 3.0
 
 
 class _Replay(Exception):
@@ -112,9 +113,12 @@ class AgentAPIView(APIView):
             headers["Content-Type"] = response.content_type
         # The write has committed; only its answer is being kept for replays. A connection lost just now
         # must not turn a success into an error the agent would believe (and retry), so the answer is
-        # stored over a fresh connection, a few times; if the database stays away the agent still gets
-        # the truth, and a retry with the key waits out the claim (IDEMPOTENCY_STALE_CLAIM_SECONDS).
-        for attempt in range(1, COMPLETE_ATTEMPTS + 1):
+        # stored over fresh connections, backing off, for up to COMPLETE_WITHIN_SECONDS (a database
+        # restart's blip); if it stays away the agent still gets the truth, and a retry with the key
+        # waits out the claim (IDEMPOTENCY_STALE_CLAIM_SECONDS).
+        deadline = time.monotonic() + COMPLETE_WITHIN_SECONDS
+        pause = 0.05
+        while True:
             try:
                 idempotency_complete(
                     record_id=record_id,
@@ -126,6 +130,9 @@ class AgentAPIView(APIView):
                 break
             except (OperationalError, InterfaceError) as exc:
                 connection.close()
-                if attempt == COMPLETE_ATTEMPTS:
+                if time.monotonic() + pause > deadline:
                     logger.error("could not store the answer of idempotency claim %s: %s", record_id, exc)
+                    break
+                time.sleep(pause)
+                pause = min(pause * 2, 0.5)
         return response

@@ -116,7 +116,7 @@ def test_killed_connections_answer_503_and_a_retry_with_the_key_settles(make_age
             retry = hold_request(persona, client, calendar["id"], span, key)
         assert retry.status_code in (201, 409), retry.text
         if response.status_code != 503:
-            assert retry.headers.get("Idempotent-Replayed") == "true"
+            assert retry.headers.get("Idempotent-Replayed") == "true", (response.text, retry.text)
             assert (retry.status_code, retry.json()) == (response.status_code, response.json())
         again = hold_request(persona, client, calendar["id"], span, key)
         assert again.headers.get("Idempotent-Replayed") == "true"
