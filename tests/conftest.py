@@ -1,7 +1,7 @@
 """Shared fixtures: named personas with real API keys, talking to a real live HTTP server.
 
-Every API test goes over real HTTP (pytest-django's live server, one thread per request, each with its
-own PostgreSQL connection) against the real database: no mocks of the database anywhere.
+Every API test goes over real HTTP (pytest-django's live server, one thread per request, connections
+from a pool) against the real database: no mocks of the database anywhere.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def pytest_configure(config: pytest.Config) -> None:
     settings.ARGON2_PARALLELISM = 1
     # The live server serves each request on a new thread and closes that thread's connections after
     # it, so every request would open a PostgreSQL connection (a backend fork, a cold catalog cache):
-    # about a quarter of the suite's time. Django's connection pool hands them on instead. Sixteen
+    # ~15 % of the suite's time. Django's connection pool hands them on instead. Sixteen
     # covers the most concurrent requests a test makes (a dozen racers); CONN_HEALTH_CHECKS makes the
     # pool check each connection as it hands it out.
     database: dict[str, Any] = settings.DATABASES["default"]
@@ -44,10 +44,10 @@ def pytest_configure(config: pytest.Config) -> None:
         **database.get("OPTIONS", {}),
         "pool": {"min_size": 0, "max_size": 16, "timeout": 10},
     }
-    _flush_without_post_migrate()
+    _empty_tables_with_delete()
 
 
-def _flush_without_post_migrate() -> None:
+def _empty_tables_with_delete() -> None:
     """After each transactional test Django empties every table with one TRUNCATE, then replays
     post_migrate (content types and permissions, row by row). Nothing here uses post_migrate's rows,
     and a test leaves a handful of rows behind, which DELETE removes far faster than TRUNCATE creates

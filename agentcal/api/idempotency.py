@@ -16,8 +16,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 import re
 import secrets
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -25,7 +27,7 @@ from typing import Any
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from django.conf import settings
-from django.db import connection
+from django.db import InterfaceError, OperationalError, connection
 from django.db.models import BooleanField
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
@@ -42,6 +44,8 @@ from workspaces.models import Agent
 _VALID_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")  # printable ASCII, no spaces
 # Response headers worth replaying (the rest are regenerated per response).
 REPLAYED_HEADERS = ("ETag", "Location", "Content-Type")
+COMPLETE_WITHIN_SECONDS = 3.0
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -188,10 +192,29 @@ def idempotency_release(*, record_id: int) -> None:
 def idempotency_complete(
     *, record_id: int, key: str, status: int, body: Any, headers: dict[str, str]
 ) -> None:
+    """Keep the answer of a request whose write has committed, for replays.
+
+    A connection lost just now must not turn that success into an error the agent would believe: the
+    answer is stored over fresh connections, backing off, for up to COMPLETE_WITHIN_SECONDS (a database
+    restart's blip). If the database stays away the agent still gets its answer, but the claim is left
+    unanswered with its claimant's backend gone, so a retry with the key runs the request again.
+    """
     sealed = None if body is None else _seal(body, key=key, record_id=record_id)
-    IdempotencyRecord.objects.filter(id=record_id).update(
-        response_status=status, response_sealed=sealed, response_headers=headers, completed_at=Now()
-    )
+    deadline = time.monotonic() + COMPLETE_WITHIN_SECONDS
+    pause = 0.05
+    while True:
+        try:
+            IdempotencyRecord.objects.filter(id=record_id).update(
+                response_status=status, response_sealed=sealed, response_headers=headers, completed_at=Now()
+            )
+            return
+        except (OperationalError, InterfaceError) as exc:
+            connection.close()
+            if time.monotonic() + pause > deadline:
+                logger.error("could not store the answer of idempotency claim %s: %s", record_id, exc)
+                return
+            time.sleep(pause)
+            pause = min(pause * 2, 0.5)
 
 
 def idempotency_purge_expired() -> int:

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any, ClassVar
 
-from django.db import DatabaseError, InterfaceError, OperationalError, connection
+from django.db import DatabaseError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -27,7 +26,6 @@ from workspaces.actor import Actor
 
 logger = logging.getLogger(__name__)
 MUTATING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-COMPLETE_WITHIN_SECONDS = 3.0
 
 
 class _Replay(Exception):
@@ -111,28 +109,7 @@ class AgentAPIView(APIView):
         headers = {name: response[name] for name in REPLAYED_HEADERS if response.has_header(name)}
         if response.content_type:
             headers["Content-Type"] = response.content_type
-        # The write has committed; only its answer is being kept for replays. A connection lost just now
-        # must not turn a success into an error the agent would believe (and retry), so the answer is
-        # stored over fresh connections, backing off, for up to COMPLETE_WITHIN_SECONDS (a database
-        # restart's blip); if it stays away the agent still gets the truth, and a retry with the key
-        # waits out the claim (IDEMPOTENCY_STALE_CLAIM_SECONDS).
-        deadline = time.monotonic() + COMPLETE_WITHIN_SECONDS
-        pause = 0.05
-        while True:
-            try:
-                idempotency_complete(
-                    record_id=record_id,
-                    key=key,
-                    status=response.status_code,
-                    body=response.data,
-                    headers=headers,
-                )
-                break
-            except (OperationalError, InterfaceError) as exc:
-                connection.close()
-                if time.monotonic() + pause > deadline:
-                    logger.error("could not store the answer of idempotency claim %s: %s", record_id, exc)
-                    break
-                time.sleep(pause)
-                pause = min(pause * 2, 0.5)
+        idempotency_complete(
+            record_id=record_id, key=key, status=response.status_code, body=response.data, headers=headers
+        )
         return response
