@@ -33,13 +33,14 @@ def _lock(conn: psycopg.Connection[Any], calendar_pk: int) -> None:
 
 
 def _backend_waiting_for(conn: psycopg.Connection[Any], fragment: str, timeout: float = 10.0) -> str:
-    """The query of another backend blocked on a lock whose text contains `fragment` ('' if none)."""
+    """The query of another backend on this test database (parallel workers have their own) blocked on
+    a lock whose text contains `fragment` ('' if none)."""
     deadline = time.monotonic() + timeout
     with psycopg.connect(conninfo_for_baselines(), autocommit=True) as probe:
         while time.monotonic() < deadline:
             row = probe.execute(
                 "SELECT query FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND pid <> %s"
-                " AND query ILIKE %s",
+                " AND datname = current_database() AND query ILIKE %s",
                 [conn.info.backend_pid, f"%{fragment}%"],
             ).fetchone()
             if row:
