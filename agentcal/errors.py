@@ -209,6 +209,29 @@ class TooManyEndpoints(AgentCalError):
     status, code, title = 409, "too_many_endpoints", "This agent has the maximum number of webhook endpoints"
 
 
+# --- Upstream calendars (sync) -------------------------------------------------------------------------
+
+
+class UnsafeUpstreamUrl(AgentCalError):
+    status, code, title = 400, "unsafe_upstream_url", "The upstream calendar URL is not allowed"
+
+
+class UpstreamAuthFailed(AgentCalError):
+    status, code, title = 422, "upstream_auth_failed", "The upstream calendar refused these credentials"
+
+
+class UpstreamNotACalendar(AgentCalError):
+    status, code, title = 422, "upstream_not_a_calendar", "The URL is not a calendar"
+
+
+class UpstreamUnreachable(AgentCalError):
+    status, code, title = 502, "upstream_unreachable", "The upstream calendar server could not be reached"
+
+
+class ConnectionExists(AgentCalError):
+    status, code, title = 409, "connection_exists", "This calendar is already linked to an upstream calendar"
+
+
 # --- People (dashboard sign-in) ---------------------------------------------------------------------------
 
 

@@ -49,6 +49,17 @@ WEBHOOK_FAILURES = Counter(
     "agentcal_webhook_delivery_failures_total", "Failed delivery attempts.", ["reason"]
 )
 
+# From the upstream change (its LAST-MODIFIED, or a push's arrival) to its busy block being enforced.
+SYNC_LAG_SECONDS = Histogram(
+    "agentcal_sync_lag_seconds",
+    "Upstream calendar changes: from the change to the busy block being enforced.",
+    ["provider"],
+    buckets=(1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 300.0, 600.0, 1800.0),
+)
+SYNC_RUNS = Counter(
+    "agentcal_sync_runs_total", "Upstream syncs by provider and outcome.", ["provider", "outcome"]
+)
+
 
 def record_audit_event(
     *, event_type: str, outcome: str, failure_reason: str, agent: str, calendar: str

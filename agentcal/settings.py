@@ -70,6 +70,7 @@ INSTALLED_APPS = [
     "webhooks",
     "accounts",
     "approvals",
+    "sync",
     "dashboard",
     "bench",  # only for `python manage.py bench` (no models, no URLs)
 ]
@@ -266,5 +267,29 @@ CELERY_BEAT_SCHEDULE = {
     "purge-expired-audit-records": {"task": "audit.purge_expired", "schedule": 6 * 3600.0},
     "expire-due-approvals": {"task": "approvals.expire_due", "schedule": 30.0},
 }
+# --- Upstream calendar sync ------------------------------------------------------------------------
+# Fernet keys for stored upstream credentials, comma-separated, newest first: the first encrypts, all
+# decrypt (rotation: prepend a new key, run `python manage.py sync_rotate_credentials`, then drop the
+# old one). Unset: a key derived from SECRET_KEY, so a fresh clone works; production sets its own.
+SYNC_CREDENTIAL_KEYS = env_list("SYNC_CREDENTIAL_KEYS", [])
+# How far ahead recurring events are expanded into busy blocks; re-expanded daily as time moves on.
+SYNC_HORIZON_DAYS = env_int("SYNC_HORIZON_DAYS", 180, minimum=7)
+# CalDAV has no push: poll each connection this often (plus up to 10 % jitter).
+SYNC_CALDAV_INTERVAL_SECONDS = env_int("SYNC_CALDAV_INTERVAL_SECONDS", 60, minimum=5)
+# A sync run holds its connection's lease at most this long (a killed worker's lease lapses after it).
+SYNC_LEASE_SECONDS = env_int("SYNC_LEASE_SECONDS", 300, minimum=1)
+# How often beat looks for connections due a sync.
+SYNC_SCHEDULER_SECONDS = env_int("SYNC_SCHEDULER_SECONDS", 5, minimum=1)
+# Raw upstream payloads are kept this long once superseded (the current data of each event is kept).
+SYNC_LOG_RETENTION_DAYS = env_int("SYNC_LOG_RETENTION_DAYS", 30, minimum=1)
+# Upstream servers on private addresses (a CalDAV server on the LAN, tests against a local one) are
+# refused unless allowed, as for webhooks (webhooks/url_guard.py).
+SYNC_ALLOW_PRIVATE_TARGETS = env_bool("SYNC_ALLOW_PRIVATE_TARGETS", False)
+CELERY_BEAT_SCHEDULE.update(
+    {
+        "sync-due-connections": {"task": "sync.sync_due", "schedule": float(SYNC_SCHEDULER_SECONDS)},
+        "sync-purge-log": {"task": "sync.purge_log", "schedule": 24 * 3600.0},
+    }
+)
 # Celery beat keeps its schedule state in the data folder, not in the working directory.
 CELERY_BEAT_SCHEDULE_FILENAME = str(embedded.data_dir() / "celerybeat-schedule")

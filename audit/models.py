@@ -13,6 +13,7 @@ from agentcal.ids import new_public_id
 class Outcome(models.TextChoices):
     SUCCESS = "success"
     REJECTED = "rejected"
+    FAILED = "failed"  # work of our own that did not succeed (an upstream sync or write)
 
 
 class AuditRecord(models.Model):

@@ -158,15 +158,18 @@ class AvailabilityQuery(serializers.Serializer):
 class BusyOutput(OutputSerializer):
     start_time = serializers.DateTimeField()
     end_time = serializers.DateTimeField()
-    status = serializers.CharField()
-    priority = serializers.IntegerField()
-    agent_id = serializers.CharField()
-    id = serializers.CharField()
+    status = serializers.CharField(help_text="`held` or `committed`; `busy` for upstream busy time.")
+    priority = serializers.IntegerField(allow_null=True, help_text="null for upstream busy time.")
+    agent_id = serializers.CharField(allow_null=True, help_text="null for upstream busy time.")
+    id = serializers.CharField(
+        allow_null=True, help_text="The hold or booking id; null for upstream busy time."
+    )
     expires_at = serializers.DateTimeField(required=False)
     bump_window_ends_at = serializers.DateTimeField(required=False)
     # A field named like Field.source: DRF moves it into _declared_fields, so it works; mypy can't tell.
     source = serializers.CharField(  # type: ignore[assignment]
-        help_text="`agentcal` now; `upstream` for synced provider events."
+        help_text="`agentcal` for reservations; `caldav`, `google` or `microsoft` for the calendar "
+        "owner's own (synced) busy time, which no priority takes over."
     )
 
 
@@ -202,7 +205,7 @@ class AvailabilityView(AgentAPIView):
         result = availability(
             calendar=calendar, window=window, duration=timedelta(minutes=duration) if duration else None
         )
-        busy = []
+        busy: list[dict[str, Any]] = []
         for row in result.busy:
             entry = {
                 "start_time": row.start_time,
@@ -218,6 +221,19 @@ class AvailabilityView(AgentAPIView):
             else:
                 entry["bump_window_ends_at"] = row.bump_window_ends_at
             busy.append(entry)
+        for block in result.upstream:
+            busy.append(
+                {
+                    "start_time": block.start_time,
+                    "end_time": block.end_time,
+                    "status": "busy",
+                    "priority": None,
+                    "agent_id": None,
+                    "id": None,
+                    "source": block.source,
+                }
+            )
+        busy.sort(key=lambda entry: entry["start_time"])
         payload = AvailabilityOutput(
             {
                 "calendar": calendar.public_id,

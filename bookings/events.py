@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from django.dispatch import Signal
+
 from agentcal.clock import isoformat_z
 from agentcal.db import InsertBatch
 from bookings.models import Reservation
@@ -37,7 +39,17 @@ def reservation_data(rows: Sequence[Reservation]) -> dict[str, Any]:
         "committed_at": _when(head.committed_at),
         "bump_window_ends_at": _when(head.bump_window_ends_at),
         "ended_at": _when(head.ended_at),
+        "upstream_conflict": any(r.upstream_conflict_at is not None for r in rows),
     }
+
+
+# Sent (inside the write's transaction) when a booking is committed, cancelled or bumped, with
+# `calendar_ids`: what copies bookings elsewhere (upstream write-behind) listens, so the engine does not
+# need to know about it.
+bookings_changed = Signal()
+_BOOKING_CHANGES = frozenset(
+    {EventType.BOOKING_COMMITTED, EventType.BOOKING_CANCELLED, EventType.BOOKING_BUMPED}
+)
 
 
 def emit_reservation_event(
@@ -52,3 +64,5 @@ def emit_reservation_event(
         data={key: reservation_data(rows), **extra},
         batch=batch,
     )
+    if event_type in _BOOKING_CHANGES:
+        bookings_changed.send(sender=Reservation, calendar_ids=[r.calendar_id for r in rows])

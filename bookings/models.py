@@ -85,6 +85,15 @@ def live_hold_q(prefix: str = "") -> Q:
     return Q(**{f"{prefix}status": ReservationStatus.HELD, f"{prefix}expires_at__gt": Now()})
 
 
+def overlapping_q(span: Span) -> Q:
+    """Rows (reservations or busy blocks) whose `[start, end)` overlaps the span's. The lower bound on
+    start_time adds nothing logically; it bounds the (calendar, start_time) index scan. SQL:
+    bookings.sql.overlaps()."""
+    return Q(
+        start_time__lt=span.end, start_time__gt=span.start - MAX_RESERVATION_LENGTH, end_time__gt=span.start
+    )
+
+
 class ReservationQuerySet(models.QuerySet["Reservation"]):
     """The time rules for ORM readers, always at the database's clock (`Now()`). The same rules in SQL
     are in bookings/sql.py, and per row in the Reservation methods `status_at()`, `is_live_at()`."""
@@ -102,13 +111,7 @@ class ReservationQuerySet(models.QuerySet["Reservation"]):
         return self.filter(lapsed_hold_q())
 
     def overlapping(self, span: Span) -> ReservationQuerySet:
-        """Reservations whose `[start, end)` overlaps the span's. The lower bound on start_time adds
-        nothing logically; it bounds the (calendar, start_time) index scan. SQL: bookings.sql.overlaps()."""
-        return self.filter(
-            start_time__lt=span.end,
-            start_time__gt=span.start - MAX_RESERVATION_LENGTH,
-            end_time__gt=span.start,
-        )
+        return self.filter(overlapping_q(span))
 
 
 class TsTzRange(Func):
@@ -159,6 +162,10 @@ class Reservation(models.Model):
     # Set while a human approval gates this hold: only the approval's decision may commit or release
     # it, and the agent's heartbeat must not shorten the approval's pin.
     awaiting_approval = models.CharField(max_length=32, null=True, blank=True)
+    # Set when a human's own calendar (upstream sync) put an event over this committed booking: the
+    # booking stays, and the owner and agent are told (`booking.upstream_conflict`); cleared if the
+    # upstream event moves away.
+    upstream_conflict_at = models.DateTimeField(null=True, blank=True)
     # Which reservation took this one's place (eviction or bump); never chains further.
     displaced_by = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
@@ -254,3 +261,50 @@ class Reservation(models.Model):
         if not self.is_live_at(now):
             return False
         return self.status == ReservationStatus.HELD or not self.is_frozen_at(now)
+
+
+class UpstreamSource(models.TextChoices):
+    """Where upstream busy time comes from (the provider of the synced calendar)."""
+
+    CALDAV = "caldav"
+    GOOGLE = "google"
+    MICROSOFT = "microsoft"
+
+
+class BusyBlock(models.Model):
+    """Upstream busy time: an interval of a person's own calendar (kept in step by the sync app) that
+    blocks agents exactly like a frozen booking. No priority takes it over, and there is no exclusion
+    constraint between blocks and reservations: the calendar lock is the guarantee (every hold and
+    commit checks blocks under it, and ingestion takes it before changing blocks).
+
+    Blocks may overlap each other (people double-book themselves). One upstream event may give many
+    blocks (a recurring series over the horizon; an event longer than MAX_RESERVATION_LENGTH is stored
+    in pieces, so the bounded (calendar, start_time) overlap scan of bookings/sql.py still finds it).
+    """
+
+    calendar = models.ForeignKey(
+        Calendar, on_delete=models.CASCADE, related_name="busy_blocks", db_index=False
+    )
+    source = models.CharField(max_length=16, choices=UpstreamSource.choices)
+    # The sync connection the block came from, and the upstream event within it (no foreign key: the
+    # booking engine knows blocks, not how they are synced).
+    connection_id = models.BigIntegerField()
+    event_key = models.CharField(max_length=1024)
+    start_time = models.DateTimeField()
+    end_time = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=Q(end_time__gt=F("start_time")), name="busy_block_not_empty"),
+        ]
+        indexes = [
+            models.Index(fields=["calendar", "start_time"], name="busy_block_cal_start"),
+            models.Index(fields=["connection_id", "event_key"], name="busy_block_event"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.source} busy {self.start_time:%Y-%m-%d %H:%M}@{self.calendar_id}"
+
+    @property
+    def span(self) -> Span:
+        return Span(self.start_time, self.end_time)

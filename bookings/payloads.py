@@ -72,6 +72,10 @@ class BookingOutput(ReservationOutput):
     committed_at = serializers.DateTimeField()
     bump_window_ends_at = serializers.DateTimeField()
     frozen = serializers.BooleanField(help_text="True once the bump window has passed: no priority moves it.")
+    upstream_conflict = serializers.BooleanField(
+        help_text="True while an event in the calendar owner's own (synced) calendar overlaps this "
+        "booking. The booking stays; `booking.upstream_conflict` announced it."
+    )
     displaced = DisplacedOutput(many=True, required=False)
 
 
@@ -137,6 +141,7 @@ def booking_payload(group: engine.ReservationGroup, now: datetime | None = None)
         "committed_at": head.committed_at,
         "bump_window_ends_at": head.bump_window_ends_at,
         "frozen": now is not None and head.is_frozen_at(now),
+        "upstream_conflict": any(r.upstream_conflict_at is not None for r in group.rows),
     }
     if group.displaced:
         payload["displaced"] = _displaced(group)

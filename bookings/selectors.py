@@ -10,7 +10,7 @@ from typing import Any
 from django.db import connection, transaction
 
 from agentcal.db import bound_cursor
-from bookings.models import Calendar, Reservation
+from bookings.models import BusyBlock, Calendar, Reservation, overlapping_q
 from bookings.spans import BusyIndex, Span, grid_slots
 from workspaces.models import Agent, Workspace
 
@@ -21,13 +21,15 @@ MAX_FREE_SLOTS = 500
 @dataclass
 class Availability:
     busy: list[Reservation]
+    upstream: list[BusyBlock]
     free_slots: list[Span]
     version: int
     server_time: datetime
 
 
 def availability(*, calendar: Calendar, window: Span, duration: timedelta | None) -> Availability:
-    """Busy reservations and free time in `window`, with the calendar version they correspond to.
+    """Busy reservations, upstream busy blocks and free time in `window`, with the calendar version
+    they correspond to.
 
     Read in one REPEATABLE READ snapshot so the version (the ETag an agent may send back as If-Match)
     describes exactly the busy list returned. Lapsed holds are left out whether or not anything has
@@ -45,7 +47,10 @@ def availability(*, calendar: Calendar, window: Span, duration: timedelta | None
             .select_related("agent")
             .order_by("start_time")
         )
-    index = BusyIndex(Span(r.start_time, r.end_time) for r in busy)
+        upstream = list(
+            BusyBlock.objects.filter(overlapping_q(window), calendar=calendar).order_by("start_time")
+        )
+    index = BusyIndex([*(Span(r.start_time, r.end_time) for r in busy), *(b.span for b in upstream)])
     bookable = Span(max(window.start, now), window.end) if window.end > now else None
     if bookable is None:
         free: list[Span] = []
@@ -59,7 +64,7 @@ def availability(*, calendar: Calendar, window: Span, duration: timedelta | None
             busy=index,
             limit=MAX_FREE_SLOTS,
         )
-    return Availability(busy=busy, free_slots=free, version=version, server_time=now)
+    return Availability(busy=busy, upstream=upstream, free_slots=free, version=version, server_time=now)
 
 
 def reservation_group(*, workspace: Workspace, **lookup: Any) -> list[Reservation]:
@@ -92,6 +97,7 @@ _ATTNAMES = [[f.attname for f in fields] for fields in _FIELDS]
 RESERVATION_ROW_COLUMNS = ", ".join(
     f"{alias}.{field.column}" for alias, fields in zip("rca", _FIELDS, strict=True) for field in fields
 )
+RESERVATION_ROW_WIDTH = sum(len(fields) for fields in _FIELDS)
 RESERVATION_ROW_JOINS = (
     "JOIN bookings_calendar c ON c.id = r.calendar_id JOIN workspaces_agent a ON a.id = r.agent_id"
 )

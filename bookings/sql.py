@@ -10,11 +10,12 @@ SQL for "now", always a database clock, never the web worker's: `%(now)s` (NOW_P
 when the calendar lock was granted, the one "now" of a write transaction), `now()` (the unlocked
 pre-check's own statement) or `clock_timestamp()` (the heartbeat's CAS, which takes no calendar lock).
 
-Upstream busy time (busy blocks synced from an owner's external calendar, a future feature) is one
-more source of blocking, and this module is where it goes: a fragment next to `live()`, included by
-every statement that asks what blocks a span (the pre-check and the look under the lock in
-bookings/engine/statements.py, and the alternatives' BUSY_NEAR_SQL), and as its ORM twin next to
-`Reservation.objects.live()` for availability. No priority takes it over, so it is never `bumpable()`.
+Upstream busy time (BusyBlock: intervals of a person's own calendar, kept in step by the sync app)
+blocks like a frozen booking: no priority takes it over and no clock lapses it, so its only rule is
+the overlap test, the same `overlaps()` (a block has `start_time`/`end_time` too, and none is longer
+than MAX_RESERVATION_LENGTH). Every statement that asks what blocks a span reads blocks as well: the
+pre-check and the look under the lock in bookings/engine/statements.py, and BUSY_NEAR_SQL for the
+alternatives; availability reads them through `BusyBlock.objects` (bookings/selectors.py).
 """
 
 from __future__ import annotations
@@ -66,10 +67,11 @@ def bumpable(alias: str, *, now: str) -> str:
 
 
 def overlaps(alias: str) -> str:
-    """The reservation's range overlaps the span, both half-open `[start, end)` like the exclusion
-    constraint (back-to-back meetings fit). `start_time > earliest` adds nothing logically (no
-    reservation is longer than MAX_RESERVATION_LENGTH), but it bounds the (calendar_id, start_time)
-    index scan to a window instead of the calendar's whole history. Parameters: overlap_params()."""
+    """The reservation's (or busy block's) range overlaps the span, both half-open `[start, end)` like
+    the exclusion constraint (back-to-back meetings fit). `start_time > earliest` adds nothing
+    logically (no reservation or block is longer than MAX_RESERVATION_LENGTH), but it bounds the
+    (calendar_id, start_time) index scan to a window instead of the calendar's whole history.
+    Parameters: overlap_params()."""
     r = _qualified(alias)
     return f"{r}start_time < %(end)s AND {r}start_time > %(earliest)s AND {r}end_time > %(start)s"
 

@@ -16,6 +16,7 @@ APPS = (
     "webhooks",
     "bookings",
     "approvals",
+    "sync",
     "accounts",
     "dashboard",
     "bench",
@@ -36,23 +37,36 @@ COMPOSITION_ROOT = (
     "agentcal.wsgi",
     "agentcal.views",
 )
-EVERY_APP = ("workspaces", "audit", "webhooks", "bookings", "approvals", "accounts", "dashboard", "bench")
+EVERY_APP = (
+    "workspaces",
+    "audit",
+    "webhooks",
+    "bookings",
+    "approvals",
+    "sync",
+    "accounts",
+    "dashboard",
+    "bench",
+)
 
 # (modules, what they must not import). Prefixes; the first rule that names a module applies.
 RULES: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
     (KERNEL, (*EVERY_APP, "agentcal.api", *COMPOSITION_ROOT)),
     (COMPOSITION_ROOT, ()),
     # The API plumbing (base view, problems, idempotency, schema) knows who is acting and audits refusals.
-    (("agentcal.api",), ("webhooks", "bookings", "approvals", "accounts", "dashboard", "bench")),
+    (("agentcal.api",), ("webhooks", "bookings", "approvals", "sync", "accounts", "dashboard", "bench")),
     # Tenancy at the bottom: workspaces, agents, keys, the acting identity.
     (("workspaces.models", "workspaces.actor", "workspaces.keys"), ("audit", *EVERY_APP[2:], "agentcal.api")),
-    (("workspaces",), ("webhooks", "bookings", "approvals", "accounts", "dashboard", "bench")),
-    (("audit",), ("webhooks", "bookings", "approvals", "accounts", "dashboard", "bench")),
+    (("workspaces",), ("webhooks", "bookings", "approvals", "sync", "accounts", "dashboard", "bench")),
+    (("audit",), ("webhooks", "bookings", "approvals", "sync", "accounts", "dashboard", "bench")),
     # Events go out through the outbox; the outbox knows nothing of what produced them.
-    (("webhooks",), ("bookings", "approvals", "accounts", "dashboard", "bench")),
-    (("bookings",), ("approvals", "accounts", "dashboard", "bench")),
-    (("accounts",), ("webhooks", "bookings", "approvals", "dashboard", "bench")),
-    (("approvals",), ("dashboard", "bench")),
+    (("webhooks",), ("bookings", "approvals", "sync", "accounts", "dashboard", "bench")),
+    # The engine enforces upstream busy blocks but knows nothing of how they are synced.
+    (("bookings",), ("approvals", "sync", "accounts", "dashboard", "bench")),
+    (("accounts",), ("webhooks", "bookings", "approvals", "sync", "dashboard", "bench")),
+    (("approvals",), ("sync", "dashboard", "bench")),
+    # Sync feeds the engine (bookings.engine.upstream) and reports through audit and the outbox.
+    (("sync",), ("approvals", "accounts", "dashboard", "bench")),
     (("dashboard",), ("bench", "agentcal.api")),
     (("bench",), ("dashboard",)),
 ]

@@ -34,6 +34,7 @@ class EventType(models.TextChoices):
     APPROVAL_EXPIRED = "approval.expired"
     APPROVAL_CANCELLED = "approval.cancelled"
     MESSAGE_RECEIVED = "message.received"
+    CONNECTION_FAILED = "connection.failed"
 
 
 class OutboxEvent(models.Model):

@@ -112,19 +112,22 @@ def parse_webhook_url(url: str) -> WebhookTarget:
     return WebhookTarget(url=parsed, host=host, port=port, netloc=parsed.netloc.decode("ascii"))
 
 
-def validate_webhook_url(url: str) -> None:
-    """Raise `UnsafeWebhookUrl` unless every address the URL's host resolves to is safe to reach."""
+def validate_webhook_url(url: str, *, allow_private: bool | None = None) -> None:
+    """Raise `UnsafeWebhookUrl` unless every address the URL's host resolves to is safe to reach.
+    `allow_private`: None reads settings.WEBHOOK_ALLOW_PRIVATE_TARGETS (other outbound URLs, such as
+    upstream calendars, pass their own setting)."""
     target = parse_webhook_url(url)
-    resolve_pinned(target.host, target.port)
+    resolve_pinned(target.host, target.port, allow_private=allow_private)
 
 
-def resolve_pinned(host: str, port: int) -> str:
+def resolve_pinned(host: str, port: int, *, allow_private: bool | None = None) -> str:
     """Resolve ``host`` once, check every address, and return the one to connect to.
 
     Every address must pass, not just the one returned: a name that resolves to both a public
     and a private address is refused, since another resolver (or a retry) could pick either.
     """
-    allow_private = settings.WEBHOOK_ALLOW_PRIVATE_TARGETS
+    if allow_private is None:
+        allow_private = settings.WEBHOOK_ALLOW_PRIVATE_TARGETS
     host = host.strip("[]").lower()
     literal = _ip_literal(host)
     if literal is not None:

@@ -5,6 +5,7 @@ from agentcal.api.health import HealthView
 from approvals import api as approvals
 from audit.api import AuditListView
 from bookings import api as bookings
+from sync import api as sync
 from webhooks import api as webhooks
 
 urlpatterns = [
@@ -22,6 +23,13 @@ urlpatterns = [
     path(
         "calendars/<str:calendar_id>/bookings", bookings.BookingListView.as_view(), name="calendar-bookings"
     ),
+    path(
+        "calendars/<str:calendar_id>/connections",
+        sync.ConnectionListView.as_view(),
+        name="calendar-connections",
+    ),
+    path("connections/<str:connection_id>", sync.ConnectionDetailView.as_view(), name="connection"),
+    path("connections/<str:connection_id>/sync", sync.ConnectionSyncView.as_view(), name="connection-sync"),
     path("holds/<str:hold_id>", bookings.HoldDetailView.as_view(), name="hold"),
     path("holds/<str:hold_id>/extend", bookings.HoldExtendView.as_view(), name="hold-extend"),
     path("bookings/<str:booking_id>", bookings.BookingDetailView.as_view(), name="booking"),

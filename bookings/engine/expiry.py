@@ -7,7 +7,9 @@ A hold lapses by the database's clock at its `expires_at` (Reservation.is_lapsed
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.db import transaction
 
@@ -18,28 +20,42 @@ from audit.events import AuditEvent
 from bookings.engine.auditing import audit_reservation
 from bookings.engine.groups import groups
 from bookings.engine.locking import lock_calendars
+from bookings.engine.rules import upstream_blocker_from
 from bookings.engine.statements import CLEAR_THE_WAY_SQL, EXPIRE_LAPSED_SQL
 from bookings.events import emit_reservation_event
-from bookings.models import Reservation
-from bookings.selectors import reservation_rows_from
+from bookings.models import BusyBlock, Reservation
+from bookings.selectors import RESERVATION_ROW_WIDTH, reservation_rows_from
 from bookings.spans import Span
 from bookings.sql import overlap_params
 from webhooks.models import EventType
 
 
-def clear_the_way(
-    *, calendar_ids: Sequence[int], span: Span, now: datetime, batch: InsertBatch
-) -> list[Reservation]:
-    """Expire the lapsed holds in the span (so they never block the write at hand) and return the live
-    rows in its way, start order. Usually both are empty: one round trip either way."""
+@dataclass
+class InTheWay:
+    """What clear_the_way() found in a span: live reservations (start order) and the first upstream
+    busy block, if any."""
+
+    reservations: list[Reservation]
+    upstream: BusyBlock | None = None
+
+
+def clear_the_way(*, calendar_ids: Sequence[int], span: Span, now: datetime, batch: InsertBatch) -> InTheWay:
+    """Expire the lapsed holds in the span (so they never block the write at hand) and return what is
+    in its way. Usually all empty: one round trip either way."""
     with bound_cursor() as cursor:
         cursor.execute(CLEAR_THE_WAY_SQL, overlap_params(calendar_ids, span, now=now))
         found = cursor.fetchall()
     if not found:
-        return []
-    _announce_expired(reservation_rows_from(row[1:] for row in found if row[0]), lazily=True, batch=batch)
-    in_the_way = reservation_rows_from(row[1:] for row in found if not row[0])
-    return sorted(in_the_way, key=lambda r: r.start_time)
+        return InTheWay([])
+    by_kind: dict[str, list[Any]] = {"expired": [], "live": [], "upstream": []}
+    for kind, *values in found:
+        by_kind[kind].append(values)
+    if by_kind["expired"]:
+        expired = reservation_rows_from(v[:RESERVATION_ROW_WIDTH] for v in by_kind["expired"])
+        _announce_expired(expired, lazily=True, batch=batch)
+    live = reservation_rows_from(v[:RESERVATION_ROW_WIDTH] for v in by_kind["live"])
+    upstream = [upstream_blocker_from(v[RESERVATION_ROW_WIDTH:]) for v in by_kind["upstream"]]
+    return InTheWay(sorted(live, key=lambda r: r.start_time), upstream[0] if upstream else None)
 
 
 def holds_expire_lapsed(limit: int = 100) -> int:

@@ -27,6 +27,8 @@ from bookings.engine.rules import (
     may_take_over,
     priority_for,
     slot_conflict,
+    upstream_blocker_from,
+    upstream_conflict,
 )
 from bookings.engine.statements import PRECHECK_SQL
 from bookings.engine.transitions import transition_group
@@ -180,8 +182,11 @@ def _precheck(calendars: Sequence[Calendar], span: Span, priority: int) -> datet
         cursor.execute(PRECHECK_SQL, overlap_params([c.pk for c in calendars], span, priority=priority))
         found = cursor.fetchone()
     assert found is not None  # one row always: SELECT … FROM (SELECT 1) LEFT JOIN
-    now, blocker_id, *blocker = found
+    now, blocker_id, *blocker = found[:13]
+    upstream = found[13:]
     check_not_in_the_past(span, now)
+    if upstream[0] is not None:
+        raise _Blocked(upstream_conflict(upstream_blocker_from(upstream), span, priority), now)
     if blocker_id is not None:
         raise _Blocked(slot_conflict(_blocker_row(blocker_id, *blocker), span, priority, now), now)
     return now
@@ -238,7 +243,10 @@ def _reserve_locked(
         now, versions = lock_calendars(
             lock_ids, if_match=(primary.pk, if_match) if if_match is not None else None, nowait=nowait
         )
-        in_the_way = clear_the_way(calendar_ids=calendar_ids, span=span, now=now, batch=batch)
+        found = clear_the_way(calendar_ids=calendar_ids, span=span, now=now, batch=batch)
+        if found.upstream is not None:
+            raise upstream_conflict(found.upstream, span, priority)
+        in_the_way = found.reservations
         for row in in_the_way:
             if not may_take_over(row, priority=priority, now=now):
                 raise slot_conflict(row, span, priority, now)

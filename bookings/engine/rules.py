@@ -8,7 +8,7 @@ from typing import Any
 
 from agentcal.clock import isoformat_z
 from agentcal.errors import BookingTooLong, InvalidRange, PriorityNotAllowed, SlotConflict
-from bookings.models import Calendar, Reservation, ReservationStatus
+from bookings.models import BusyBlock, Calendar, Reservation, ReservationStatus
 from bookings.spans import MAX_BUCKETS, Span, bucket_label, buckets_touched
 from workspaces.models import Agent
 
@@ -89,6 +89,37 @@ def slot_conflict(blocker: Reservation, span: Span, caller_priority: int, now: d
         conflicting_bucket=bucket_label(max(span.start, blocker.start_time), blocker.calendar.slot_minutes),
         conflicting=conflicting,
         held_by_priority=blocker.priority,
+        caller_priority=caller_priority,
+        retryable=False,
+    )
+
+
+def upstream_blocker_from(values: Sequence[Any]) -> BusyBlock:
+    """A block as read by statements._UPSTREAM_BLOCKER (an unsaved row with what upstream_conflict
+    reads)."""
+    start, end, source, calendar_id, calendar_public_id, slot_minutes = values
+    return BusyBlock(
+        start_time=start,
+        end_time=end,
+        source=source,
+        calendar=Calendar(id=calendar_id, public_id=calendar_public_id, slot_minutes=slot_minutes),
+    )
+
+
+def upstream_conflict(block: BusyBlock, span: Span, caller_priority: int) -> SlotConflict:
+    """The 409 for an upstream busy block in the way: like a frozen booking, no priority takes it over."""
+    return SlotConflict(
+        f"The span overlaps busy time in the calendar owner's own {block.get_source_display()} "
+        "calendar; no priority can take it over.",
+        conflicting_bucket=bucket_label(max(span.start, block.start_time), block.calendar.slot_minutes),
+        conflicting={
+            "calendar": block.calendar.public_id,
+            "start_time": isoformat_z(block.start_time),
+            "end_time": isoformat_z(block.end_time),
+            "status": "busy",
+            "source": block.source,
+        },
+        held_by_priority=None,
         caller_priority=caller_priority,
         retryable=False,
     )

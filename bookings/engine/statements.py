@@ -7,7 +7,7 @@ spent running them, and one statement can do what the ORM would need several rou
 
 from __future__ import annotations
 
-from bookings.selectors import RESERVATION_ROW_COLUMNS, RESERVATION_ROW_JOINS
+from bookings.selectors import RESERVATION_ROW_COLUMNS, RESERVATION_ROW_JOINS, RESERVATION_ROW_WIDTH
 from bookings.sql import NOW_PARAM, bumpable, lapsed_hold, live, live_hold, overlaps
 
 # --- Calendar locks ----------------------------------------------------------------------------------
@@ -46,12 +46,26 @@ def _taken_over(alias: str, *, now: str) -> str:
     return f"{alias}.priority < %(priority)s AND {bumpable(alias, now=now)}"
 
 
-# The pre-check in one round trip: the database's now, and the first live reservation in the way
-# that the caller could not take over (not lapsed, and not what rules.may_take_over allows), with what a
-# 409 says about it. One statement, so the blocker it describes is the one it found (no second read).
+# An upstream busy block in the way (the first by start): what a 409 says about it. Nothing takes a
+# block over, so any one refuses the write.
+_UPSTREAM_BLOCKER = f"""
+SELECT b.start_time, b.end_time, b.source, b.calendar_id, c.public_id, c.slot_minutes
+  FROM bookings_busyblock b JOIN bookings_calendar c ON c.id = b.calendar_id
+ WHERE b.calendar_id = ANY(%(calendars)s) AND {overlaps("b")}
+ ORDER BY b.start_time
+ LIMIT 1
+"""
+# The types of _UPSTREAM_BLOCKER's columns (as read by rules.upstream_blocker_from()), for the typed
+# NULLs that pad reservation rows in CLEAR_THE_WAY_SQL's UNION.
+_UPSTREAM_BLOCKER_TYPES = ("timestamptz", "timestamptz", "text", "bigint", "text", "integer")
+
+# The pre-check in one round trip: the database's now, the first live reservation in the way that the
+# caller could not take over (not lapsed, and not what rules.may_take_over allows), and the first
+# upstream busy block in the way, with what a 409 says about them. One statement, so the blocker it
+# describes is the one it found (no second read).
 PRECHECK_SQL = f"""
 SELECT now(), b.id, b.status, b.priority, b.start_time, b.end_time, b.expires_at, b.bump_window_ends_at,
-       b.calendar_id, b.cal_public_id, b.slot_minutes, b.agent_id, b.agent_public_id
+       b.calendar_id, b.cal_public_id, b.slot_minutes, b.agent_id, b.agent_public_id, u.*
   FROM (SELECT 1) AS one
   LEFT JOIN LATERAL (
       SELECT r.id, r.status, r.priority, r.start_time, r.end_time, r.expires_at, r.bump_window_ends_at,
@@ -66,6 +80,7 @@ SELECT now(), b.id, b.status, b.priority, b.start_time, b.end_time, b.expires_at
        ORDER BY r.start_time
        LIMIT 1
   ) AS b ON true
+  LEFT JOIN LATERAL ({_UPSTREAM_BLOCKER}) AS u ON true
 """
 
 
@@ -95,18 +110,26 @@ EXPIRE_LAPSED_SQL = (
 )
 
 # The write path's look under the lock, in one round trip: expire the lapsed holds in the span, and
-# read the live rows in the way (whole rows, with calendar and agent, for a 409 or a takeover). Both
-# parts read the statement's one snapshot, taken after the lock was granted, so the look-up leaves out
-# exactly the lapsed rows the UPDATE expires (the lapsed set cannot change meanwhile: extending a hold
-# needs it unexpired, and every other change needs the lock we hold).
+# read what is in the way: the live rows (whole rows, with calendar and agent, for a 409 or a
+# takeover) and the first upstream busy block. Each row starts with its kind ('expired', 'live',
+# 'upstream'); reservation rows then carry RESERVATION_ROW_COLUMNS, the block row the columns of
+# _UPSTREAM_BLOCKER, each padded with NULLs where the other's columns are. All parts read the
+# statement's one snapshot, taken after the lock was granted, so the look-up leaves out exactly the
+# lapsed rows the UPDATE expires (the lapsed set cannot change meanwhile: extending a hold needs it
+# unexpired, and every other change needs the lock we hold), and no block can appear meanwhile
+# (ingestion takes the lock too).
+_NO_RESERVATION = ", ".join(["NULL"] * RESERVATION_ROW_WIDTH)
+_NO_BLOCK = ", ".join(f"NULL::{type_}" for type_ in _UPSTREAM_BLOCKER_TYPES)
 CLEAR_THE_WAY_SQL = (
     _expire_lapsed_cte(overlapping=True)
     + f"""
-SELECT true, {RESERVATION_ROW_COLUMNS} FROM expired r {RESERVATION_ROW_JOINS}
+SELECT 'expired', {RESERVATION_ROW_COLUMNS}, {_NO_BLOCK} FROM expired r {RESERVATION_ROW_JOINS}
 UNION ALL
-SELECT false, {RESERVATION_ROW_COLUMNS} FROM bookings_reservation r {RESERVATION_ROW_JOINS}
+SELECT 'live', {RESERVATION_ROW_COLUMNS}, {_NO_BLOCK} FROM bookings_reservation r {RESERVATION_ROW_JOINS}
  WHERE r.calendar_id = ANY(%(calendars)s) AND {live("r", now=NOW_PARAM)}
    AND {overlaps("r")}
+UNION ALL
+SELECT 'upstream', {_NO_RESERVATION}, u.* FROM ({_UPSTREAM_BLOCKER}) AS u
 """
 )
 
@@ -174,9 +197,13 @@ CLOCK_SQL = "SELECT clock_timestamp()"
 
 # --- Alternatives ------------------------------------------------------------------------------------
 
-# Live reservations near a request (lapsed holds left out): what alternatives must avoid.
+# Live reservations and upstream busy blocks near a request (lapsed holds left out): what
+# alternatives must avoid.
 BUSY_NEAR_SQL = f"""
 SELECT start_time, end_time FROM bookings_reservation
  WHERE calendar_id = ANY(%(calendars)s) AND {live("", now=NOW_PARAM)}
    AND {overlaps("")}
+UNION ALL
+SELECT start_time, end_time FROM bookings_busyblock
+ WHERE calendar_id = ANY(%(calendars)s) AND {overlaps("")}
 """

@@ -1,0 +1,113 @@
+"""Agent API for upstream calendar connections: link a calendar to CalDAV, read sync status, sync
+now, unlink. Credentials go in and never come out."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from agentcal.api.fields import OutputSerializer, StrictSerializer, validated
+from agentcal.api.views import AgentAPIView
+from agentcal.errors import NotFound
+from bookings.api import calendar_for
+from sync.models import Connection, Provider
+from sync.services import connection_create, connection_delete, request_sync
+from workspaces.actor import Actor
+from workspaces.models import Scope
+
+
+class ConnectionInput(StrictSerializer):
+    provider = serializers.ChoiceField(
+        choices=[Provider.CALDAV.value],
+        help_text="`caldav` (Google and Microsoft 365 are connected by a signed-in person in the dashboard).",
+    )
+    url = serializers.URLField(max_length=2048, help_text="The calendar collection's URL.")
+    username = serializers.CharField(max_length=320)
+    password = serializers.CharField(
+        max_length=1024, write_only=True, trim_whitespace=False, help_text="An app password; never returned."
+    )
+
+
+class ConnectionOutput(OutputSerializer):
+    id = serializers.CharField(source="public_id")
+    calendar = serializers.CharField(source="calendar.public_id")
+    provider = serializers.CharField()
+    url = serializers.CharField()
+    username = serializers.CharField()
+    status = serializers.CharField(help_text="`pending` (first sync not done), `active`, or `failing`.")
+    last_synced_at = serializers.DateTimeField(allow_null=True)
+    sync_lag_seconds = serializers.FloatField(
+        allow_null=True, help_text="Of the latest change seen: from its upstream modification to enforcement."
+    )
+    next_sync_at = serializers.DateTimeField()
+    last_error = serializers.CharField(allow_null=True, source="last_error_or_none")
+    last_error_at = serializers.DateTimeField(allow_null=True)
+    consecutive_failures = serializers.IntegerField()
+    created_at = serializers.DateTimeField()
+
+
+def connection_payload(connection: Connection) -> dict[str, object]:
+    connection.last_error_or_none = connection.last_error or None  # type: ignore[attr-defined]
+    return ConnectionOutput(connection).data
+
+
+def connection_for(actor: Actor, public_id: str) -> Connection:
+    """The connection in the caller's workspace, or 404 (another workspace's is not revealed)."""
+    connection = (
+        Connection.objects.filter(workspace=actor.workspace, public_id=public_id)
+        .select_related("calendar")
+        .first()
+    )
+    if connection is None:
+        raise NotFound(f"No connection {public_id} in this workspace.")
+    return connection
+
+
+class ConnectionListView(AgentAPIView):
+    required_scopes = {"GET": Scope.CALENDARS_READ, "POST": Scope.CALENDARS_WRITE}
+    audit_action = "sync.connection"
+
+    @extend_schema(responses={200: ConnectionOutput(many=True)})
+    def get(self, request: Request, calendar_id: str) -> Response:
+        calendar = calendar_for(self.actor, calendar_id)
+        connections = Connection.objects.filter(calendar=calendar).select_related("calendar")
+        return Response({"results": [connection_payload(c) for c in connections], "next_cursor": None})
+
+    @extend_schema(request=ConnectionInput, responses={201: ConnectionOutput})
+    def post(self, request: Request, calendar_id: str) -> Response:
+        calendar = calendar_for(self.actor, calendar_id)
+        data = validated(ConnectionInput, request.data)
+        connection = connection_create(actor=self.actor, calendar=calendar, **data)
+        return Response(
+            connection_payload(connection),
+            status=201,
+            headers={"Location": f"/v1/connections/{connection.public_id}"},
+        )
+
+
+class ConnectionDetailView(AgentAPIView):
+    required_scopes = {"GET": Scope.CALENDARS_READ, "DELETE": Scope.CALENDARS_WRITE}
+    audit_action = "sync.connection"
+
+    @extend_schema(responses={200: ConnectionOutput})
+    def get(self, request: Request, connection_id: str) -> Response:
+        return Response(connection_payload(connection_for(self.actor, connection_id)))
+
+    @extend_schema(responses={204: None})
+    def delete(self, request: Request, connection_id: str) -> Response:
+        connection_delete(actor=self.actor, connection=connection_for(self.actor, connection_id))
+        return Response(status=204)
+
+
+class ConnectionSyncView(AgentAPIView):
+    required_scopes = {"POST": Scope.CALENDARS_WRITE}
+    audit_action = "sync.connection"
+
+    @extend_schema(request=None, responses={202: ConnectionOutput})
+    def post(self, request: Request, connection_id: str) -> Response:
+        connection = connection_for(self.actor, connection_id)
+        request_sync(connection.pk)
+        connection.refresh_from_db()
+        return Response(connection_payload(connection), status=202)

@@ -1,0 +1,285 @@
+"""Connections' lifecycle and the sync run: connect (credentials checked first), sync (one at a time
+per connection), record failures so they surface, disconnect."""
+
+from __future__ import annotations
+
+import random
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import F, Q
+from django.db.models.functions import Now
+
+from agentcal import broker
+from agentcal.clock import server_now
+from agentcal.errors import (
+    ConnectionExists,
+    UpstreamAuthFailed,
+    UpstreamNotACalendar,
+    UpstreamUnreachable,
+)
+from agentcal.metrics import SYNC_RUNS
+from audit.events import AuditEvent
+from audit.models import Outcome
+from audit.services import audit_record
+from bookings.engine.upstream import upstream_blocks_replace
+from bookings.models import Calendar
+from sync import caldav
+from sync.credentials import CredentialsUnreadable, seal
+from sync.ingest import blocks_rebuild, horizon, process_pending
+from sync.models import Connection, ConnectionStatus, IngestionRecord, UpstreamEvent
+from sync.providers import check_target, provider_for
+from sync.writeback import write_behind
+from webhooks.models import EventType
+from webhooks.outbox import outbox_emit
+from workspaces.actor import Actor
+
+# Failed syncs back off exponentially up to this.
+MAX_BACKOFF_SECONDS = 3600
+
+
+def connection_create(
+    *, actor: Actor, calendar: Calendar, provider: str, url: str, username: str, password: str
+) -> Connection:
+    """Link a calendar to an upstream CalDAV calendar. The credentials are tried first: a wrong
+    password or a URL that is not a calendar is refused before anything is stored."""
+    check_target(url)
+    if Connection.objects.filter(calendar=calendar).exists():
+        raise ConnectionExists(
+            f"Calendar {calendar.public_id} is already linked; delete that connection first."
+        )
+    info = _check_caldav(url, username, password)
+    try:
+        with transaction.atomic():
+            connection = Connection.objects.create(
+                workspace=actor.workspace,
+                calendar=calendar,
+                provider=provider,
+                url=url,
+                username=username,
+                secret=seal({"password": password}),
+                supports_sync=info.supports_sync,
+                created_by_agent=actor.agent,
+                created_by_user=actor.user_email,
+            )
+            audit_record(
+                event_type=AuditEvent.CONNECTION_CREATED,
+                outcome=Outcome.SUCCESS,
+                actor=actor,
+                calendar_public_id=calendar.public_id,
+                details={"connection": connection.public_id, "provider": provider, "url": url},
+            )
+    except IntegrityError:
+        raise ConnectionExists(f"Calendar {calendar.public_id} is already linked.") from None
+    transaction.on_commit(lambda: request_sync(connection.pk))
+    return connection
+
+
+def _check_caldav(url: str, username: str, password: str) -> caldav.CalendarInfo:
+    try:
+        with caldav.CalDAVClient(url, username, password) as client:
+            return client.check()
+    except caldav.AuthFailed:
+        raise UpstreamAuthFailed("The CalDAV server refused the username or password.") from None
+    except caldav.NotACalendar as exc:
+        raise UpstreamNotACalendar(f"{url} is not a CalDAV calendar collection: {exc}") from None
+    except caldav.CalDAVError as exc:
+        raise UpstreamUnreachable(f"The CalDAV server could not be used: {exc}") from None
+
+
+def connection_delete(*, actor: Actor, connection: Connection) -> None:
+    """Unlink: the upstream busy time stops blocking at once (blocks go under the calendar lock)."""
+    with transaction.atomic(durable=True):
+        upstream_blocks_replace(
+            calendar_id=connection.calendar_id,
+            connection_id=connection.pk,
+            source=connection.provider,
+            changes=[],
+            replace_all=True,
+        )
+        _allow_log_deletion()
+        public_id, calendar_public_id = connection.public_id, connection.calendar.public_id
+        connection.delete()
+        audit_record(
+            event_type=AuditEvent.CONNECTION_DELETED,
+            outcome=Outcome.SUCCESS,
+            actor=actor,
+            calendar_public_id=calendar_public_id,
+            details={"connection": public_id},
+        )
+
+
+def _allow_log_deletion() -> None:
+    """The ingestion log refuses DELETE unless the transaction says it is the purge (or a
+    disconnection, whose log goes with it)."""
+    with transaction.get_connection().cursor() as cursor:
+        cursor.execute("SET LOCAL agentcal.sync_log_purge = 'on'")
+
+
+def request_sync(connection_id: int) -> None:
+    """Sync soon ("sync now", a new connection, a push): through the same task as the schedule. The
+    connection is marked due first, so if the broker is down the scheduler still picks it up."""
+    from sync.tasks import sync_connection  # the tasks module imports this one
+
+    Connection.objects.filter(pk=connection_id).update(next_sync_at=Now())
+    broker.enqueue(sync_connection, (connection_id,), fallback=lambda: None)
+
+
+# --- The sync run ------------------------------------------------------------------------------------
+
+
+@dataclass
+class SyncRun:
+    outcome: str  # "synced", "busy" (another run holds the lease), "failed", "gone"
+    records: int = 0
+    error: str = ""
+    retry_after: float | None = None
+
+
+@contextmanager
+def _lease(connection_id: int) -> Iterator[bool]:
+    """At most one sync of a connection at a time, across workers: a lease on its row (no session
+    lock: that would need one database session held across the upstream calls)."""
+    token = secrets.token_hex(8)
+    until = server_now() + timedelta(seconds=settings.SYNC_LEASE_SECONDS)
+    got = Connection.objects.filter(
+        Q(pk=connection_id), Q(lease_until__isnull=True) | Q(lease_until__lt=Now())
+    ).update(lease_until=until, lease_token=token)
+    try:
+        yield bool(got)
+    finally:
+        if got:
+            Connection.objects.filter(pk=connection_id, lease_token=token).update(
+                lease_until=None, lease_token=""
+            )
+
+
+def connection_sync(connection_id: int) -> SyncRun:
+    """One sync: process what a crashed run left in the log, fetch the changes into the log, process
+    them, re-expand if the horizon has moved on, and write our bookings upstream."""
+    with _lease(connection_id) as leased:
+        if not leased:
+            return SyncRun("busy")
+        connection = Connection.objects.filter(pk=connection_id).select_related("calendar").first()
+        if connection is None:
+            return SyncRun("gone")
+        started = server_now()
+        try:
+            process_pending(connection.pk)
+            connection.refresh_from_db()
+            fetched = provider_for(connection).fetch(connection)
+            process_pending(connection.pk)
+            if connection.expanded_until is None or connection.expanded_until < horizon(
+                started
+            ).end - timedelta(days=1):
+                blocks_rebuild(connection.pk)
+            write_behind(connection.pk)
+        except (caldav.CalDAVError, CredentialsUnreadable, UpstreamUnreachable) as exc:
+            retry_after = getattr(exc, "retry_after", None)
+            connection_failed(connection, str(exc), retry_after=retry_after)
+            SYNC_RUNS.labels(connection.provider, "failed").inc()
+            return SyncRun("failed", error=str(exc), retry_after=retry_after)
+        _succeeded(connection, started)
+        SYNC_RUNS.labels(connection.provider, "synced").inc()
+        return SyncRun("synced", records=fetched.records)
+
+
+def _interval(connection: Connection) -> float:
+    return float(settings.SYNC_CALDAV_INTERVAL_SECONDS)
+
+
+def _succeeded(connection: Connection, started: datetime) -> None:
+    jitter = random.uniform(0, 0.1) * _interval(connection)  # noqa: S311 (spreading load, not security)
+    was_failing = connection.status == ConnectionStatus.FAILING
+    Connection.objects.filter(pk=connection.pk).update(
+        status=ConnectionStatus.ACTIVE,
+        last_synced_at=started,
+        consecutive_failures=0,
+        last_error="",
+        next_sync_at=started + timedelta(seconds=_interval(connection) + jitter),
+    )
+    if was_failing:
+        audit_record(
+            event_type=AuditEvent.CONNECTION_RECOVERED,
+            outcome=Outcome.SUCCESS,
+            actor=None,
+            workspace_id=connection.workspace_id,
+            calendar_public_id=connection.calendar.public_id,
+            details={"connection": connection.public_id},
+        )
+
+
+def connection_failed(connection: Connection, error: str, *, retry_after: float | None = None) -> None:
+    """Record a failed sync or upstream write where people and agents see it: the connection's status
+    and last error (API, dashboard), an audit row, and on the first failure a `connection.failed`
+    event. The next attempt backs off (or waits what the server asked)."""
+    failures = connection.consecutive_failures + 1
+    backoff = min(_interval(connection) * 2 ** min(failures - 1, 10), MAX_BACKOFF_SECONDS)
+    delay = max(backoff, retry_after or 0.0)
+    now = server_now()
+    with transaction.atomic():
+        Connection.objects.filter(pk=connection.pk).update(
+            status=ConnectionStatus.FAILING,
+            last_error=error[:2000],
+            last_error_at=now,
+            consecutive_failures=failures,
+            next_sync_at=now + timedelta(seconds=delay),
+        )
+        if failures == 1:
+            audit_record(
+                event_type=AuditEvent.CONNECTION_FAILED,
+                outcome=Outcome.FAILED,
+                actor=None,
+                workspace_id=connection.workspace_id,
+                calendar_public_id=connection.calendar.public_id,
+                failure_reason="upstream_error",
+                details={"connection": connection.public_id, "error": error[:500]},
+            )
+            if connection.created_by_agent_id is not None:
+                outbox_emit(
+                    event_type=EventType.CONNECTION_FAILED,
+                    workspace_id=connection.workspace_id,
+                    agent_id=connection.created_by_agent_id,
+                    data={"connection": connection_data(connection), "error": error[:500]},
+                )
+    connection.refresh_from_db()
+
+
+def connection_data(connection: Connection) -> dict[str, object]:
+    return {
+        "id": connection.public_id,
+        "calendar": connection.calendar.public_id,
+        "provider": connection.provider,
+        "url": connection.url,
+        "status": connection.status,
+    }
+
+
+def connections_due(limit: int = 100) -> list[int]:
+    """Connections whose next sync is due and that no run holds."""
+    return list(
+        Connection.objects.filter(next_sync_at__lte=Now())
+        .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=Now()))
+        .order_by("next_sync_at")
+        .values_list("pk", flat=True)[:limit]
+    )
+
+
+def sync_log_purge() -> int:
+    """Delete log records past retention that no event's current state needs, and the tombstones
+    (with their records) older than that: replaying what is left still gives the same blocks."""
+    cutoff = server_now() - timedelta(days=settings.SYNC_LOG_RETENTION_DAYS)
+    with transaction.atomic():
+        _allow_log_deletion()
+        UpstreamEvent.objects.filter(deleted_at__lt=cutoff).delete()
+        deleted, _ = (
+            IngestionRecord.objects.filter(received_at__lt=cutoff, pk__lte=F("connection__processed_through"))
+            .exclude(pk__in=UpstreamEvent.objects.filter(record__isnull=False).values("record_id"))
+            .delete()
+        )
+    return deleted

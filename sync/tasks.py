@@ -1,0 +1,61 @@
+"""Celery tasks: thin wrappers that take ids and call sync.services / sync.writeback."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from sync import caldav
+from sync.models import Connection
+from sync.services import connection_failed, connection_sync, connections_due, sync_log_purge
+from sync.writeback import write_behind
+
+# Upstream writes retry with exponential backoff (or the server's Retry-After) this many times before
+# the connection is marked failing; the next scheduled sync tries again after that.
+WRITE_BEHIND_RETRIES = 5
+
+
+@shared_task(name="sync.sync_connection", ignore_result=True)
+def sync_connection(connection_id: int) -> str:
+    return connection_sync(connection_id).outcome
+
+
+@shared_task(name="sync.sync_due", ignore_result=True)
+def sync_due() -> int:
+    """Periodic: enqueue the connections whose next sync is due (each run takes the connection's lease,
+    so a connection enqueued twice still syncs once at a time)."""
+    due = connections_due()
+    for connection_id in due:
+        sync_connection.delay(connection_id)
+    return len(due)
+
+
+@shared_task(name="sync.write_behind", bind=True, ignore_result=True, max_retries=WRITE_BEHIND_RETRIES)
+def write_behind_task(self: object, connection_id: int) -> None:
+    try:
+        write_behind(connection_id)
+    except Connection.DoesNotExist:
+        return
+    except caldav.CalDAVError as exc:
+        retries = self.request.retries  # type: ignore[attr-defined]
+        if retries >= WRITE_BEHIND_RETRIES:
+            connection = Connection.objects.select_related("calendar").filter(pk=connection_id).first()
+            if connection is not None:
+                connection_failed(
+                    connection, f"Writing a booking upstream failed: {exc}", retry_after=exc.retry_after
+                )
+            return
+        countdown = exc.retry_after if exc.retry_after is not None else 2**retries
+        raise self.retry(exc=exc, countdown=countdown) from exc  # type: ignore[attr-defined]
+
+
+@shared_task(name="sync.write_behind_for_calendar", ignore_result=True)
+def write_behind_for_calendar(calendar_id: int) -> None:
+    """A booking on this calendar changed: copy it upstream if the calendar is linked."""
+    connection_id = Connection.objects.filter(calendar_id=calendar_id).values_list("pk", flat=True).first()
+    if connection_id is not None:
+        write_behind_task.delay(connection_id)
+
+
+@shared_task(name="sync.purge_log", ignore_result=True)
+def purge_log() -> int:
+    return sync_log_purge()

@@ -1,0 +1,63 @@
+"""CalDAV peers for the sync tests: one Radicale server per test process (each xdist worker is its own
+process, so each has its own server), a fresh calendar per test, and a person editing it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.conftest import Persona
+from tests.sync.linking import Linked, link
+from tests.sync.radicale import (
+    DEFAULT_PASSWORD,
+    DEFAULT_USER,
+    CalDAVAccount,
+    FaultyProxy,
+    Human,
+    RadicaleServer,
+)
+from tests.webhooks.conftest import celery_worker, receiver, webhook_settings  # noqa: F401
+
+
+@pytest.fixture(scope="session")
+def radicale(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RadicaleServer]:
+    server = RadicaleServer(tmp_path_factory.mktemp("radicale"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def caldav_calendar(radicale: RadicaleServer) -> CalDAVAccount:
+    return CalDAVAccount(
+        radicale.new_calendar(DEFAULT_USER, DEFAULT_PASSWORD), DEFAULT_USER, DEFAULT_PASSWORD
+    )
+
+
+@pytest.fixture
+def human(caldav_calendar: CalDAVAccount) -> Iterator[Human]:
+    person = Human(caldav_calendar)
+    yield person
+    person.close()
+
+
+@pytest.fixture
+def faulty_proxy(radicale: RadicaleServer) -> Iterator[FaultyProxy]:
+    """A proxy in front of the session's Radicale; `faulty_proxy.through(url)` routes a URL through it."""
+    proxy = FaultyProxy(radicale.url)
+    yield proxy
+    proxy.close()
+
+
+@pytest.fixture
+def sync_settings(settings: Any) -> Any:
+    settings.SYNC_ALLOW_PRIVATE_TARGETS = True  # Radicale listens on 127.0.0.1
+    return settings
+
+
+@pytest.fixture
+def linked(sdr: Persona, caldav_calendar: CalDAVAccount, human: Human, sync_settings: Any) -> Linked:
+    """The SDR's new calendar, linked through the API to the human's Radicale calendar."""
+    return link(sdr, caldav_calendar, human)
