@@ -1,6 +1,6 @@
 from django.urls import path
 
-from dashboard.views import agents, approvals, audit, calendars, home, metrics
+from dashboard.views import agents, approvals, audit, calendars, connections, home, metrics
 
 app_name = "dashboard"
 W = "w/<slug:workspace_slug>"
@@ -26,5 +26,22 @@ urlpatterns += [
     ),
     path(
         f"{W}/agents/<str:agent_id>/keys/<str:key_prefix>/rotate", agents.key_rotate, name="agent_key_rotate"
+    ),
+]
+
+# Upstream calendars: POST actions for owners and admins, from the calendar's page.
+urlpatterns += [
+    path(
+        f"{W}/calendars/<str:calendar_id>/connection",
+        connections.connection_connect,
+        name="connection_connect",
+    ),
+    path(
+        f"{W}/connections/<str:connection_id>/sync", connections.connection_sync_now, name="connection_sync"
+    ),
+    path(
+        f"{W}/connections/<str:connection_id>/disconnect",
+        connections.connection_disconnect,
+        name="connection_disconnect",
     ),
 ]

@@ -1,23 +1,37 @@
-"""Calendars: a list with live counts, and a day/week timeline of one calendar in its own time zone."""
+"""Calendars: a list with live counts, and a day/week timeline of one calendar in its own time zone.
+
+The timeline shows the calendar's reservations and, when the calendar is linked to a person's own
+calendar (sync), that calendar's busy time: it blocks agents like a frozen booking.
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.db.models import Count, Q
 from django.db.models.functions import Now
-from django.http import Http404, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils.http import urlencode
 
 from agentcal.clock import server_now
-from bookings.models import Calendar, Reservation, ReservationStatus, live_hold_q
+from bookings.models import (
+    BusyBlock,
+    Calendar,
+    Reservation,
+    ReservationStatus,
+    live_hold_q,
+    overlapping_q,
+)
+from bookings.spans import Span
 from dashboard.access import page_context, workspace_page
 from dashboard.http import DashboardRequest
+from dashboard.views.connections import ConnectForm, calendar_in, connection_panel, provider_name
 from workspaces.models import Workspace
 
 TIMELINE_POLL_SECONDS = 5
@@ -38,8 +52,11 @@ def calendar_list(request: DashboardRequest, workspace: Workspace) -> HttpRespon
             "calendar": calendar,
             "hold_ttl": _duration(calendar.hold_ttl_seconds),
             "bump_window": _duration(calendar.bump_window_seconds),
+            # A reverse one-to-one raises (an AttributeError) when there is no row: not linked.
+            "connection": getattr(calendar, "upstream_connection", None),
         }
         for calendar in Calendar.objects.filter(workspace=workspace)
+        .select_related("upstream_connection")
         .annotate(
             live_holds=Count("reservations", filter=live_hold),
             upcoming=Count("reservations", filter=upcoming),
@@ -52,12 +69,26 @@ def calendar_list(request: DashboardRequest, workspace: Workspace) -> HttpRespon
 
 
 @dataclass
-class Block:
-    """One reservation's piece of one day column, positioned in percent of the column."""
+class Busy:
+    """An interval of the owner's own calendar (one upstream event; its stored pieces joined)."""
 
-    reservation: Reservation
-    kind: str  # css class: held | committed | frozen | ended
-    label: str  # status as people read it: held, committed, frozen, lapsed, bumped, ...
+    source: str
+    start_time: datetime
+    end_time: datetime
+
+    @property
+    def source_name(self) -> str:
+        return provider_name(self.source)
+
+
+@dataclass
+class Block:
+    """One reservation's (or one busy interval's) piece of one day column, in percent of the column."""
+
+    reservation: Reservation | None
+    busy: Busy | None
+    kind: str  # css class: held | committed | frozen | ended | busy
+    label: str  # status as people read it: held, committed, frozen, lapsed, bumped, ..., busy
     start_minute: float  # wall-clock minutes since the column's local midnight
     end_minute: float
     top: float = 0
@@ -74,6 +105,10 @@ class Block:
     @property
     def width(self) -> float:
         return 100 / self.lanes
+
+    @property
+    def upstream_conflict(self) -> bool:
+        return self.reservation is not None and has_upstream_conflict(self.reservation)
 
     @property
     def is_short(self) -> bool:
@@ -135,6 +170,11 @@ def block_kind(reservation: Reservation, now: datetime) -> tuple[str, str]:
     return "ended", status
 
 
+def has_upstream_conflict(reservation: Reservation) -> bool:
+    """A booking kept although the owner's own calendar has an event over it (flagged by the sync)."""
+    return reservation.upstream_conflict_at is not None and reservation.status == ReservationStatus.COMMITTED
+
+
 def _assign_lanes(blocks: list[Block]) -> None:
     """Side by side where blocks overlap (an ended reservation under a live one, say)."""
     blocks.sort(key=lambda b: (b.start_minute, -b.end_minute))
@@ -159,8 +199,26 @@ def _assign_lanes(blocks: list[Block]) -> None:
         cluster_end = max(cluster_end, block.end_minute)
 
 
+def join_busy(blocks: list[BusyBlock]) -> list[Busy]:
+    """One interval per upstream event: an event longer than a reservation may be is stored in
+    back-to-back pieces (so the engine's bounded overlap scan finds it), and shows as one block."""
+    joined: dict[tuple[int, str], list[Busy]] = {}
+    for block in sorted(blocks, key=lambda b: (b.connection_id, b.event_key, b.start_time)):
+        pieces = joined.setdefault((block.connection_id, block.event_key), [])
+        if pieces and pieces[-1].end_time == block.start_time:
+            pieces[-1].end_time = block.end_time
+        else:
+            pieces.append(Busy(block.source, block.start_time, block.end_time))
+    return sorted((busy for pieces in joined.values() for busy in pieces), key=lambda b: b.start_time)
+
+
 def build_timeline(
-    *, days: list[date], reservations: list[Reservation], zone: ZoneInfo, now: datetime
+    *,
+    days: list[date],
+    reservations: list[Reservation],
+    zone: ZoneInfo,
+    now: datetime,
+    busy: Sequence[Busy] = (),
 ) -> Timeline:
     today = now.astimezone(zone).date()
     columns = []
@@ -169,23 +227,27 @@ def build_timeline(
         column = DayColumn(day=day, is_today=day == today)
         if column.is_today:
             column.now_minute = _wall_minutes(now, zone)
-        for reservation in reservations:
-            if not (reservation.start_time < day_end and reservation.end_time > day_start):
+        items: list[tuple[Reservation | None, Busy | None, datetime, datetime]] = [
+            *((r, None, r.start_time, r.end_time) for r in reservations),
+            *((None, b, b.start_time, b.end_time) for b in busy),
+        ]
+        for reservation, interval, starts, ends in items:
+            if not (starts < day_end and ends > day_start):
                 continue
-            kind, label = block_kind(reservation, now)
-            starts, ends = reservation.start_time, reservation.end_time
+            kind, label = block_kind(reservation, now) if reservation is not None else ("busy", "busy")
             start = 0.0 if starts <= day_start else _wall_minutes(starts, zone)
             end = MINUTES_PER_DAY if ends >= day_end else _wall_minutes(ends, zone)
             end = max(end, start + 1)  # a DST fold can make the wall clock run backwards
             column.blocks.append(
                 Block(
                     reservation=reservation,
+                    busy=interval,
                     kind=kind,
                     label=label,
                     start_minute=start,
                     end_minute=end,
-                    starts_before=reservation.start_time < day_start,
-                    ends_after=reservation.end_time > day_end,
+                    starts_before=starts < day_start,
+                    ends_after=ends > day_end,
                 )
             )
         _assign_lanes(column.blocks)
@@ -236,10 +298,20 @@ def _range_label(days: list[date]) -> str:
 
 @workspace_page()
 def calendar_view(request: DashboardRequest, workspace: Workspace, calendar_id: str) -> HttpResponse:
-    """`?view=day|week&date=YYYY-MM-DD`; htmx polls the timeline partial to stay live."""
-    calendar = Calendar.objects.filter(workspace=workspace, public_id=calendar_id).first()
-    if calendar is None:
-        raise Http404("No such calendar")
+    """`?view=day|week&date=YYYY-MM-DD`; htmx polls the timeline partial (and, for a linked calendar,
+    the upstream calendar panel) to stay live."""
+    return render_calendar(request, workspace, calendar_in(workspace, calendar_id))
+
+
+def render_calendar(
+    request: DashboardRequest,
+    workspace: Workspace,
+    calendar: Calendar,
+    *,
+    connect_form: ConnectForm | None = None,
+    status: int = 200,
+) -> HttpResponse:
+    """The calendar page; also what a refused "Connect" answers with, its form bound and its error shown."""
     zone = _zone(calendar.timezone)
     # The database's clock decides whether a hold has lapsed, as it does for the engine.
     now = server_now()
@@ -262,6 +334,10 @@ def calendar_view(request: DashboardRequest, workspace: Workspace, calendar_id: 
         .select_related("agent")
         .order_by("start_time", "id")
     )
+    # The bounded overlap filter: blocks are stored in pieces no longer than a reservation for it.
+    busy = join_busy(
+        list(BusyBlock.objects.filter(overlapping_q(Span(range_start, range_end)), calendar=calendar))
+    )
     kinds = {r.pk: block_kind(r, now) for r in reservations}
     base_url = reverse("dashboard:calendar", args=[workspace.slug, calendar.public_id])
 
@@ -276,10 +352,19 @@ def calendar_view(request: DashboardRequest, workspace: Workspace, calendar_id: 
         view=view,
         days=days,
         range_label=_range_label(days),
-        timeline=build_timeline(days=days, reservations=reservations, zone=zone, now=now),
+        timeline=build_timeline(days=days, reservations=reservations, zone=zone, now=now, busy=busy),
         hold_ttl=_duration(calendar.hold_ttl_seconds),
         bump_window=_duration(calendar.bump_window_seconds),
-        rows=[{"reservation": r, "kind": kinds[r.pk][0], "label": kinds[r.pk][1]} for r in reservations],
+        rows=[
+            {
+                "reservation": r,
+                "kind": kinds[r.pk][0],
+                "label": kinds[r.pk][1],
+                "upstream_conflict": has_upstream_conflict(r),
+            }
+            for r in reservations
+        ],
+        busy_count=len(busy),
         live_count=sum(1 for kind, _ in kinds.values() if kind != "ended"),
         self_url=link(),
         prev_url=link(date=(anchor - step).isoformat()),
@@ -290,8 +375,11 @@ def calendar_view(request: DashboardRequest, workspace: Workspace, calendar_id: 
         is_current=today in days,
         poll_seconds=TIMELINE_POLL_SECONDS,
         now=now,
+        panel=connection_panel(request, calendar, now=now, form=connect_form),
     )
     template = "dashboard/calendars/calendar.html"
     if request.htmx:
-        template += "#timeline"
-    return render(request, template, context)
+        # Two things poll this page: the timeline, and the panel of a linked calendar (its sync status).
+        panel_polled = request.htmx.target == "connection-panel"
+        template = "dashboard/calendars/_connection.html" if panel_polled else template + "#timeline"
+    return render(request, template, context, status=status)

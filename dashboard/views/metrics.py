@@ -1,4 +1,11 @@
-"""Contention and conversion at a glance, without Prometheus: counts from the workspace's audit trail."""
+"""Contention and conversion at a glance, without Prometheus: counts from the workspace's audit trail,
+and how the workspace's linked calendars are syncing.
+
+Sync lag is each connection's latest (stored with it by every sync), not percentiles of the
+`agentcal_sync_lag_seconds` histogram: that histogram is labelled by provider only, so on a
+workspace's page it would mix in every other workspace's syncs, and it lives in the processes that
+sync (Celery workers), not in the one serving this page. Prometheus has it for the whole service.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +18,8 @@ from django.shortcuts import render
 
 from dashboard.access import page_context, workspace_page
 from dashboard.http import DashboardRequest
+from dashboard.views.connections import provider_name
+from sync.models import Connection, ConnectionStatus
 from workspaces.models import Workspace
 
 # window name -> (length, bucket size)
@@ -92,6 +101,40 @@ def _series(workspace: Workspace, length: timedelta, bucket: timedelta) -> tuple
     return [step, *labels], charts, from_hold
 
 
+@dataclass
+class SyncSummary:
+    connections: list[Connection]
+
+    @property
+    def rows(self) -> list[dict[str, object]]:
+        return [{"connection": c, "provider": provider_name(c.provider)} for c in self.connections]
+
+    @property
+    def max_lag(self) -> float | None:
+        lags = [c.sync_lag_seconds for c in self.connections if c.sync_lag_seconds is not None]
+        return max(lags) if lags else None
+
+    def count(self, status: str) -> int:
+        return sum(1 for c in self.connections if c.status == status)
+
+    @property
+    def active(self) -> int:
+        return self.count(ConnectionStatus.ACTIVE)
+
+    @property
+    def failing(self) -> int:
+        return self.count(ConnectionStatus.FAILING)
+
+    @property
+    def pending(self) -> int:
+        return self.count(ConnectionStatus.PENDING)
+
+
+def sync_summary(workspace: Workspace) -> SyncSummary:
+    connections = Connection.objects.filter(workspace=workspace).select_related("calendar")
+    return SyncSummary(list(connections.order_by("calendar__name", "id")))
+
+
 @workspace_page()
 def metrics(request: DashboardRequest, workspace: Workspace) -> HttpResponse:
     window = request.GET.get("window", "hour")
@@ -110,5 +153,6 @@ def metrics(request: DashboardRequest, workspace: Workspace) -> HttpResponse:
         conversion=(from_hold / holds) if holds else None,
         conflict_rate=(charts[2].total / attempts) if attempts else None,
         has_data=any(chart.total for chart in charts),
+        sync=sync_summary(workspace),
     )
     return render(request, "dashboard/metrics/metrics.html", context)
