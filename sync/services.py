@@ -18,7 +18,9 @@ from django.db.models.functions import Now
 from agentcal import broker
 from agentcal.clock import server_now
 from agentcal.errors import (
+    AgentCalError,
     ConnectionExists,
+    NotFound,
     UpstreamAuthFailed,
     UpstreamNotACalendar,
     UpstreamUnreachable,
@@ -47,7 +49,29 @@ def connection_create(
     *, actor: Actor, calendar: Calendar, provider: str, url: str, username: str, password: str
 ) -> Connection:
     """Link a calendar to an upstream CalDAV calendar. The credentials are tried first: a wrong
-    password or a URL that is not a calendar is refused before anything is stored."""
+    password or a URL that is not a calendar is refused (and audited) before anything is stored."""
+    try:
+        return _connect(
+            actor=actor, calendar=calendar, provider=provider, url=url, username=username, password=password
+        )
+    except AgentCalError as exc:
+        if not exc.audited:
+            audit_record(
+                event_type=AuditEvent.CONNECTION_REJECTED,
+                outcome=Outcome.REJECTED,
+                actor=actor,
+                calendar_public_id=calendar.public_id,
+                http_status=exc.status,
+                failure_reason=exc.code,
+                details={"provider": provider, "url": url},
+            )
+            exc.audited = True
+        raise
+
+
+def _connect(
+    *, actor: Actor, calendar: Calendar, provider: str, url: str, username: str, password: str
+) -> Connection:
     check_target(url)
     if Connection.objects.filter(calendar=calendar).exists():
         raise ConnectionExists(
@@ -104,7 +128,9 @@ def connection_delete(*, actor: Actor, connection: Connection) -> None:
         )
         _allow_log_deletion()
         public_id, calendar_public_id = connection.public_id, connection.calendar.public_id
-        connection.delete()
+        deleted, _ = Connection.objects.filter(pk=connection.pk).delete()
+        if not deleted:
+            raise NotFound(f"No connection {public_id}: it was deleted meanwhile.")
         audit_record(
             event_type=AuditEvent.CONNECTION_DELETED,
             outcome=Outcome.SUCCESS,
