@@ -210,6 +210,14 @@ def connection_sync(connection_id: int) -> SyncRun:
             connection_failed(connection, str(exc), retry_after=retry_after)
             SYNC_RUNS.labels(connection.provider, "failed").inc()
             return SyncRun("failed", error=str(exc), retry_after=retry_after)
+        except Exception as exc:
+            # Our own fault, not the upstream's: still surfaced on the connection (and backed off, so
+            # the schedule does not spin on it), then raised for the worker's log.
+            connection_failed(
+                connection, f"Internal error while syncing ({type(exc).__name__}); see the logs."
+            )
+            SYNC_RUNS.labels(connection.provider, "error").inc()
+            raise
         _succeeded(connection, started)
         SYNC_RUNS.labels(connection.provider, "synced").inc()
         return SyncRun("synced", records=fetched.records)
@@ -287,13 +295,20 @@ def connection_data(connection: Connection) -> dict[str, object]:
 
 
 def connections_due(limit: int = 100) -> list[int]:
-    """Connections whose next sync is due and that no run holds."""
-    return list(
-        Connection.objects.filter(next_sync_at__lte=Now())
-        .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=Now()))
-        .order_by("next_sync_at")
-        .values_list("pk", flat=True)[:limit]
-    )
+    """Claim the connections whose next sync is due and that no run holds: their next sync moves one
+    interval on (the run sets the real one when it ends), so a slow queue does not fill up with the same
+    connection every scheduler tick, and a lost message is retried after an interval."""
+    with transaction.atomic():
+        due = list(
+            Connection.objects.filter(next_sync_at__lte=Now())
+            .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=Now()))
+            .order_by("next_sync_at")
+            .select_for_update(skip_locked=True)
+            .values_list("pk", flat=True)[:limit]
+        )
+        later = server_now() + timedelta(seconds=settings.SYNC_CALDAV_INTERVAL_SECONDS)
+        Connection.objects.filter(pk__in=due).update(next_sync_at=later)
+    return due
 
 
 def sync_log_purge() -> int:

@@ -353,6 +353,7 @@ def _announce_displacement(
     emit_reservation_event(
         EventType.BOOKING_BUMPED if bumped else EventType.HOLD_EVICTED,
         victim_rows,
+        reason="priority",
         displaced_by={
             "id": by.booking_id or by.hold_id,
             "agent_id": by.agent.public_id,

@@ -38,6 +38,7 @@ def test_a_higher_priority_agent_evicting_a_hold_sends_exactly_one_signed_hold_e
     assert request.headers["webhook-id"] == payload["id"]
     data = payload["data"]
     assert data["hold"]["id"] == victim["id"] and data["hold"]["status"] == "evicted"
+    assert data["reason"] == "priority"
     assert data["displaced_by"] == {
         "id": evictor.json()["id"],
         "agent_id": exec_assistant.id,
