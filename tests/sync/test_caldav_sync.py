@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 from bookings.models import BusyBlock
 from sync.ingest import ingestion_replay
-from sync.models import IngestionRecord, RecordKind
+from sync.models import Connection, IngestionRecord, RecordKind
 from sync.services import connection_sync
 from tests.conftest import Persona, iso
 from tests.sync.linking import Linked, blocks_of, hour, phone_event, span, upstream_busy
@@ -204,3 +204,19 @@ def test_every_raw_payload_is_logged_with_its_version_markers(linked: Linked) ->
     assert (resource.uid, resource.sequence, resource.provider) == ("x-uid", 3, "caldav")
     assert resource.etag and "BEGIN:VEVENT" in resource.payload and resource.modified is not None
     assert [r.kind for r in records][-1] == RecordKind.DELETED
+
+
+def test_servers_without_sync_collection_are_followed_by_ctag_and_etags(linked: Linked, sdr: Persona) -> None:
+    Connection.objects.filter(pk=linked.pk).update(supports_sync=False)
+    first, second = hour(40), hour(44)
+    linked.human.put("a.ics", phone_event("a", first))
+    linked.human.put("b.ics", phone_event("b", second))
+    assert connection_sync(linked.pk).records == 3  # two events and the listing
+
+    assert connection_sync(linked.pk).records == 0, "an unchanged ctag fetches nothing"
+
+    linked.human.delete("a.ics")
+    linked.human.put("b.ics", phone_event("b", second + timedelta(hours=1), sequence=1))
+    assert connection_sync(linked.pk).records == 2  # only the changed event, and the listing
+    busy = upstream_busy(sdr, linked.calendar_id, first - timedelta(hours=1), second + timedelta(hours=3))
+    assert [b["start_time"] for b in busy] == [iso(second + timedelta(hours=1))]
