@@ -25,8 +25,9 @@ HOLDS_PER_RUN = 12
 # Agents write now and then, not in one burst: in a burst, nudges after the first are coalesced and ride
 # on a later, trailing publish, which would hide a request that publishes (and waits) itself.
 PAUSE_BETWEEN_HOLDS_SECONDS = broker.NUDGE_MIN_INTERVAL_SECONDS + 0.05
-# A behaviour bound, not a benchmark: before the publisher thread, a write waited ~2000 ms on a dead broker.
-ALLOWED_EXTRA_MS = 100
+# A behaviour bound, not a benchmark: before the publisher thread, a write waited ~2000 ms on a dead broker;
+# the margin leaves room for a slow request while other test workers load the machine.
+ALLOWED_EXTRA_MS = 500
 
 
 @dataclass
