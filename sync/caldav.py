@@ -189,6 +189,9 @@ class CalDAVClient:
             transport=transport,
             follow_redirects=False,
             headers={"User-Agent": "AgentCal"},
+            # Proxy settings from the environment would choose the address instead of the caller's
+            # transport (which pins the address it checked: sync.providers.open_caldav).
+            trust_env=False,
         )
 
     def __enter__(self) -> CalDAVClient:

@@ -54,14 +54,15 @@ class Processed:
     applied: UpstreamApplied
 
 
-def process_pending(connection_id: int) -> Processed | None:
+def process_pending(connection_id: int, *, rebuild: bool = False) -> Processed | None:
     """Fold the log's unprocessed records into blocks. Safe to run anywhere at any time: the
-    connection's row lock serialises processors, and a record is processed exactly once."""
+    connection's row lock serialises processors, and a record is processed exactly once. `rebuild`:
+    replace every block of the connection, not only the changed events' (a replay)."""
     lock_ids: set[int] = set()
     for _ in range(3):
         try:
             with transaction.atomic(durable=True):
-                return _process(connection_id, lock_ids=lock_ids)
+                return _process(connection_id, lock_ids=lock_ids, rebuild=rebuild)
         except NeedMoreLocks as more:
             lock_ids |= more.calendar_ids
     raise RuntimeError("the holds under new upstream events kept spreading to more calendars")
@@ -72,7 +73,7 @@ def ingestion_replay(connection_id: int) -> Processed | None:
     with transaction.atomic():
         UpstreamEvent.objects.filter(connection_id=connection_id).delete()
         Connection.objects.filter(pk=connection_id).update(processed_through=0)
-    return process_pending(connection_id)
+    return process_pending(connection_id, rebuild=True)
 
 
 def blocks_rebuild(connection_id: int) -> UpstreamApplied | None:
@@ -89,7 +90,7 @@ def blocks_rebuild(connection_id: int) -> UpstreamApplied | None:
     return None
 
 
-def _process(connection_id: int, *, lock_ids: set[int]) -> Processed | None:
+def _process(connection_id: int, *, lock_ids: set[int], rebuild: bool) -> Processed | None:
     connection = Connection.objects.select_for_update().get(pk=connection_id)
     records = list(
         IngestionRecord.objects.filter(connection=connection, id__gt=connection.processed_through).order_by(
@@ -98,7 +99,7 @@ def _process(connection_id: int, *, lock_ids: set[int]) -> Processed | None:
     )
     if not records:
         return None
-    affected, full = _fold(connection, records)
+    affected, full = _fold(connection, records, everything=rebuild)
     applied = _apply(connection, affected, replace_all=full, lock_ids=lock_ids)
     connection.processed_through = records[-1].id
     updates = ["processed_through"]
@@ -112,10 +113,13 @@ def _process(connection_id: int, *, lock_ids: set[int]) -> Processed | None:
     return Processed(records=len(records), applied=applied)
 
 
-def _fold(connection: Connection, records: Sequence[IngestionRecord]) -> tuple[list[UpstreamEvent], bool]:
+def _fold(
+    connection: Connection, records: Sequence[IngestionRecord], *, everything: bool
+) -> tuple[list[UpstreamEvent], bool]:
     """Apply the records, in log order, to the events' states; return the events they changed, and
-    whether a full listing was among them (then every block of the connection is replaced)."""
-    full = any(r.kind == RecordKind.SNAPSHOT for r in records)
+    whether every block of the connection is to be replaced (a full listing was among them, or
+    `everything` was asked for)."""
+    full = everything or any(r.kind == RecordKind.SNAPSHOT for r in records)
     known = UpstreamEvent.objects.filter(connection=connection)
     if not full:
         known = known.filter(resource__in={r.resource for r in records})
@@ -130,6 +134,8 @@ def _fold(connection: Connection, records: Sequence[IngestionRecord]) -> tuple[l
                 )
             elif _older(record, event):
                 continue  # a stale copy arriving late never overwrites a newer version
+            elif event.deleted_at is not None and not _written_after(record, event):
+                continue  # a copy of what was deleted, arriving late, does not bring it back
             event.uid, event.etag = record.uid, record.etag
             event.sequence, event.modified = record.sequence or 0, record.modified
             event.record, event.deleted_at = record, None
@@ -156,14 +162,20 @@ def _fold(connection: Connection, records: Sequence[IngestionRecord]) -> tuple[l
 
 
 def _older(record: IngestionRecord, event: UpstreamEvent) -> bool:
-    """Is the record's version strictly older than the event's? (SEQUENCE first, then the
-    modification time; an ETag is opaque and orders nothing.) Equal versions are applied: a deleted
-    event restored unchanged comes back."""
-    if record.sequence is None:
+    """Is the record's version strictly older than the live event's? (SEQUENCE first, then the
+    modification time; an ETag is opaque and orders nothing.) Equal versions are applied. A deleted
+    event is judged by _written_after instead: a re-created event starts its SEQUENCE again."""
+    if record.sequence is None or event.deleted_at is not None:
         return False
     mine = (record.sequence, record.modified or _OLDEST)
     theirs = (event.sequence, event.modified or _OLDEST)
     return mine < theirs
+
+
+def _written_after(record: IngestionRecord, event: UpstreamEvent) -> bool:
+    """Was this copy of a deleted event written after the version that was deleted? (Re-created or
+    restored: it comes back. The deleted version itself, or an older one: it does not.)"""
+    return record.modified is not None and (event.modified is None or record.modified > event.modified)
 
 
 def _apply(
@@ -194,21 +206,19 @@ def _spans(connection: Connection, event: UpstreamEvent, window: Span) -> list[S
     spans: list[Span] = []
     try:
         booking_id = agentcal_booking_id(data) or ""
-        if (
-            booking_id
-            and Reservation.objects.filter(booking_id=booking_id, calendar=connection.calendar_id).exists()
-        ):
-            spans = []
-        else:
+        own = _own_span(booking_id, connection) if booking_id else None
+        if own is None:
             booking_id = ""
-            intervals = busy_intervals(
-                data,
-                window_start=window.start,
-                window_end=window.end,
-                calendar_tz=connection.calendar.timezone,
-                attendee_addresses=_addresses(connection),
-            )
-            spans = [Span(i.start, i.end) for i in intervals]
+        intervals = busy_intervals(
+            data,
+            window_start=window.start,
+            window_end=window.end,
+            calendar_tz=connection.calendar.timezone,
+            attendee_addresses=_addresses(connection),
+        )
+        # Our own booking's copy, where we wrote it, is the booking itself: it must not block it. If
+        # the person moved or repeated the copy, what they made of it blocks like any event.
+        spans = [Span(i.start, i.end) for i in intervals if Span(i.start, i.end) != own]
     except InvalidCalendarData as exc:
         problem = str(exc)
     recurring = any(marker in data for marker in ("RRULE:", "RDATE", "RECURRENCE-ID"))
@@ -216,6 +226,16 @@ def _spans(connection: Connection, event: UpstreamEvent, window: Span) -> list[S
         event.problem, event.booking_id, event.recurring = problem, booking_id, recurring
         event.save(update_fields=["problem", "booking_id", "recurring"])
     return spans
+
+
+def _own_span(booking_id: str, connection: Connection) -> Span | None:
+    """The span of our booking on this calendar that an upstream copy (the echo of write-behind) names."""
+    row = (
+        Reservation.objects.filter(booking_id=booking_id, calendar=connection.calendar_id)
+        .only("start_time", "end_time")
+        .first()
+    )
+    return None if row is None else Span(row.start_time, row.end_time)
 
 
 def _addresses(connection: Connection) -> frozenset[str]:

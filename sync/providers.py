@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol
 
+import httpx
 from django.conf import settings
 from django.db import transaction
 
@@ -21,7 +22,7 @@ from sync import caldav
 from sync.credentials import unseal
 from sync.ingest import log_records
 from sync.models import Connection, IngestionRecord, Provider, RecordKind, UpstreamEvent
-from webhooks.url_guard import validate_webhook_url
+from webhooks.url_guard import parse_webhook_url, resolve_pinned
 
 
 @dataclass(frozen=True)
@@ -30,28 +31,68 @@ class Fetched:
     full: bool
 
 
+class LeaseLost(Exception):
+    """The sync run's lease lapsed and another run took the connection: this run's fetch is dropped
+    (its records and token are not committed), so two runs' logs never interleave."""
+
+
+def _store_marker(connection: Connection, lease_token: str | None, **marker: str) -> None:
+    """Save the provider's new change marker with the records, if this run still holds the lease."""
+    updated = Connection.objects.filter(pk=connection.pk)
+    if lease_token is not None:
+        updated = updated.filter(lease_token=lease_token)
+    if not updated.update(**marker):
+        raise LeaseLost(connection.public_id)
+
+
 class UpstreamProvider(Protocol):
-    def fetch(self, connection: Connection) -> Fetched: ...
+    def fetch(self, connection: Connection, *, lease_token: str | None = None) -> Fetched: ...
     def put(
         self, connection: Connection, name: str, ics: str, *, create: bool, etag: str | None
     ) -> str | None: ...
     def remove(self, connection: Connection, name: str) -> None: ...
 
 
-def check_target(url: str) -> None:
-    """The upstream URL must be http(s) and, unless settings allow it, reach no private address: the
-    person connecting chooses it, like a webhook URL (the same rules: webhooks/url_guard.py)."""
+def check_target(url: str) -> str:
+    """Check an upstream URL and return the address to connect to. The person connecting chooses the
+    URL, like a webhook URL, so the same rules apply (webhooks/url_guard.py): it must reach no private
+    address, and the client connects to the address checked here, never resolving again (DNS
+    rebinding). It must be https (app passwords travel in it). SYNC_ALLOW_PRIVATE_TARGETS (a server on
+    the LAN, development) lifts the address rule and allows plain http."""
+    allow_private = settings.SYNC_ALLOW_PRIVATE_TARGETS
     try:
-        validate_webhook_url(url, allow_private=settings.SYNC_ALLOW_PRIVATE_TARGETS)
+        target = parse_webhook_url(url)
+        if target.url.scheme != "https" and not allow_private:
+            raise UnsafeWebhookUrl("only https URLs are allowed (the credentials travel with each request)")
+        return resolve_pinned(target.host, target.port, allow_private=allow_private)
     except UnsafeWebhookUrl as exc:
         raise UnsafeUpstreamUrl(f"The calendar URL cannot be used: {exc.detail}") from None
 
 
+class _PinnedTransport(httpx.HTTPTransport):
+    """Sends every request to one checked address; the Host header, TLS server name and certificate
+    check keep the URL's host name."""
+
+    def __init__(self, address: str) -> None:
+        super().__init__()
+        self.address = address
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.scheme == "https":
+            request.extensions["sni_hostname"] = request.url.host
+        request.url = request.url.copy_with(host=self.address)
+        return super().handle_request(request)
+
+
+def open_caldav(url: str, username: str, password: str) -> caldav.CalDAVClient:
+    """A CalDAV client for an upstream URL that passes check_target(), pinned to the checked address."""
+    return caldav.CalDAVClient(url, username, password, transport=_PinnedTransport(check_target(url)))
+
+
 @contextmanager
 def caldav_client(connection: Connection) -> Iterator[caldav.CalDAVClient]:
-    check_target(connection.url)
     password = unseal(connection.secret)["password"]
-    with caldav.CalDAVClient(connection.url, connection.username, password) as client:
+    with open_caldav(connection.url, connection.username, password) as client:
         yield client
 
 
@@ -60,13 +101,15 @@ class CalDAVProvider:
     a snapshot, so events gone meanwhile are tombstoned). Servers without sync-collection: the
     collection's ctag says whether anything changed, and member etags say what."""
 
-    def fetch(self, connection: Connection) -> Fetched:
+    def fetch(self, connection: Connection, *, lease_token: str | None = None) -> Fetched:
         with caldav_client(connection) as client:
             if connection.supports_sync:
-                return self._fetch_delta(connection, client)
-            return self._fetch_by_etags(connection, client)
+                return self._fetch_delta(connection, client, lease_token)
+            return self._fetch_by_etags(connection, client, lease_token)
 
-    def _fetch_delta(self, connection: Connection, client: caldav.CalDAVClient) -> Fetched:
+    def _fetch_delta(
+        self, connection: Connection, client: caldav.CalDAVClient, lease_token: str | None
+    ) -> Fetched:
         full = not connection.sync_token
         try:
             delta = client.sync(connection.sync_token or None)
@@ -82,10 +125,12 @@ class CalDAVProvider:
             records.append(IngestionRecord(kind=RecordKind.SNAPSHOT, payload=json.dumps(members)))
         with transaction.atomic():
             log_records(connection, records)
-            Connection.objects.filter(pk=connection.pk).update(sync_token=delta.sync_token)
+            _store_marker(connection, lease_token, sync_token=delta.sync_token)
         return Fetched(records=len(records), full=full)
 
-    def _fetch_by_etags(self, connection: Connection, client: caldav.CalDAVClient) -> Fetched:
+    def _fetch_by_etags(
+        self, connection: Connection, client: caldav.CalDAVClient, lease_token: str | None
+    ) -> Fetched:
         ctag = client.ctag()
         if ctag and ctag == connection.ctag:
             return Fetched(records=0, full=False)
@@ -103,7 +148,7 @@ class CalDAVProvider:
         records.append(IngestionRecord(kind=RecordKind.SNAPSHOT, payload=json.dumps(sorted(etags))))
         with transaction.atomic():
             log_records(connection, records)
-            Connection.objects.filter(pk=connection.pk).update(ctag=ctag or "")
+            _store_marker(connection, lease_token, ctag=ctag or "")
         return Fetched(records=len(records), full=True)
 
     def put(

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import random
 import secrets
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -21,6 +19,7 @@ from agentcal.errors import (
     AgentCalError,
     ConnectionExists,
     NotFound,
+    UnsafeUpstreamUrl,
     UpstreamAuthFailed,
     UpstreamNotACalendar,
     UpstreamUnreachable,
@@ -35,12 +34,14 @@ from sync import caldav
 from sync.credentials import CredentialsUnreadable, seal
 from sync.ingest import blocks_rebuild, horizon, process_pending
 from sync.models import Connection, ConnectionStatus, IngestionRecord, UpstreamEvent
-from sync.providers import check_target, provider_for
+from sync.providers import LeaseLost, open_caldav, provider_for
 from sync.writeback import write_behind
 from webhooks.models import EventType
 from webhooks.outbox import outbox_emit
 from workspaces.actor import Actor
 
+# Recurring events are expanded again once a day, as the horizon's end moves on.
+_ROLL_EVERY = timedelta(days=1)
 # Failed syncs back off exponentially up to this.
 MAX_BACKOFF_SECONDS = 3600
 
@@ -72,7 +73,6 @@ def connection_create(
 def _connect(
     *, actor: Actor, calendar: Calendar, provider: str, url: str, username: str, password: str
 ) -> Connection:
-    check_target(url)
     if Connection.objects.filter(calendar=calendar).exists():
         raise ConnectionExists(
             f"Calendar {calendar.public_id} is already linked; delete that connection first."
@@ -106,7 +106,7 @@ def _connect(
 
 def _check_caldav(url: str, username: str, password: str) -> caldav.CalendarInfo:
     try:
-        with caldav.CalDAVClient(url, username, password) as client:
+        with open_caldav(url, username, password) as client:
             return client.check()
     except caldav.AuthFailed:
         raise UpstreamAuthFailed("The CalDAV server refused the username or password.") from None
@@ -119,6 +119,9 @@ def _check_caldav(url: str, username: str, password: str) -> caldav.CalendarInfo
 def connection_delete(*, actor: Actor, connection: Connection) -> None:
     """Unlink: the upstream busy time stops blocking at once (blocks go under the calendar lock)."""
     with transaction.atomic(durable=True):
+        # The connection's row first, then the calendar: the order processing takes them in.
+        if not Connection.objects.select_for_update().filter(pk=connection.pk).exists():
+            raise NotFound(f"No connection {connection.public_id}: it was deleted meanwhile.")
         upstream_blocks_replace(
             calendar_id=connection.calendar_id,
             connection_id=connection.pk,
@@ -167,77 +170,112 @@ class SyncRun:
     retry_after: float | None = None
 
 
-@contextmanager
-def _lease(connection_id: int) -> Iterator[bool]:
-    """At most one sync of a connection at a time, across workers: a lease on its row (no session
-    lock: that would need one database session held across the upstream calls)."""
-    token = secrets.token_hex(8)
-    until = server_now() + timedelta(seconds=settings.SYNC_LEASE_SECONDS)
-    got = Connection.objects.filter(
-        Q(pk=connection_id), Q(lease_until__isnull=True) | Q(lease_until__lt=Now())
-    ).update(lease_until=until, lease_token=token)
-    try:
-        yield bool(got)
-    finally:
-        if got:
-            Connection.objects.filter(pk=connection_id, lease_token=token).update(
-                lease_until=None, lease_token=""
-            )
+@dataclass
+class _Lease:
+    """At most one sync of a connection at a time, across workers: a lease on its row (not a session
+    lock, which would hold a database session across the upstream calls). Renewed between the run's
+    phases; the fetch commits only while the lease is still this run's (providers.LeaseLost)."""
+
+    connection_id: int
+    token: str = field(default_factory=lambda: secrets.token_hex(8))
+
+    def take(self) -> bool:
+        return bool(
+            Connection.objects.filter(
+                Q(pk=self.connection_id), Q(lease_until__isnull=True) | Q(lease_until__lt=Now())
+            ).update(lease_until=self._until(), lease_token=self.token)
+        )
+
+    def renew(self) -> None:
+        if not Connection.objects.filter(pk=self.connection_id, lease_token=self.token).update(
+            lease_until=self._until()
+        ):
+            raise LeaseLost(str(self.connection_id))
+
+    def release(self) -> None:
+        Connection.objects.filter(pk=self.connection_id, lease_token=self.token).update(
+            lease_until=None, lease_token=""
+        )
+
+    @staticmethod
+    def _until() -> datetime:
+        return server_now() + timedelta(seconds=settings.SYNC_LEASE_SECONDS)
 
 
 def connection_sync(connection_id: int) -> SyncRun:
     """One sync: process what a crashed run left in the log, fetch the changes into the log, process
     them, re-expand if the horizon has moved on, and write our bookings upstream."""
-    with _lease(connection_id) as leased:
-        if not leased:
-            return SyncRun("busy")
-        connection = Connection.objects.filter(pk=connection_id).select_related("calendar").first()
-        if connection is None:
-            return SyncRun("gone")
-        started = server_now()
-        try:
-            process_pending(connection.pk)
-            connection.refresh_from_db()
-            fetched = provider_for(connection).fetch(connection)
-            process_pending(connection.pk)
-            if connection.expanded_until is None or connection.expanded_until < horizon(
-                started
-            ).end - timedelta(days=1):
-                blocks_rebuild(connection.pk)
-            write_behind(connection.pk)
-        except (caldav.CalDAVError, CredentialsUnreadable, UpstreamUnreachable) as exc:
-            retry_after = getattr(exc, "retry_after", None)
-            connection_failed(connection, str(exc), retry_after=retry_after)
-            SYNC_RUNS.labels(connection.provider, "failed").inc()
-            return SyncRun("failed", error=str(exc), retry_after=retry_after)
-        except Exception as exc:
-            # Our own fault, not the upstream's: still surfaced on the connection (and backed off, so
-            # the schedule does not spin on it), then raised for the worker's log.
-            connection_failed(
-                connection, f"Internal error while syncing ({type(exc).__name__}); see the logs."
-            )
-            SYNC_RUNS.labels(connection.provider, "error").inc()
-            raise
-        _succeeded(connection, started)
-        SYNC_RUNS.labels(connection.provider, "synced").inc()
-        return SyncRun("synced", records=fetched.records)
+    lease = _Lease(connection_id)
+    if not lease.take():
+        return SyncRun("busy")
+    try:
+        return _sync_leased(connection_id, lease)
+    except LeaseLost:
+        return SyncRun("busy")
+    finally:
+        lease.release()
+
+
+def _sync_leased(connection_id: int, lease: _Lease) -> SyncRun:
+    connection = Connection.objects.filter(pk=connection_id).select_related("calendar").first()
+    if connection is None:
+        return SyncRun("gone")
+    started = server_now()
+    try:
+        process_pending(connection.pk)
+        connection.refresh_from_db()
+        lease.renew()
+        fetched = provider_for(connection).fetch(connection, lease_token=lease.token)
+        process_pending(connection.pk)
+        if (
+            connection.expanded_until is None
+            or connection.expanded_until < horizon(started).end - _ROLL_EVERY
+        ):
+            blocks_rebuild(connection.pk)
+    except LeaseLost:
+        raise
+    except (caldav.CalDAVError, CredentialsUnreadable, UpstreamUnreachable, UnsafeUpstreamUrl) as exc:
+        retry_after = getattr(exc, "retry_after", None)
+        connection_failed(connection, str(exc), retry_after=retry_after)
+        SYNC_RUNS.labels(connection.provider, "failed").inc()
+        return SyncRun("failed", error=str(exc), retry_after=retry_after)
+    except Exception as exc:
+        # Our own fault, not the upstream's: still surfaced on the connection (and backed off, so the
+        # schedule does not spin on it), then raised for the worker's log.
+        connection_failed(connection, f"Internal error while syncing ({type(exc).__name__}); see the logs.")
+        SYNC_RUNS.labels(connection.provider, "error").inc()
+        raise
+    SYNC_RUNS.labels(connection.provider, "synced").inc()
+    try:
+        lease.renew()
+        write_behind(connection.pk)
+    except (caldav.CalDAVError, CredentialsUnreadable, UnsafeUpstreamUrl) as exc:
+        # Reading works: the person's busy time keeps its schedule; the failing write shows (and is
+        # announced once, not on every run).
+        _succeeded(connection, started, healthy=False)
+        connection.refresh_from_db()
+        connection_failed(connection, f"Writing bookings upstream failed: {exc}", backoff=False)
+        return SyncRun("synced", records=fetched.records, error=str(exc))
+    _succeeded(connection, started)
+    return SyncRun("synced", records=fetched.records)
 
 
 def _interval(connection: Connection) -> float:
     return float(settings.SYNC_CALDAV_INTERVAL_SECONDS)
 
 
-def _succeeded(connection: Connection, started: datetime) -> None:
+def _succeeded(connection: Connection, started: datetime, *, healthy: bool = True) -> None:
+    """The read side of a sync succeeded: schedule the next one. `healthy`: everything did (a failing
+    connection recovers)."""
     jitter = random.uniform(0, 0.1) * _interval(connection)  # noqa: S311 (spreading load, not security)
     was_failing = connection.status == ConnectionStatus.FAILING
+    recovered = {"status": ConnectionStatus.ACTIVE, "consecutive_failures": 0, "last_error": ""}
     Connection.objects.filter(pk=connection.pk).update(
-        status=ConnectionStatus.ACTIVE,
         last_synced_at=started,
-        consecutive_failures=0,
-        last_error="",
         next_sync_at=started + timedelta(seconds=_interval(connection) + jitter),
+        **(recovered if healthy else {}),
     )
-    if was_failing:
+    if was_failing and healthy:
         audit_record(
             event_type=AuditEvent.CONNECTION_RECOVERED,
             outcome=Outcome.SUCCESS,
@@ -248,13 +286,17 @@ def _succeeded(connection: Connection, started: datetime) -> None:
         )
 
 
-def connection_failed(connection: Connection, error: str, *, retry_after: float | None = None) -> None:
+def connection_failed(
+    connection: Connection, error: str, *, retry_after: float | None = None, backoff: bool = True
+) -> None:
     """Record a failed sync or upstream write where people and agents see it: the connection's status
     and last error (API, dashboard), an audit row, and on the first failure a `connection.failed`
-    event. The next attempt backs off (or waits what the server asked)."""
+    event. With `backoff` the next sync waits longer after each failure (or what the server asked);
+    without (a failed write while reading works), the schedule stays as it is."""
     failures = connection.consecutive_failures + 1
-    backoff = min(_interval(connection) * 2 ** min(failures - 1, 10), MAX_BACKOFF_SECONDS)
-    delay = max(backoff, retry_after or 0.0)
+    delay = max(
+        min(_interval(connection) * 2 ** min(failures - 1, 10), MAX_BACKOFF_SECONDS), retry_after or 0.0
+    )
     now = server_now()
     with transaction.atomic():
         Connection.objects.filter(pk=connection.pk).update(
@@ -262,7 +304,7 @@ def connection_failed(connection: Connection, error: str, *, retry_after: float 
             last_error=error[:2000],
             last_error_at=now,
             consecutive_failures=failures,
-            next_sync_at=now + timedelta(seconds=delay),
+            **({"next_sync_at": now + timedelta(seconds=delay)} if backoff else {}),
         )
         if failures == 1:
             audit_record(

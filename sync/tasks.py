@@ -40,9 +40,7 @@ def write_behind_task(self: object, connection_id: int) -> None:
         if retries >= WRITE_BEHIND_RETRIES:
             connection = Connection.objects.select_related("calendar").filter(pk=connection_id).first()
             if connection is not None:
-                connection_failed(
-                    connection, f"Writing a booking upstream failed: {exc}", retry_after=exc.retry_after
-                )
+                connection_failed(connection, f"Writing bookings upstream failed: {exc}", backoff=False)
             return
         countdown = exc.retry_after if exc.retry_after is not None else 2**retries
         raise self.retry(exc=exc, countdown=countdown) from exc  # type: ignore[attr-defined]

@@ -29,7 +29,7 @@ from bookings.events import emit_reservation_event
 from bookings.models import MAX_RESERVATION_LENGTH, BusyBlock, Reservation, ReservationStatus
 from bookings.selectors import RESERVATION_ROW_COLUMNS, RESERVATION_ROW_JOINS, reservation_rows_from
 from bookings.spans import Span
-from bookings.sql import NOW_PARAM, live
+from bookings.sql import NOW_PARAM
 from webhooks.models import EventType
 
 
@@ -73,8 +73,11 @@ def pieces(span: Span) -> list[Span]:
     return out
 
 
-# The live reservations on a calendar overlapping any of the touched spans, each with whether an
-# upstream block (of any connection) overlaps it now, and the first such block.
+# The held and committed reservations on a calendar that overlap any of the touched spans and have not
+# ended, each with the first upstream block (of any connection) over it now. Row-locked, and with no
+# condition on a hold's expiry: a heartbeat may be extending a hold that looks lapsed in this
+# statement's snapshot; the lock waits for it, and the caller judges liveness on the locked version.
+# The join runs through the (calendar_id, start_time) index, bounded like bookings.sql.overlaps().
 _LANDED_ON_SQL = f"""
 SELECT {RESERVATION_ROW_COLUMNS}, blocker.start_time, blocker.end_time, blocker.source
   FROM bookings_reservation r {RESERVATION_ROW_JOINS}
@@ -84,10 +87,13 @@ SELECT {RESERVATION_ROW_COLUMNS}, blocker.start_time, blocker.end_time, blocker.
          AND b.start_time > r.start_time - %(longest)s
        ORDER BY b.start_time LIMIT 1
   ) AS blocker ON true
- WHERE r.calendar_id = %(calendar)s AND {live("r", now=NOW_PARAM)}
-   AND EXISTS (SELECT 1 FROM unnest(%(starts)s::timestamptz[], %(ends)s::timestamptz[]) AS t(s, e)
-                WHERE r.start_time < t.e AND r.end_time > t.s)
+ WHERE r.id IN (
+       SELECT u.id FROM bookings_reservation u
+         JOIN unnest(%(starts)s::timestamptz[], %(ends)s::timestamptz[]) AS t(s, e)
+           ON u.start_time < t.e AND u.start_time > t.s - %(longest)s AND u.end_time > t.s
+        WHERE u.calendar_id = %(calendar)s AND u.status IN ('held', 'committed') AND u.end_time > {NOW_PARAM})
  ORDER BY r.id
+ FOR UPDATE OF r
 """
 
 _DELETE_BLOCKS_SQL = """
@@ -128,7 +134,7 @@ def upstream_blocks_replace(
                 "keys": [c.event_key for c in changes],
             },
         )
-        touched = [Span(start, end) for start, end in cursor.fetchall()]
+        removed = {Span(start, end) for start, end in cursor.fetchall()}
     new_blocks = [
         BusyBlock(
             calendar_id=calendar_id,
@@ -144,7 +150,11 @@ def upstream_blocks_replace(
     ]
     BusyBlock.objects.bulk_create(new_blocks, batch_size=1000)
     applied.blocks = len(new_blocks)
-    touched += [b.span for b in new_blocks]
+    added = {b.span for b in new_blocks}
+    # Only what changed needs settling: under an unchanged block no hold can be live (it was evicted,
+    # or refused, when the block came) and every booking is already flagged. A rebuild that changes
+    # nothing touches nothing.
+    touched = sorted(removed ^ added, key=lambda span: span.start)
     if touched:
         _settle(calendar_id=calendar_id, touched=touched, locked=set(locked), applied=applied)
     return applied
@@ -172,7 +182,14 @@ def _settle(*, calendar_id: int, touched: list[Span], locked: set[int], applied:
     rows = reservation_rows_from(values[:width] for values in found)
     blockers = {row.pk: values[width:] for row, values in zip(rows, found, strict=True)}
 
-    to_evict = sorted({r.hold_id for r in rows if r.status == ReservationStatus.HELD and blockers[r.pk][0]})
+    # Liveness is judged on the locked rows (a heartbeat that was in flight has committed by now).
+    to_evict = sorted(
+        {
+            r.hold_id
+            for r in rows
+            if r.status == ReservationStatus.HELD and r.is_live_at(now) and blockers[r.pk][0]
+        }
+    )
     if to_evict:
         calendars = set(
             Reservation.objects.filter(hold_id__in=to_evict).values_list("calendar_id", flat=True)
@@ -241,7 +258,8 @@ def _announce_eviction(
 
 
 def _flag_conflict(row: Reservation, *, blocker: dict[str, str], now: datetime, batch: InsertBatch) -> None:
-    Reservation.objects.filter(booking_id=row.booking_id).update(upstream_conflict_at=now)
+    # This calendar's row only: a booking spanning several linked calendars is flagged per calendar.
+    Reservation.objects.filter(pk=row.pk).update(upstream_conflict_at=now)
     row.upstream_conflict_at = now
     rows = [row]
     audit_reservation(
@@ -256,7 +274,7 @@ def _flag_conflict(row: Reservation, *, blocker: dict[str, str], now: datetime, 
 
 
 def _clear_conflict(row: Reservation, *, batch: InsertBatch) -> None:
-    Reservation.objects.filter(booking_id=row.booking_id).update(upstream_conflict_at=None)
+    Reservation.objects.filter(pk=row.pk).update(upstream_conflict_at=None)
     audit_reservation(
         AuditEvent.BOOKING_UPSTREAM_CONFLICT_RESOLVED,
         actor=None,

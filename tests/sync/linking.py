@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -9,7 +10,8 @@ from typing import Any
 from django.db import connection as db
 
 from bookings.models import BusyBlock
-from sync.models import Connection
+from sync.ingest import log_records
+from sync.models import Connection, IngestionRecord, RecordKind
 from tests.conftest import Persona, create_calendar, iso
 from tests.sync.radicale import CalDAVAccount, Human
 
@@ -61,10 +63,18 @@ def span(start: datetime, minutes: int = 30) -> dict[str, str]:
     return {"start_time": iso(start), "end_time": iso(start + timedelta(minutes=minutes))}
 
 
-def phone_event(uid: str, start: datetime, minutes: int = 30, *, sequence: int = 0, extra: str = "") -> str:
+def phone_event(
+    uid: str,
+    start: datetime,
+    minutes: int = 30,
+    *,
+    sequence: int = 0,
+    extra: str = "",
+    modified: datetime | None = None,
+) -> str:
     """A one-event VCALENDAR as a phone app writes it (LAST-MODIFIED now, as a real client sets it)."""
     fmt = "%Y%m%dT%H%M%SZ"
-    now = datetime.now(UTC)
+    now = modified or datetime.now(UTC)
     end = start + timedelta(minutes=minutes)
     return (
         "BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//Phone//Calendar//EN\r\nBEGIN:VEVENT\r\n"
@@ -114,3 +124,22 @@ def unflagged_bookings_under_blocks() -> list[tuple[Any, ...]]:
             """
         )
         return list(cursor.fetchall())
+
+
+def append(linked: Linked, *records: IngestionRecord) -> None:
+    """Records as if a fetch had logged them (tests of processing, without a server)."""
+    log_records(Connection.objects.get(pk=linked.pk), records)
+
+
+def resource(name: str, data: str) -> IngestionRecord:
+    return IngestionRecord(kind=RecordKind.RESOURCE, resource=name, etag=f'"{hash(data)}"', payload=data)
+
+
+def synced(linked: Linked, timeout: float = 20.0) -> None:
+    """Run a sync now, in this process; if a Celery worker's run holds the connection, wait for it."""
+    from sync.services import connection_sync
+
+    deadline = time.monotonic() + timeout
+    while (run := connection_sync(linked.pk)).outcome == "busy" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert run.outcome == "synced", run

@@ -11,12 +11,7 @@ from sync.ingest import ingestion_replay
 from sync.models import Connection, IngestionRecord, RecordKind
 from sync.services import connection_sync
 from tests.conftest import Persona, iso
-from tests.sync.linking import Linked, blocks_of, hour, phone_event, span, upstream_busy
-
-
-def synced(linked: Linked) -> None:
-    run = connection_sync(linked.pk)
-    assert run.outcome == "synced", run
+from tests.sync.linking import Linked, blocks_of, hour, phone_event, span, synced, upstream_busy
 
 
 def test_an_event_the_person_adds_blocks_holds_until_moved_or_deleted(linked: Linked, sdr: Persona) -> None:

@@ -6,23 +6,31 @@ from __future__ import annotations
 import random
 import threading
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connection as db
+from django.db import transaction
 
+from bookings.engine.statements import EXTEND_SQL
 from bookings.models import Reservation
 from sync.ingest import process_pending
+from sync.models import IngestionRecord, RecordKind
 from sync.services import connection_sync
 from tests.conftest import Persona, audit_rows, overlapping_live_pairs
 from tests.sync.linking import (
     Linked,
+    append,
     holds_under_blocks,
     hour,
+    link,
     phone_event,
+    resource,
     span,
+    synced,
     unflagged_bookings_under_blocks,
 )
+from tests.sync.radicale import DEFAULT_PASSWORD, DEFAULT_USER, CalDAVAccount, Human, RadicaleServer
 from tests.webhooks.conftest import Receiver, wait_until
 
 
@@ -49,7 +57,7 @@ def test_an_upstream_event_evicts_a_hold_and_flags_a_booking(
 
     linked.human.put("over-hold.ics", phone_event("over-hold", held_at - timedelta(minutes=15), 60))
     linked.human.put("over-booking.ics", phone_event("over-booking", booked_at + timedelta(minutes=15), 60))
-    assert connection_sync(linked.pk).outcome == "synced"
+    synced(linked)
 
     evicted = wait_until(lambda: receiver.of_type("hold.evicted"))[0].json["data"]
     assert evicted["hold"]["id"] == hold_id and evicted["hold"]["status"] == "evicted"
@@ -66,7 +74,7 @@ def test_an_upstream_event_evicts_a_hold_and_flags_a_booking(
 
     # Moved away upstream: the flag clears (and is audited); re-syncing changes nothing more.
     linked.human.delete("over-booking.ics")
-    assert connection_sync(linked.pk).outcome == "synced"
+    synced(linked)
     assert exec_assistant.client.get(f"/bookings/{booking_id}").json()["upstream_conflict"] is False
     assert len(audit_rows(event_type="calendar.booking.upstream_conflict.resolved")) == 1
     assert len(receiver.of_type("booking.upstream_conflict")) == 1
@@ -150,3 +158,72 @@ def test_processing_twice_at_once_applies_each_record_once(linked: Linked) -> No
     for thread in threads:
         thread.join()
     assert sorted(r.records for r in results if r is not None) == [2], "one processor took the records"
+
+
+def test_a_heartbeat_in_flight_cannot_slip_a_hold_under_a_new_block(linked: Linked, sdr: Persona) -> None:
+    """The hold looks lapsed to the ingestion's snapshot while a heartbeat that ran just before its
+    expiry has not committed yet: the ingestion's row lock waits for the heartbeat, sees the hold live,
+    and evicts it."""
+    at = hour(30)
+    hold = sdr.client.post(f"/calendars/{linked.calendar_id}/holds", json={**span(at), "ttl_seconds": 600})
+    assert hold.status_code == 201, hold.text
+    hold_id, token = hold.json()["id"], hold.json()["hold_token"]
+    Reservation.objects.filter(hold_id=hold_id).update(expires_at=datetime.now(UTC) + timedelta(seconds=1))
+    extended, finish = threading.Event(), threading.Event()
+
+    def heartbeat() -> None:
+        try:
+            with transaction.atomic(), db.cursor() as cursor:
+                cursor.execute(EXTEND_SQL, {"ttl": 600, "hold_id": hold_id})
+                assert cursor.fetchall(), "live at the heartbeat's clock"
+                extended.set()
+                finish.wait(10)  # the rest of the heartbeat's transaction
+        finally:
+            db.close()
+
+    def ingest() -> None:
+        try:
+            results.append(process_pending(linked.pk))
+        finally:
+            db.close()
+
+    results: list[Any] = []
+    beat = threading.Thread(target=heartbeat)
+    beat.start()
+    assert extended.wait(5)
+    time.sleep(1.2)  # the old expiry has passed; the heartbeat has not committed
+    append(linked, resource("/e.ics", phone_event("e", at - timedelta(minutes=10), 60)))
+    ingestion = threading.Thread(target=ingest)
+    ingestion.start()
+    time.sleep(0.5)
+    finish.set()
+    beat.join()
+    ingestion.join()
+
+    assert results[0] is not None and results[0].applied.evicted == [hold_id]
+    assert holds_under_blocks() == []
+    committed = sdr.client.post(f"/calendars/{linked.calendar_id}/commits", json={"hold_token": token})
+    assert committed.status_code != 201 and unflagged_bookings_under_blocks() == []
+
+
+def test_a_booking_on_two_linked_calendars_is_flagged_per_calendar(
+    linked: Linked, sdr: Persona, radicale: RadicaleServer, sync_settings: Any
+) -> None:
+    account = CalDAVAccount(radicale.new_calendar(), DEFAULT_USER, DEFAULT_PASSWORD)
+    bob = Human(account)
+    other = link(sdr, account, bob, name="Bob")
+    at = hour(30)
+    booking = sdr.client.post(
+        f"/calendars/{linked.calendar_id}/commits", json={**span(at), "also_calendars": [other.calendar_id]}
+    )
+    assert booking.status_code == 201, booking.text
+    append(linked, resource("/a.ics", phone_event("a", at)))
+    process_pending(linked.pk)
+    append(other, resource("/b.ics", phone_event("b", at)))
+    processed = process_pending(other.pk)
+    assert processed is not None and processed.applied.conflicted == [booking.json()["id"]], "B's own"
+    append(linked, IngestionRecord(kind=RecordKind.DELETED, resource="/a.ics"))
+    process_pending(linked.pk)
+    assert unflagged_bookings_under_blocks() == [], "B is still under its block, still flagged"
+    assert sdr.client.get(f"/bookings/{booking.json()['id']}").json()["upstream_conflict"] is True
+    bob.close()

@@ -108,7 +108,12 @@ def test_private_addresses_are_refused_unless_allowed(
     sdr: Persona, caldav_calendar: CalDAVAccount, calendar: dict[str, Any], settings: Any
 ) -> None:
     settings.SYNC_ALLOW_PRIVATE_TARGETS = False
-    for url in (caldav_calendar.url, "http://169.254.169.254/latest/", "http://localhost:5232/alice/cal/"):
+    for url in (
+        caldav_calendar.url,
+        "https://169.254.169.254/latest/",
+        "https://localhost:5232/alice/cal/",
+        "http://caldav.example.com/cal/",  # the app password would travel in clear
+    ):
         response = connect(sdr, calendar["id"], caldav_calendar, url=url)
         assert response.status_code == 400 and response.json()["error"] == "unsafe_upstream_url", url
     assert not Connection.objects.exists()

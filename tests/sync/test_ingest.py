@@ -8,19 +8,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from bookings.models import BusyBlock, Reservation
-from sync.ingest import ingestion_replay, log_records, process_pending
+from sync.ingest import ingestion_replay, process_pending
 from sync.models import Connection, IngestionRecord, RecordKind, UpstreamEvent
 from sync.services import connection_sync, sync_log_purge
 from tests.conftest import Persona, create_calendar
-from tests.sync.linking import Linked, blocks_of, hour, phone_event, span
-
-
-def append(linked: Linked, *records: IngestionRecord) -> None:
-    log_records(Connection.objects.get(pk=linked.pk), records)
-
-
-def resource(name: str, data: str) -> IngestionRecord:
-    return IngestionRecord(kind=RecordKind.RESOURCE, resource=name, etag=f'"{hash(data)}"', payload=data)
+from tests.sync.linking import Linked, append, blocks_of, hour, phone_event, resource, span
 
 
 def test_a_stale_copy_arriving_late_never_overwrites_a_newer_one(linked: Linked) -> None:
@@ -32,17 +24,19 @@ def test_a_stale_copy_arriving_late_never_overwrites_a_newer_one(linked: Linked)
     assert UpstreamEvent.objects.get(resource="/e.ics").sequence == 2
 
 
-def test_a_deletion_tombstones_and_an_older_copy_cannot_bring_it_back(linked: Linked) -> None:
-    at = hour(40)
-    append(linked, resource("/e.ics", phone_event("e", at, sequence=3)))
+def test_a_deletion_tombstones_and_a_late_copy_cannot_bring_it_back(linked: Linked) -> None:
+    at, then = hour(40), datetime.now(UTC) - timedelta(hours=1)
+    deleted_version = phone_event("e", at, sequence=3, modified=then)
+    append(linked, resource("/e.ics", deleted_version))
     process_pending(linked.pk)
     append(linked, IngestionRecord(kind=RecordKind.DELETED, resource="/e.ics"))
-    append(linked, resource("/e.ics", phone_event("e", at, sequence=2)))
+    append(linked, resource("/e.ics", deleted_version))  # the deleted version, delivered late
+    append(linked, resource("/e.ics", phone_event("e", at, sequence=2, modified=then - timedelta(hours=1))))
     process_pending(linked.pk)
     assert blocks_of(linked.pk) == set()
     assert UpstreamEvent.objects.get(resource="/e.ics").deleted_at is not None
-    # A newer version (restored and edited) does come back.
-    append(linked, resource("/e.ics", phone_event("e", at, sequence=4)))
+    # Re-created later (a new life: its SEQUENCE starts again at 0), it blocks again.
+    append(linked, resource("/e.ics", phone_event("e", at, sequence=0)))
     process_pending(linked.pk)
     assert len(blocks_of(linked.pk)) == 1
 
@@ -113,3 +107,18 @@ def test_an_upstream_event_evicts_a_multi_calendar_hold_whole(linked: Linked, sd
     assert sorted(r.status for r in rows) == ["evicted", "evicted"], "both calendars' rows, together"
     # The room is free again for someone else.
     assert sdr.client.post(f"/calendars/{other['id']}/commits", json=span(at)).status_code == 201
+
+
+def test_a_replay_rebuilds_from_nothing(linked: Linked) -> None:
+    append(linked, resource("/a.ics", phone_event("a", hour(30))))
+    process_pending(linked.pk)
+    BusyBlock.objects.create(
+        calendar_id=linked.connection.calendar_id,
+        source="caldav",
+        connection_id=linked.pk,
+        event_key="/not-in-the-log.ics",
+        start_time=hour(40),
+        end_time=hour(41),
+    )
+    ingestion_replay(linked.pk)
+    assert {key for _, _, key in blocks_of(linked.pk)} == {"/a.ics"}

@@ -23,7 +23,7 @@ from sync.models import Connection, IngestionRecord
 from sync.services import connection_sync
 from sync.tasks import sync_due
 from tests.conftest import test_database_url as child_database_url
-from tests.sync.linking import Linked, blocks_of, hour, phone_event
+from tests.sync.linking import Linked, blocks_of, hour, phone_event, synced
 from tests.webhooks.conftest import wait_until
 
 # Runs syncs of one connection back to back until killed (the worker under test).
@@ -83,7 +83,7 @@ def test_killing_the_worker_mid_sync_loses_nothing(linked: Linked, settings: Any
         interrupted += leased  # killed while holding the lease: mid-sync
 
     time.sleep(1.1)  # the last killed worker's lease lapses
-    assert connection_sync(linked.pk).outcome == "synced"
+    synced(linked)
     connection = Connection.objects.get(pk=linked.pk)
     assert (
         connection.processed_through

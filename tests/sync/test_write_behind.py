@@ -4,6 +4,7 @@ on cancel, and their echo never blocks them."""
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -11,10 +12,9 @@ from django.db import connection as db
 
 from sync import caldav
 from sync.models import Connection, ConnectionStatus, UpstreamCopy
-from sync.services import connection_sync
 from sync.writeback import write_behind
 from tests.conftest import Persona, audit_rows
-from tests.sync.linking import Linked, blocks_of, hour, link, span, upstream_busy
+from tests.sync.linking import Linked, blocks_of, hour, link, span, synced, upstream_busy
 from tests.sync.radicale import CalDAVAccount, FaultyProxy, Human
 from tests.webhooks.conftest import Receiver, wait_until
 
@@ -57,7 +57,7 @@ def test_a_booking_is_written_once_even_by_concurrent_runs_and_removed_on_cancel
     assert UpstreamCopy.objects.filter(booking_id=booking["id"]).count() == 1
 
     # The echo comes back on the next sync and is recognised: it blocks nothing, not even others.
-    assert connection_sync(linked.pk).outcome == "synced"
+    synced(linked)
     assert blocks_of(linked.pk) == set()
     start = hour(30)
     assert upstream_busy(sdr, linked.calendar_id, start, start + 2 * (start - start.replace(hour=0))) == []
@@ -146,3 +146,44 @@ _ICS = (
     "DTSTAMP:20270101T000000Z\r\nDTSTART:20270101T100000Z\r\nDTEND:20270101T103000Z\r\nEND:VEVENT\r\n"
     "END:VCALENDAR\r\n"
 )
+
+
+def test_a_copy_the_person_moved_blocks_where_they_put_it(
+    linked: Linked, sdr: Persona, exec_assistant: Persona
+) -> None:
+    at, moved = hour(30), hour(36)
+    booking = commit(sdr, linked)
+    synced(linked)  # writes the copy upstream, and reads its echo back (which blocks nothing)
+    name = f"{booking['id']}.ics"
+    copy = linked.human.get(name)
+    assert copy is not None
+    fmt = "%Y%m%dT%H%M%SZ"
+    linked.human.put(
+        name,
+        copy.replace(f"DTSTART:{at:{fmt}}", f"DTSTART:{moved:{fmt}}").replace(
+            f"DTEND:{at + timedelta(minutes=30):{fmt}}", f"DTEND:{moved + timedelta(minutes=30):{fmt}}"
+        ),
+    )
+    synced(linked)
+    taken = exec_assistant.client.post(f"/calendars/{linked.calendar_id}/commits", json=span(moved))
+    assert taken.status_code == 409, "the person's moved copy is their meeting now"
+    assert sdr.client.get(f"/bookings/{booking['id']}").json()["upstream_conflict"] is False
+
+
+def test_a_failing_write_does_not_slow_reading(
+    sdr: Persona, caldav_calendar: CalDAVAccount, human: Human, sync_settings: Any, faulty_proxy: FaultyProxy
+) -> None:
+    through = CalDAVAccount(
+        faulty_proxy.through(caldav_calendar.url), caldav_calendar.username, caldav_calendar.password
+    )
+    linked = link(sdr, through, human)
+    faulty_proxy.fail_next(403, times=100, methods={"PUT"})  # a read-only calendar
+    commit(sdr, linked)
+    for _ in range(3):
+        synced(linked)
+        connection = Connection.objects.get(pk=linked.pk)
+        assert connection.status == ConnectionStatus.FAILING and "403" in connection.last_error
+        assert connection.last_synced_at is not None
+        assert connection.next_sync_at - connection.last_synced_at <= timedelta(seconds=66), "no backoff"
+    assert connection.consecutive_failures == 3
+    assert len(audit_rows(event_type="sync.connection.failed")) == 1, "announced once"
