@@ -8,7 +8,8 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from agentcal.api.fields import OutputSerializer, StrictSerializer, validated
+from agentcal.api.fields import OutboundUrlField, OutputSerializer, StrictSerializer, validated
+from agentcal.api.schema import page_of
 from agentcal.api.views import AgentAPIView
 from agentcal.errors import NotFound
 from bookings.api import calendar_for
@@ -23,7 +24,7 @@ class ConnectionInput(StrictSerializer):
         choices=[Provider.CALDAV.value],
         help_text="`caldav` (Google and Microsoft 365 are connected by a signed-in person in the dashboard).",
     )
-    url = serializers.URLField(max_length=2048, help_text="The calendar collection's URL.")
+    url = OutboundUrlField(max_length=2048, help_text="The calendar collection's https URL.")
     username = serializers.CharField(max_length=320)
     password = serializers.CharField(
         max_length=1024, write_only=True, trim_whitespace=False, help_text="An app password; never returned."
@@ -69,7 +70,7 @@ class ConnectionListView(AgentAPIView):
     required_scopes = {"GET": Scope.CALENDARS_READ, "POST": Scope.CALENDARS_WRITE}
     audit_action = "sync.connection"
 
-    @extend_schema(responses={200: ConnectionOutput(many=True)})
+    @extend_schema(responses={200: page_of(ConnectionOutput)})
     def get(self, request: Request, calendar_id: str) -> Response:
         calendar = calendar_for(self.actor, calendar_id)
         connections = Connection.objects.filter(calendar=calendar).select_related("calendar")

@@ -9,7 +9,7 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from agentcal.api.fields import StrictSerializer, validated
+from agentcal.api.fields import OutboundUrlField, StrictSerializer, validated
 from agentcal.api.pagination import PageQuery
 from agentcal.api.schema import page_of
 from agentcal.api.views import AgentAPIView
@@ -26,14 +26,8 @@ _FAMILIES = sorted({value.split(".")[0] + ".*" for value in EventType.values})
 # --- Serializers --------------------------------------------------------------------------------------
 
 
-class WebhookUrlField(serializers.CharField):
-    """An http(s) URL; whether its host is a public address is the SSRF guard's call, at request time."""
-
-    PATTERN = "^[Hh][Tt][Tt][Pp][Ss]?://"
-
-
 class EndpointInput(StrictSerializer):
-    url = WebhookUrlField(max_length=2048)
+    url = OutboundUrlField(max_length=2048)
     events = serializers.ListField(
         child=serializers.ChoiceField(choices=sorted({*EventType.values, *_FAMILIES, "*"})),
         min_length=1,

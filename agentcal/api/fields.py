@@ -93,6 +93,14 @@ def _json_type_problem(field: serializers.Field, value: Any) -> str | None:
     return None
 
 
+class OutboundUrlField(serializers.CharField):
+    """A URL we will send requests to (a webhook target, an upstream calendar): only the scheme is
+    checked here; whether its host may be reached is the SSRF guard's call (webhooks/url_guard.py), when
+    it is used."""
+
+    PATTERN = "^[Hh][Tt][Tt][Pp][Ss]?://"
+
+
 class OneLineField(serializers.CharField):
     """Text without line breaks (as Python's str.splitlines() counts them)."""
 

@@ -92,6 +92,7 @@ WAIVED_REFUSALS: dict[tuple[str, str | None], str] = {
     ("invalid_range", None): "end after start, not in the past, an availability window of at most 62 days",
     ("booking_too_long", None): "the calendar's own max_booking_minutes and bucket count",
     ("unsafe_webhook_url", None): "the SSRF guard resolves the URL's host when the endpoint is created",
+    ("unsafe_upstream_url", None): "the SSRF guard resolves the URL's host, and upstream URLs must be https",
     ("invalid_request", "cursor"): "cursors are opaque and signed by the server",
 }
 # Checks that do not apply to an operation, with the reason.

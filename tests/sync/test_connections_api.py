@@ -86,7 +86,7 @@ def test_wrong_password_or_not_a_calendar_stores_nothing(
     [
         ({"provider": "google"}, "invalid_request"),
         ({"url": "ftp://example.com/cal"}, "unsafe_upstream_url"),
-        ({"url": "not a url"}, "invalid_request"),
+        ({"url": "not a url"}, "unsafe_upstream_url"),
         ({"password": ""}, "invalid_request"),
         ({"extra": 1}, "invalid_request"),
     ],
