@@ -276,6 +276,27 @@ SYNC_CREDENTIAL_KEYS = env_list("SYNC_CREDENTIAL_KEYS", [])
 SYNC_HORIZON_DAYS = env_int("SYNC_HORIZON_DAYS", 180, minimum=7)
 # CalDAV has no push: poll each connection this often (plus up to 10 % jitter).
 SYNC_CALDAV_INTERVAL_SECONDS = env_int("SYNC_CALDAV_INTERVAL_SECONDS", 60, minimum=5)
+# OAuth apps (register one with each provider; README, "Upstream calendars"). Base URLs are settings so
+# tests (the providers' fakes) and deployments behind an egress proxy can point them elsewhere.
+SYNC_GOOGLE_CLIENT_ID = env_str("SYNC_GOOGLE_CLIENT_ID", "") or ""
+SYNC_GOOGLE_CLIENT_SECRET = env_str("SYNC_GOOGLE_CLIENT_SECRET", "") or ""
+SYNC_GOOGLE_AUTH_URL = env_str("SYNC_GOOGLE_AUTH_URL", "https://accounts.google.com/o/oauth2/v2/auth") or ""
+SYNC_GOOGLE_TOKEN_URL = env_str("SYNC_GOOGLE_TOKEN_URL", "https://oauth2.googleapis.com/token") or ""
+SYNC_GOOGLE_API_URL = env_str("SYNC_GOOGLE_API_URL", "https://www.googleapis.com/calendar/v3/") or ""
+SYNC_MICROSOFT_CLIENT_ID = env_str("SYNC_MICROSOFT_CLIENT_ID", "") or ""
+SYNC_MICROSOFT_CLIENT_SECRET = env_str("SYNC_MICROSOFT_CLIENT_SECRET", "") or ""
+SYNC_MICROSOFT_TENANT = env_str("SYNC_MICROSOFT_TENANT", "common") or "common"
+SYNC_MICROSOFT_AUTHORITY_URL = (
+    env_str("SYNC_MICROSOFT_AUTHORITY_URL", "https://login.microsoftonline.com") or ""
+)
+SYNC_MICROSOFT_API_URL = env_str("SYNC_MICROSOFT_API_URL", "https://graph.microsoft.com/v1.0") or ""
+# Where providers deliver push notifications (must be reachable from the internet); defaults to the
+# dashboard's base URL. Without push, connections are polled.
+SYNC_PUSH_BASE_URL = (env_str("SYNC_PUSH_BASE_URL") or DASHBOARD_BASE_URL).rstrip("/")
+SYNC_PUSH_ENABLED = env_bool("SYNC_PUSH_ENABLED", True)
+# With push working, polling stays on as a fallback at this slower interval.
+SYNC_PUSH_FALLBACK_INTERVAL_SECONDS = env_int("SYNC_PUSH_FALLBACK_INTERVAL_SECONDS", 900, minimum=5)
+SYNC_OAUTH_INTERVAL_SECONDS = env_int("SYNC_OAUTH_INTERVAL_SECONDS", 120, minimum=5)
 # A sync run holds its connection's lease at most this long (a killed worker's lease lapses after it).
 SYNC_LEASE_SECONDS = env_int("SYNC_LEASE_SECONDS", 300, minimum=1)
 # How often beat looks for connections due a sync.

@@ -1,10 +1,13 @@
 from django.urls import include, path
 
 from agentcal.views import metrics
+from sync import push
 
 urlpatterns = [
     path("metrics", metrics, name="metrics"),
     path("v1/", include("agentcal.api.urls")),
+    # Providers' push notifications (not the agent API: no key; each carries its channel's secret).
+    path("hooks/google", push.google_notification, name="push-google"),
     path("auth/", include("accounts.urls")),
     path("", include("dashboard.urls")),
 ]

@@ -32,6 +32,7 @@ class AuditEvent(models.TextChoices):
     CONNECTION_DELETED = "sync.connection.deleted"
     CONNECTION_FAILED = "sync.connection.failed"
     CONNECTION_RECOVERED = "sync.connection.recovered"
+    PUSH_REJECTED = "sync.push.rejected"
     WEBHOOK_ENDPOINT_CREATED = "webhook.endpoint.created"
     WEBHOOK_ENDPOINT_DISABLED = "webhook.endpoint.disabled"
     WEBHOOK_DELIVERY_REPLAYED = "webhook.delivery.replayed"

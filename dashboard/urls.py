@@ -40,6 +40,17 @@ urlpatterns += [
         f"{W}/connections/<str:connection_id>/sync", connections.connection_sync_now, name="connection_sync"
     ),
     path(
+        f"{W}/calendars/<str:calendar_id>/connect/<str:provider>",
+        connections.connection_oauth_start,
+        name="connection_oauth_start",
+    ),
+    path(
+        f"{W}/calendars/<str:calendar_id>/connect/<str:provider>/pick",
+        connections.connection_oauth_pick,
+        name="connection_oauth_pick",
+    ),
+    path("oauth/<str:provider>/callback", connections.oauth_callback, name="oauth_callback"),
+    path(
         f"{W}/connections/<str:connection_id>/disconnect",
         connections.connection_disconnect,
         name="connection_disconnect",

@@ -17,8 +17,9 @@ from agentcal.metrics import SYNC_LAG_SECONDS
 from bookings.engine.upstream import NeedMoreLocks, UpstreamApplied, UpstreamChange, upstream_blocks_replace
 from bookings.models import Reservation
 from bookings.spans import Span
-from sync.ical import InvalidCalendarData, agentcal_booking_id, busy_intervals, event_version
-from sync.models import Connection, IngestionRecord, RecordKind, UpstreamEvent
+from sync.formats import SELF_ADDRESS, as_icalendar, is_series_part, version_of
+from sync.ical import InvalidCalendarData, agentcal_booking_id, busy_intervals
+from sync.models import Connection, IngestionRecord, Provider, RecordKind, UpstreamEvent
 
 # Blocks start this far back (an event in progress still blocks the rest of itself).
 HORIZON_PAST = timedelta(days=1)
@@ -39,7 +40,7 @@ def log_records(connection: Connection, records: Iterable[IngestionRecord]) -> N
         record.provider = connection.provider
         if record.kind == RecordKind.RESOURCE and record.payload:
             try:
-                version = event_version(record.payload)
+                version = version_of(connection.provider, record.payload)
             except InvalidCalendarData:
                 pass  # logged as received; processing records the problem on the event
             else:
@@ -156,6 +157,14 @@ def _fold(
             event.save()
         else:
             event.save(update_fields=["uid", "etag", "sequence", "modified", "record", "deleted_at"])
+    if not full and connection.provider == Provider.GOOGLE:
+        # A series' busy time is computed on its master, with its exceptions: a changed exception
+        # changes its master's blocks (and the other way round).
+        uids = {event.uid for event in changed.values() if event.uid}
+        for event in UpstreamEvent.objects.filter(connection=connection, uid__in=uids).select_related(
+            "record"
+        ):
+            changed.setdefault(event.resource, event)
     if full:
         return list(events.values()), True
     return list(changed.values()), False
@@ -201,10 +210,13 @@ def _spans(connection: Connection, event: UpstreamEvent, window: Span) -> list[S
     this calendar's own bookings, or if its data cannot be read (recorded on the event)."""
     if event.deleted_at is not None or event.record is None:
         return []
-    data = event.record.payload
-    problem, booking_id = "", ""
+    payload = event.record.payload
+    problem, booking_id, data = "", "", payload
     spans: list[Span] = []
     try:
+        if is_series_part(connection.provider, payload) and _series(connection, event, masters=True):
+            return []  # an exception of a series: its master's expansion places it
+        data = as_icalendar(connection.provider, payload, _series(connection, event, masters=False))
         booking_id = agentcal_booking_id(data) or ""
         own = _own_span(booking_id, connection) if booking_id else None
         if own is None:
@@ -228,6 +240,19 @@ def _spans(connection: Connection, event: UpstreamEvent, window: Span) -> list[S
     return spans
 
 
+def _series(connection: Connection, event: UpstreamEvent, *, masters: bool) -> list[str]:
+    """The payloads of the other live resources of the event's series (same UID): its masters, or all."""
+    if connection.provider != Provider.GOOGLE or not event.uid:
+        return []
+    siblings = (
+        UpstreamEvent.objects.filter(connection=connection, uid=event.uid, deleted_at=None)
+        .exclude(pk=event.pk)
+        .select_related("record")
+    )
+    payloads = [s.record.payload for s in siblings if s.record is not None]
+    return [p for p in payloads if not is_series_part(connection.provider, p)] if masters else payloads
+
+
 def _own_span(booking_id: str, connection: Connection) -> Span | None:
     """The span of our booking on this calendar that an upstream copy (the echo of write-behind) names."""
     row = (
@@ -240,7 +265,10 @@ def _own_span(booking_id: str, connection: Connection) -> Span | None:
 
 def _addresses(connection: Connection) -> frozenset[str]:
     """The calendar owner's own addresses: an invitation they declined does not block them."""
-    return frozenset({connection.username.lower()} if "@" in connection.username else set())
+    own = {SELF_ADDRESS}
+    if "@" in connection.username:
+        own.add(connection.username.lower())
+    return frozenset(own)
 
 
 def _lags(
@@ -250,6 +278,10 @@ def _lags(
     from the upstream modification to enforcement, never negative (the upstream clock may run ahead)."""
     if connection.last_synced_at is None:
         return []
+    if connection.last_push_at is not None and connection.last_push_at > connection.last_synced_at:
+        # A push told us: from the notification's arrival (the provider does not say when it changed).
+        changes = [r for r in records if r.kind != RecordKind.SNAPSHOT]
+        return [max(0.0, (enforced_at - connection.last_push_at).total_seconds())] if changes else []
     return [
         max(0.0, (enforced_at - record.modified).total_seconds())
         for record in records

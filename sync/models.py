@@ -27,6 +27,9 @@ class ConnectionStatus(models.TextChoices):
     PENDING = "pending"  # created; the first sync has not finished yet
     ACTIVE = "active"  # the last sync succeeded
     FAILING = "failing"  # the last sync or an upstream write failed; retrying with backoff
+    # The provider no longer honours the grant (revoked, password changed): nothing is retried until
+    # someone connects again.
+    REVOKED = "revoked"
 
 
 class Connection(models.Model):
@@ -38,9 +41,13 @@ class Connection(models.Model):
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="+")
     calendar = models.OneToOneField(Calendar, on_delete=models.CASCADE, related_name="upstream_connection")
     provider = models.CharField(max_length=16, choices=Provider.choices)
-    url = models.URLField(max_length=2048)
+    # CalDAV: the calendar collection's URL. OAuth providers: the account, and the calendar picked in it.
+    url = models.URLField(max_length=2048, blank=True)
     username = models.CharField(max_length=320, blank=True)
-    # The credentials, Fernet-encrypted (sync.credentials): never returned, never logged.
+    remote_calendar_id = models.CharField(max_length=1024, blank=True)
+    remote_calendar_name = models.CharField(max_length=400, blank=True)
+    # The credentials (a password; OAuth tokens and their expiry), Fernet-encrypted (sync.credentials):
+    # never returned, never logged.
     secret = models.TextField()
     # Who connected it: an agent through the API, or a signed-in person in the dashboard.
     created_by_agent = models.ForeignKey(
@@ -66,6 +73,16 @@ class Connection(models.Model):
     # The lease of the sync run in progress (at most one per connection; a killed run's lease lapses).
     lease_until = models.DateTimeField(null=True, blank=True)
     lease_token = models.CharField(max_length=32, blank=True)
+    # Push: the provider's channel (Google) or subscription (Microsoft) telling us to sync, and the
+    # sha256 of the secret it must present on every notification.
+    push_id = models.CharField(max_length=256, blank=True)
+    push_resource_id = models.CharField(max_length=256, blank=True)
+    push_secret_hash = models.CharField(max_length=64, blank=True)
+    push_expires_at = models.DateTimeField(null=True, blank=True)
+    last_push_at = models.DateTimeField(null=True, blank=True)
+    # Provider quota answers (429, rateLimitExceeded) seen, for the dashboard.
+    throttled_count = models.PositiveIntegerField(default=0)
+    throttled_streak = models.PositiveIntegerField(default=0)
     # The horizon the blocks were last expanded to (recurring events re-expand as it rolls on).
     expanded_until = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(db_default=Now())

@@ -1,8 +1,9 @@
 """Providers: how each kind of upstream calendar is read into the ingestion log and written to.
 
 A provider never touches blocks: `fetch` appends raw payloads to the log (with the provider's new
-change marker, in one transaction), and sync.ingest turns the log into blocks. Write-behind calls
-`put`/`remove` with our bookings' iCalendar data.
+change marker, in one transaction), and sync.ingest turns the log into blocks. Write-behind
+(sync.writeback) creates, updates and removes copies of our bookings through `*_copy`; a create never
+overwrites, so a second create of one booking finds the first (AlreadyThere is not an error).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Protocol
 
 import httpx
@@ -20,6 +22,7 @@ from django.db import transaction
 from agentcal.errors import UnsafeUpstreamUrl, UnsafeWebhookUrl, UpstreamUnreachable
 from sync import caldav
 from sync.credentials import unseal
+from sync.ical import booking_ics
 from sync.ingest import log_records
 from sync.models import Connection, IngestionRecord, Provider, RecordKind, UpstreamEvent
 from webhooks.url_guard import parse_webhook_url, resolve_pinned
@@ -31,12 +34,25 @@ class Fetched:
     full: bool
 
 
+@dataclass(frozen=True)
+class BookingCopy:
+    """One of our bookings as written upstream. Its name there derives from `booking_id`."""
+
+    booking_id: str
+    start: datetime
+    end: datetime
+    summary: str
+    description: str
+    sequence: int
+    stamp: datetime
+
+
 class LeaseLost(Exception):
     """The sync run's lease lapsed and another run took the connection: this run's fetch is dropped
     (its records and token are not committed), so two runs' logs never interleave."""
 
 
-def _store_marker(connection: Connection, lease_token: str | None, **marker: str) -> None:
+def store_marker(connection: Connection, lease_token: str | None, **marker: str) -> None:
     """Save the provider's new change marker with the records, if this run still holds the lease."""
     updated = Connection.objects.filter(pk=connection.pk)
     if lease_token is not None:
@@ -47,10 +63,12 @@ def _store_marker(connection: Connection, lease_token: str | None, **marker: str
 
 class UpstreamProvider(Protocol):
     def fetch(self, connection: Connection, *, lease_token: str | None = None) -> Fetched: ...
-    def put(
-        self, connection: Connection, name: str, ics: str, *, create: bool, etag: str | None
-    ) -> str | None: ...
-    def remove(self, connection: Connection, name: str) -> None: ...
+    def create_copy(self, connection: Connection, copy: BookingCopy) -> tuple[str, str | None]:
+        """Write a new copy; returns its name upstream and its version (None if already there)."""
+        ...
+
+    def update_copy(self, connection: Connection, name: str, copy: BookingCopy) -> str | None: ...
+    def remove_copy(self, connection: Connection, name: str) -> None: ...
 
 
 def check_target(url: str) -> str:
@@ -125,7 +143,7 @@ class CalDAVProvider:
             records.append(IngestionRecord(kind=RecordKind.SNAPSHOT, payload=json.dumps(members)))
         with transaction.atomic():
             log_records(connection, records)
-            _store_marker(connection, lease_token, sync_token=delta.sync_token)
+            store_marker(connection, lease_token, sync_token=delta.sync_token)
         return Fetched(records=len(records), full=full)
 
     def _fetch_by_etags(
@@ -148,21 +166,44 @@ class CalDAVProvider:
         records.append(IngestionRecord(kind=RecordKind.SNAPSHOT, payload=json.dumps(sorted(etags))))
         with transaction.atomic():
             log_records(connection, records)
-            _store_marker(connection, lease_token, ctag=ctag or "")
+            store_marker(connection, lease_token, ctag=ctag or "")
         return Fetched(records=len(records), full=True)
 
-    def put(
-        self, connection: Connection, name: str, ics: str, *, create: bool, etag: str | None
-    ) -> str | None:
+    def create_copy(self, connection: Connection, copy: BookingCopy) -> tuple[str, str | None]:
+        name = f"{copy.booking_id}.ics"
         with caldav_client(connection) as client:
-            return client.put(name, ics, create_only=create, if_match=None if create else etag)
+            try:
+                return name, client.put(name, _ics(copy), create_only=True)
+            except caldav.PreconditionFailed:
+                return name, None  # already there: an earlier or concurrent run wrote it
 
-    def remove(self, connection: Connection, name: str) -> None:
+    def update_copy(self, connection: Connection, name: str, copy: BookingCopy) -> str | None:
+        with caldav_client(connection) as client:
+            return client.put(name, _ics(copy))
+
+    def remove_copy(self, connection: Connection, name: str) -> None:
         with caldav_client(connection) as client:
             client.delete(name)
+
+
+def _ics(copy: BookingCopy) -> str:
+    return booking_ics(
+        uid=f"{copy.booking_id}@agentcal",
+        start=copy.start,
+        end=copy.end,
+        summary=copy.summary,
+        description=copy.description,
+        sequence=copy.sequence,
+        stamp=copy.stamp,
+        booking_id=copy.booking_id,
+    )
 
 
 def provider_for(connection: Connection) -> UpstreamProvider:
     if connection.provider == Provider.CALDAV:
         return CalDAVProvider()
+    if connection.provider == Provider.GOOGLE:
+        from sync.google_provider import GoogleProvider  # it builds on this module
+
+        return GoogleProvider()
     raise UpstreamUnreachable(f"No {connection.provider} support in this version.")

@@ -3,6 +3,7 @@ per connection), record failures so they surface, disconnect."""
 
 from __future__ import annotations
 
+import logging
 import random
 import secrets
 from dataclasses import dataclass, field
@@ -30,18 +31,31 @@ from audit.models import Outcome
 from audit.services import audit_record
 from bookings.engine.upstream import upstream_blocks_replace
 from bookings.models import Calendar
-from sync import caldav
+from sync import caldav, google
 from sync.credentials import CredentialsUnreadable, seal
 from sync.ingest import blocks_rebuild, horizon, process_pending
-from sync.models import Connection, ConnectionStatus, IngestionRecord, UpstreamEvent
+from sync.models import Connection, ConnectionStatus, IngestionRecord, Provider, UpstreamEvent
+from sync.oauth import Grant, GrantRevoked, seal_grant
 from sync.providers import LeaseLost, open_caldav, provider_for
 from sync.writeback import write_behind
 from webhooks.models import EventType
 from webhooks.outbox import outbox_emit
 from workspaces.actor import Actor
 
+logger = logging.getLogger(__name__)
+
 # Recurring events are expanded again once a day, as the horizon's end moves on.
 _ROLL_EVERY = timedelta(days=1)
+# Push channels are replaced this long before they expire.
+PUSH_RENEW_MARGIN = timedelta(days=1)
+# Errors an upstream provider answers with (a sync or write that failed, retried with backoff).
+UPSTREAM_ERRORS = (
+    caldav.CalDAVError,
+    google.GoogleError,
+    CredentialsUnreadable,
+    UpstreamUnreachable,
+    UnsafeUpstreamUrl,
+)
 # Failed syncs back off exponentially up to this.
 MAX_BACKOFF_SECONDS = 3600
 
@@ -97,6 +111,52 @@ def _connect(
                 actor=actor,
                 calendar_public_id=calendar.public_id,
                 details={"connection": connection.public_id, "provider": provider, "url": url},
+            )
+    except IntegrityError:
+        raise ConnectionExists(f"Calendar {calendar.public_id} is already linked.") from None
+    transaction.on_commit(lambda: request_sync(connection.pk))
+    return connection
+
+
+def connection_create_oauth(
+    *,
+    actor: Actor,
+    calendar: Calendar,
+    provider: str,
+    grant: Grant,
+    remote_calendar_id: str,
+    remote_calendar_name: str,
+    account: str,
+) -> Connection:
+    """Link a calendar to a calendar of an OAuth-connected account (the person consented and picked it
+    in the dashboard). Push is set up after the first sync, if this installation can receive it."""
+    try:
+        with transaction.atomic():
+            if Connection.objects.select_for_update().filter(calendar=calendar).exists():
+                raise ConnectionExists(
+                    f"Calendar {calendar.public_id} is already linked; disconnect it first."
+                )
+            connection = Connection.objects.create(
+                workspace=actor.workspace,
+                calendar=calendar,
+                provider=provider,
+                username=account,
+                remote_calendar_id=remote_calendar_id,
+                remote_calendar_name=remote_calendar_name,
+                secret=seal_grant(grant),
+                created_by_agent=actor.agent,
+                created_by_user=actor.user_email,
+            )
+            audit_record(
+                event_type=AuditEvent.CONNECTION_CREATED,
+                outcome=Outcome.SUCCESS,
+                actor=actor,
+                calendar_public_id=calendar.public_id,
+                details={
+                    "connection": connection.public_id,
+                    "provider": provider,
+                    "calendar": remote_calendar_name,
+                },
             )
     except IntegrityError:
         raise ConnectionExists(f"Calendar {calendar.public_id} is already linked.") from None
@@ -234,7 +294,15 @@ def _sync_leased(connection_id: int, lease: _Lease) -> SyncRun:
             blocks_rebuild(connection.pk)
     except LeaseLost:
         raise
-    except (caldav.CalDAVError, CredentialsUnreadable, UpstreamUnreachable, UnsafeUpstreamUrl) as exc:
+    except GrantRevoked as exc:
+        connection_revoked(connection, str(exc))
+        SYNC_RUNS.labels(connection.provider, "revoked").inc()
+        return SyncRun("revoked", error=str(exc))
+    except google.RateLimited as exc:
+        _throttled(connection, exc.retry_after)
+        SYNC_RUNS.labels(connection.provider, "throttled").inc()
+        return SyncRun("throttled", error=str(exc), retry_after=exc.retry_after)
+    except UPSTREAM_ERRORS as exc:
         retry_after = getattr(exc, "retry_after", None)
         connection_failed(connection, str(exc), retry_after=retry_after)
         SYNC_RUNS.labels(connection.provider, "failed").inc()
@@ -249,7 +317,11 @@ def _sync_leased(connection_id: int, lease: _Lease) -> SyncRun:
     try:
         lease.renew()
         write_behind(connection.pk)
-    except (caldav.CalDAVError, CredentialsUnreadable, UnsafeUpstreamUrl) as exc:
+        _keep_push_open(connection)
+    except GrantRevoked as exc:
+        connection_revoked(connection, str(exc))
+        return SyncRun("revoked", error=str(exc))
+    except UPSTREAM_ERRORS as exc:
         # Reading works: the person's busy time keeps its schedule; the failing write shows (and is
         # announced once, not on every run).
         _succeeded(connection, started, healthy=False)
@@ -261,17 +333,57 @@ def _sync_leased(connection_id: int, lease: _Lease) -> SyncRun:
 
 
 def _interval(connection: Connection) -> float:
-    return float(settings.SYNC_CALDAV_INTERVAL_SECONDS)
+    """How long until the next scheduled sync: CalDAV is polled; an OAuth provider with a live push
+    channel is polled only as a fallback, more slowly."""
+    if connection.provider == Provider.CALDAV:
+        return float(settings.SYNC_CALDAV_INTERVAL_SECONDS)
+    if connection.push_expires_at is not None and connection.push_expires_at > server_now():
+        return float(settings.SYNC_PUSH_FALLBACK_INTERVAL_SECONDS)
+    return float(settings.SYNC_OAUTH_INTERVAL_SECONDS)
+
+
+def _throttled(connection: Connection, retry_after: float | None) -> None:
+    """The provider asked us to slow down: not a failure, a pause. Exponential backoff with jitter per
+    connection (or what it asked for), counted for the dashboard."""
+    connection.refresh_from_db()
+    streak = connection.throttled_streak + 1
+    backoff = min(2.0**streak, MAX_BACKOFF_SECONDS) * random.uniform(1.0, 1.5)  # noqa: S311 (spreading load)
+    Connection.objects.filter(pk=connection.pk).update(
+        throttled_count=F("throttled_count") + 1,
+        throttled_streak=streak,
+        next_sync_at=server_now() + timedelta(seconds=max(backoff, retry_after or 0.0)),
+    )
+
+
+def connection_revoked(connection: Connection, error: str) -> None:
+    """The provider no longer honours the grant: stop (no retries: they cannot succeed), and say so
+    once (dashboard, audit, `connection.failed`)."""
+    with transaction.atomic():
+        changed = (
+            Connection.objects.filter(pk=connection.pk)
+            .exclude(status=ConnectionStatus.REVOKED)
+            .update(
+                status=ConnectionStatus.REVOKED,
+                last_error=f"Access was revoked or expired; connect the calendar again. ({error[:300]})",
+                last_error_at=server_now(),
+                push_expires_at=None,
+            )
+        )
+        if changed:
+            connection.refresh_from_db()
+            _announce_failure(connection, connection.last_error)
 
 
 def _succeeded(connection: Connection, started: datetime, *, healthy: bool = True) -> None:
     """The read side of a sync succeeded: schedule the next one. `healthy`: everything did (a failing
     connection recovers)."""
+    connection.refresh_from_db()  # the run may have opened a push channel, which changes the interval
     jitter = random.uniform(0, 0.1) * _interval(connection)  # noqa: S311 (spreading load, not security)
     was_failing = connection.status == ConnectionStatus.FAILING
     recovered = {"status": ConnectionStatus.ACTIVE, "consecutive_failures": 0, "last_error": ""}
     Connection.objects.filter(pk=connection.pk).update(
         last_synced_at=started,
+        throttled_streak=0,
         next_sync_at=started + timedelta(seconds=_interval(connection) + jitter),
         **(recovered if healthy else {}),
     )
@@ -307,23 +419,50 @@ def connection_failed(
             **({"next_sync_at": now + timedelta(seconds=delay)} if backoff else {}),
         )
         if failures == 1:
-            audit_record(
-                event_type=AuditEvent.CONNECTION_FAILED,
-                outcome=Outcome.FAILED,
-                actor=None,
-                workspace_id=connection.workspace_id,
-                calendar_public_id=connection.calendar.public_id,
-                failure_reason="upstream_error",
-                details={"connection": connection.public_id, "error": error[:500]},
-            )
-            if connection.created_by_agent_id is not None:
-                outbox_emit(
-                    event_type=EventType.CONNECTION_FAILED,
-                    workspace_id=connection.workspace_id,
-                    agent_id=connection.created_by_agent_id,
-                    data={"connection": connection_data(connection), "error": error[:500]},
-                )
+            connection.status = ConnectionStatus.FAILING
+            _announce_failure(connection, error)
     connection.refresh_from_db()
+
+
+def _announce_failure(connection: Connection, error: str) -> None:
+    """An audit row and `connection.failed` to the agent that linked it (people see the dashboard)."""
+    audit_record(
+        event_type=AuditEvent.CONNECTION_FAILED,
+        outcome=Outcome.FAILED,
+        actor=None,
+        workspace_id=connection.workspace_id,
+        calendar_public_id=connection.calendar.public_id,
+        failure_reason="upstream_revoked"
+        if connection.status == ConnectionStatus.REVOKED
+        else "upstream_error",
+        details={"connection": connection.public_id, "error": error[:500]},
+    )
+    if connection.created_by_agent_id is not None:
+        outbox_emit(
+            event_type=EventType.CONNECTION_FAILED,
+            workspace_id=connection.workspace_id,
+            agent_id=connection.created_by_agent_id,
+            data={"connection": connection_data(connection), "error": error[:500]},
+        )
+
+
+def _keep_push_open(connection: Connection) -> None:
+    """Open (or replace, a day before it expires) the provider's push channel, when this installation
+    can receive notifications. Best effort: without push, the schedule polls."""
+    if connection.provider != Provider.GOOGLE or not settings.SYNC_PUSH_ENABLED:
+        return
+    connection.refresh_from_db()
+    if (
+        connection.push_expires_at is not None
+        and connection.push_expires_at > server_now() + PUSH_RENEW_MARGIN
+    ):
+        return
+    from sync.google_provider import open_channel  # provider modules build on this one
+
+    try:
+        open_channel(connection)
+    except google.GoogleError as exc:
+        logger.warning("push channel for %s not opened: %s", connection.public_id, exc)
 
 
 def connection_data(connection: Connection) -> dict[str, object]:
@@ -343,6 +482,7 @@ def connections_due(limit: int = 100) -> list[int]:
     with transaction.atomic():
         due = list(
             Connection.objects.filter(next_sync_at__lte=Now())
+            .exclude(status=ConnectionStatus.REVOKED)
             .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=Now()))
             .order_by("next_sync_at")
             .select_for_update(skip_locked=True)

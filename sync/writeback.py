@@ -2,9 +2,10 @@
 whose calendar it is see them in their own apps.
 
 Reconciling, not replaying: each run compares the calendar's committed bookings with the copies
-recorded upstream (UpstreamCopy) and creates, rewrites or removes the difference. The resource name
-and UID derive from the booking id, and a create is `If-None-Match: *`, so a retried or concurrent
-run cannot write a booking twice: the second create gets 412 and adopts what is there.
+recorded upstream (UpstreamCopy) and creates, rewrites or removes the difference. The upstream name
+derives from the booking id and a create never overwrites (CalDAV `If-None-Match: *`, Google's
+client-supplied event id), so a retried or concurrent run cannot write a booking twice: the second
+create is refused and adopts what is there.
 """
 
 from __future__ import annotations
@@ -17,21 +18,11 @@ from django.db import IntegrityError
 
 from agentcal.clock import server_now
 from bookings.models import Reservation, ReservationStatus
-from sync import caldav
-from sync.ical import booking_ics
 from sync.models import Connection, UpstreamCopy
-from sync.providers import provider_for
+from sync.providers import BookingCopy, provider_for
 
 # Bookings that ended longer ago than this are left as they are upstream (history, not plans).
 WRITE_BEHIND_PAST = timedelta(days=1)
-
-
-def resource_name(booking_id: str) -> str:
-    return f"{booking_id}.ics"
-
-
-def event_uid(booking_id: str) -> str:
-    return f"{booking_id}@agentcal"
 
 
 @dataclass
@@ -42,22 +33,20 @@ class WriteBehind:
 
 
 def _fingerprint(row: Reservation) -> str:
-    return hashlib.sha256(
-        f"{row.start_time.isoformat()}|{row.end_time.isoformat()}|{row.title}".encode()
-    ).hexdigest()
+    state = f"{row.start_time.isoformat()}|{row.end_time.isoformat()}|{row.title}"
+    return hashlib.sha256(state.encode()).hexdigest()
 
 
-def _ics(row: Reservation, *, sequence: int, stamp: datetime) -> str:
+def _copy(row: Reservation, *, sequence: int, stamp: datetime) -> BookingCopy:
     assert row.booking_id is not None
-    return booking_ics(
-        uid=event_uid(row.booking_id),
+    return BookingCopy(
+        booking_id=row.booking_id,
         start=row.start_time,
         end=row.end_time,
         summary=row.title or "Booked by AgentCal",
         description=f"Booked by agent {row.agent.name} through AgentCal (booking {row.booking_id}).",
         sequence=sequence,
         stamp=stamp,
-        booking_id=row.booking_id,
     )
 
 
@@ -82,13 +71,9 @@ def write_behind(connection_id: int) -> WriteBehind:
         copy = copies.get(booking_id)
         fingerprint = _fingerprint(row)
         if copy is None:
-            name = resource_name(booking_id)
-            try:
-                etag = provider.put(
-                    connection, name, _ics(row, sequence=0, stamp=now), create=True, etag=None
-                )
-            except caldav.PreconditionFailed:
-                etag = None  # already there: an earlier or concurrent run wrote it
+            # Idempotent by construction: the upstream name comes from the booking id, and a second
+            # create finds it there (AlreadyThere) instead of writing it again.
+            name, etag = provider.create_copy(connection, _copy(row, sequence=0, stamp=now))
             try:
                 UpstreamCopy.objects.create(
                     connection=connection,
@@ -102,8 +87,9 @@ def write_behind(connection_id: int) -> WriteBehind:
             done.created.append(booking_id)
         elif copy.fingerprint != fingerprint:
             sequence = copy.sequence + 1
-            ics = _ics(row, sequence=sequence, stamp=now)
-            etag = provider.put(connection, copy.resource_name, ics, create=False, etag=None)
+            etag = provider.update_copy(
+                connection, copy.resource_name, _copy(row, sequence=sequence, stamp=now)
+            )
             UpstreamCopy.objects.filter(pk=copy.pk).update(
                 etag=etag or "", fingerprint=fingerprint, sequence=sequence
             )
@@ -111,7 +97,7 @@ def write_behind(connection_id: int) -> WriteBehind:
     for booking_id, copy in copies.items():
         if booking_id in wanted or _still_committed(booking_id):
             continue
-        provider.remove(connection, copy.resource_name)
+        provider.remove_copy(connection, copy.resource_name)
         UpstreamCopy.objects.filter(pk=copy.pk).delete()
         done.removed.append(booking_id)
     return done

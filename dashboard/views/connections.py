@@ -9,21 +9,27 @@ the form a refused attempt is shown again with.
 from __future__ import annotations
 
 import math
+import secrets
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from django import forms
+from django.conf import settings
 from django.contrib import messages
+from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponse
-from django.shortcuts import redirect
+from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from accounts.models import Membership
 from agentcal.errors import AgentCalError
 from bookings.models import Calendar, UpstreamSource
 from dashboard.access import workspace_page
 from dashboard.http import DashboardRequest
 from sync.models import Connection, ConnectionStatus, Provider, UpstreamEvent
-from sync.services import connection_create, connection_delete, request_sync
+from sync.oauth import OAuthApp, app_for, grant_from_secret, oauth_apps, pkce_pair, seal_grant
+from sync.services import connection_create, connection_create_oauth, connection_delete, request_sync
 from workspaces.models import Workspace
 
 # How people name each provider ("CalDAV busy", "Microsoft 365").
@@ -57,6 +63,7 @@ class ConnectionPanel:
     can_manage: bool
     now: datetime  # the database's clock, as the rest of the page
     form: ConnectForm
+    oauth_apps: list[OAuthApp] = field(default_factory=list)
     unreadable_count: int = 0
     unreadable: list[UpstreamEvent] = field(default_factory=list)
 
@@ -94,6 +101,7 @@ def connection_panel(
         can_manage=request.membership.can_manage,
         now=now,
         form=form or ConnectForm(),
+        oauth_apps=oauth_apps(),
     )
     if connection is not None:
         unreadable = UpstreamEvent.objects.filter(connection=connection, deleted_at=None).exclude(problem="")
@@ -175,4 +183,145 @@ def connection_disconnect(
         request,
         f"{calendar.name} is no longer linked to {connection.url}; its events stopped blocking agents.",
     )
+    return redirect("dashboard:calendar", workspace.slug, calendar.public_id)
+
+
+# --- OAuth providers (Google Calendar): consent at the provider, then pick the calendar -------------------
+
+# Consents started but not finished, per session (the state parameter is bound to the session: a
+# callback carrying another session's state is refused).
+_PENDING = "sync_oauth_pending"
+_GRANTED = "sync_oauth_granted"
+MAX_PENDING = 5
+
+
+def oauth_redirect_uri(provider: str) -> str:
+    return f"{settings.DASHBOARD_BASE_URL}{reverse('dashboard:oauth_callback', args=[provider])}"
+
+
+@require_POST
+@workspace_page(manage=True)
+def connection_oauth_start(
+    request: DashboardRequest, workspace: Workspace, calendar_id: str, provider: str
+) -> HttpResponse:
+    calendar = calendar_in(workspace, calendar_id)
+    try:
+        app = app_for(provider)
+    except AgentCalError as exc:
+        messages.error(request, exc.detail)
+        return redirect("dashboard:calendar", workspace.slug, calendar.public_id)
+    verifier, challenge = pkce_pair()
+    state = secrets.token_urlsafe(32)
+    pending = dict(list(request.session.get(_PENDING, {}).items())[-(MAX_PENDING - 1) :])
+    pending[state] = {
+        "workspace": workspace.slug,
+        "calendar": calendar.public_id,
+        "provider": provider,
+        "verifier": verifier,
+    }
+    request.session[_PENDING] = pending
+    return redirect(
+        app.authorization_url(
+            state=state, code_challenge=challenge, redirect_uri=oauth_redirect_uri(provider)
+        )
+    )
+
+
+@login_required
+def oauth_callback(request: DashboardRequest, provider: str) -> HttpResponse:
+    """The provider sends the person back here with a code (or an error). Exchange it, list their
+    calendars, and ask which one to link."""
+    pending = request.session.get(_PENDING, {})
+    started = pending.pop(request.GET.get("state", ""), None)
+    request.session[_PENDING] = pending
+    if started is None or started["provider"] != provider:
+        return render(
+            request,
+            "dashboard/calendars/oauth_problem.html",
+            {
+                "problem": "This sign-in did not start here, or it was already used. "
+                "Start again from the calendar."
+            },
+            status=400,
+        )
+    back = reverse("dashboard:calendar", args=[started["workspace"], started["calendar"]])
+    membership = (
+        Membership.objects.select_related("workspace")
+        .filter(user=request.user.pk, workspace__slug=started["workspace"])
+        .first()
+    )
+    if membership is None or not membership.can_manage:
+        raise Http404("No such workspace")
+    if "error" in request.GET:
+        messages.error(
+            request, f"{provider_name(provider)} did not grant access ({request.GET['error'][:80]})."
+        )
+        return redirect(back)
+    app = app_for(provider)
+    try:
+        grant = app.exchange(
+            code=request.GET.get("code", ""),
+            code_verifier=started["verifier"],
+            redirect_uri=oauth_redirect_uri(provider),
+        )
+        calendars = app.calendars(grant.access_token)
+    except Exception as exc:  # the provider's own errors: shown, never a 500
+        messages.error(request, f"{provider_name(provider)} refused the sign-in: {exc}")
+        return redirect(back)
+    granted_id = secrets.token_urlsafe(16)
+    request.session[_GRANTED] = {
+        granted_id: {
+            **started,
+            "grant": seal_grant(grant),
+            "calendars": [{"id": c.id, "name": c.name, "primary": c.primary} for c in calendars],
+        }
+    }
+    return render(
+        request,
+        "dashboard/calendars/oauth_pick.html",
+        {
+            "workspace": membership.workspace,
+            "calendar": calendar_in(membership.workspace, started["calendar"]),
+            "provider_label": app.label,
+            "provider": provider,
+            "granted_id": granted_id,
+            "choices": calendars,
+        },
+    )
+
+
+@require_POST
+@workspace_page(manage=True)
+def connection_oauth_pick(
+    request: DashboardRequest, workspace: Workspace, calendar_id: str, provider: str
+) -> HttpResponse:
+    calendar = calendar_in(workspace, calendar_id)
+    granted = request.session.get(_GRANTED, {}).pop(request.POST.get("granted", ""), None)
+    request.session.modified = True
+    if granted is None or (granted["workspace"], granted["calendar"]) != (workspace.slug, calendar.public_id):
+        messages.error(request, "That consent has expired; connect again.")
+        return redirect("dashboard:calendar", workspace.slug, calendar.public_id)
+    chosen = next((c for c in granted["calendars"] if c["id"] == request.POST.get("remote_calendar")), None)
+    if chosen is None:
+        messages.error(request, "Pick one of the calendars offered.")
+        return redirect("dashboard:calendar", workspace.slug, calendar.public_id)
+    account = next((c["id"] for c in granted["calendars"] if c["primary"]), "")
+    try:
+        connection_create_oauth(
+            actor=request.actor,
+            calendar=calendar,
+            provider=provider,
+            grant=grant_from_secret(granted["grant"]),
+            remote_calendar_id=chosen["id"],
+            remote_calendar_name=chosen["name"],
+            account=account,
+        )
+    except AgentCalError as exc:
+        messages.error(request, exc.detail)
+    else:
+        messages.success(
+            request,
+            f"{calendar.name} is linked to {chosen['name']} ({provider_name(provider)}). The first sync is "
+            "on its way; from then on the events there block agents here.",
+        )
     return redirect("dashboard:calendar", workspace.slug, calendar.public_id)

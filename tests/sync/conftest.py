@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Persona
+from tests.sync.google_fake import GoogleFake
 from tests.sync.linking import Linked, link
 from tests.sync.radicale import (
     DEFAULT_PASSWORD,
@@ -61,3 +62,28 @@ def sync_settings(settings: Any) -> Any:
 def linked(sdr: Persona, caldav_calendar: CalDAVAccount, human: Human, sync_settings: Any) -> Linked:
     """The SDR's new calendar, linked through the API to the human's Radicale calendar."""
     return link(sdr, caldav_calendar, human)
+
+
+@pytest.fixture
+def google_fake() -> Iterator[GoogleFake]:
+    fake = GoogleFake()
+    yield fake
+    fake.close()
+
+
+@pytest.fixture
+def google_settings(settings: Any, google_fake: GoogleFake, live_server: Any) -> Any:
+    """AgentCal's Google app registered with the fake, and push delivered to the live server."""
+    settings.SYNC_GOOGLE_CLIENT_ID = "agentcal-tests.apps.googleusercontent.com"
+    settings.SYNC_GOOGLE_CLIENT_SECRET = "agentcal-tests-secret"
+    settings.SYNC_GOOGLE_AUTH_URL = google_fake.auth_url
+    settings.SYNC_GOOGLE_TOKEN_URL = google_fake.token_url
+    settings.SYNC_GOOGLE_API_URL = google_fake.api_url
+    settings.SYNC_PUSH_BASE_URL = live_server.url
+    settings.DASHBOARD_BASE_URL = live_server.url
+    google_fake.register_client(
+        settings.SYNC_GOOGLE_CLIENT_ID,
+        settings.SYNC_GOOGLE_CLIENT_SECRET,
+        {f"{live_server.url}/oauth/google/callback"},
+    )
+    return settings
