@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db import transaction
@@ -50,6 +51,7 @@ class OAuthApp(Protocol):
     label: str
 
     def configured(self) -> bool: ...
+    def authorization_origin(self) -> str: ...
     def authorization_url(self, *, state: str, code_challenge: str, redirect_uri: str) -> str: ...
     def exchange(self, *, code: str, code_verifier: str, redirect_uri: str) -> Grant: ...
     def refresh(self, refresh_token: str) -> Grant: ...
@@ -62,6 +64,9 @@ class GoogleApp:
 
     def configured(self) -> bool:
         return bool(settings.SYNC_GOOGLE_CLIENT_ID and settings.SYNC_GOOGLE_CLIENT_SECRET)
+
+    def authorization_origin(self) -> str:
+        return _origin(settings.SYNC_GOOGLE_AUTH_URL)
 
     def authorization_url(self, *, state: str, code_challenge: str, redirect_uri: str) -> str:
         return google.authorization_url(
@@ -103,6 +108,11 @@ class GoogleApp:
 
 
 _APPS: dict[str, OAuthApp] = {Provider.GOOGLE: GoogleApp()}
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
 
 
 def oauth_apps() -> list[OAuthApp]:

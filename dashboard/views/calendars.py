@@ -31,7 +31,13 @@ from bookings.models import (
 from bookings.spans import Span
 from dashboard.access import page_context, workspace_page
 from dashboard.http import DashboardRequest
-from dashboard.views.connections import ConnectForm, calendar_in, connection_panel, provider_name
+from dashboard.views.connections import (
+    ConnectForm,
+    allow_oauth_forms,
+    calendar_in,
+    connection_panel,
+    provider_name,
+)
 from workspaces.models import Workspace
 
 TIMELINE_POLL_SECONDS = 5
@@ -382,4 +388,4 @@ def render_calendar(
         # Two things poll this page: the timeline, and the panel of a linked calendar (its sync status).
         panel_polled = request.htmx.target == "connection-panel"
         template = "dashboard/calendars/_connection.html" if panel_polled else template + "#timeline"
-    return render(request, template, context, status=status)
+    return allow_oauth_forms(render(request, template, context, status=status))
