@@ -61,7 +61,9 @@ def test_owner_connects_google_calendar_through_consent_and_picks_the_calendar(
     page.wait_for_url(f"{base}/auth/passkeys")
 
     workspace = Workspace.objects.get(slug="acme")
-    agent = Agent.objects.create(workspace=workspace, name="SDR bot", slug="sdr", priority=100, max_priority=100)
+    agent = Agent.objects.create(
+        workspace=workspace, name="SDR bot", slug="sdr", priority=100, max_priority=100
+    )
     calendar = engine.calendar_create(actor=Actor(workspace=workspace, agent=agent), name="Olivia")
     page.goto(f"{base}/w/acme/calendars/{calendar.public_id}")
 
