@@ -280,3 +280,27 @@ def test_tokens_are_refreshed_before_they_expire_and_a_revoked_grant_stops_once(
     from sync.services import connections_due
 
     assert glinked.pk not in connections_due(), "never retried on its own"
+
+
+def test_a_channel_is_replaced_before_it_expires_and_polling_covers_no_push(
+    glinked: GoogleLinked, settings: Any
+) -> None:
+    synced(glinked)
+    first = Connection.objects.get(pk=glinked.pk).push_id
+    # Less than a day left: the next sync opens a new channel and stops the old one.
+    Connection.objects.filter(pk=glinked.pk).update(
+        push_expires_at=datetime.now(Connection.objects.get(pk=glinked.pk).created_at.tzinfo)
+        + timedelta(hours=2)
+    )
+    synced(glinked)
+    second = Connection.objects.get(pk=glinked.pk).push_id
+    assert second != first and glinked.fake.channels(GOOGLE_CALENDAR) == [second]
+
+    # Without push (an installation Google cannot reach), the connection is polled more often.
+    settings.SYNC_PUSH_ENABLED = False
+    Connection.objects.filter(pk=glinked.pk).update(push_id="", push_expires_at=None)
+    synced(glinked)
+    connection = Connection.objects.get(pk=glinked.pk)
+    assert connection.last_synced_at is not None
+    interval = connection.next_sync_at - connection.last_synced_at
+    assert timedelta(seconds=120) <= interval <= timedelta(seconds=132)
