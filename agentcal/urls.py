@@ -8,6 +8,8 @@ urlpatterns = [
     path("v1/", include("agentcal.api.urls")),
     # Providers' push notifications (not the agent API: no key; each carries its channel's secret).
     path("hooks/google", push.google_notification, name="push-google"),
+    path("hooks/microsoft", push.microsoft_notification, name="push-microsoft"),
+    path("hooks/microsoft/lifecycle", push.microsoft_lifecycle, name="push-microsoft-lifecycle"),
     path("auth/", include("accounts.urls")),
     path("", include("dashboard.urls")),
 ]

@@ -18,10 +18,10 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
+from contextlib import suppress
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import transaction
@@ -39,22 +39,35 @@ CHANNEL_TTL = timedelta(days=7)
 MAX_PAGES = 400
 
 
-@contextmanager
-def google_client(connection: Connection) -> Iterator[google.GoogleCalendarClient]:
-    token = fresh_access_token(connection)
-    with google.GoogleCalendarClient(token, api_url=settings.SYNC_GOOGLE_API_URL) as client:
-        yield client
+T = TypeVar("T")
+
+
+def with_client(connection: Connection, work: Callable[[google.GoogleCalendarClient], T]) -> T:
+    """Run `work` with a client holding a fresh access token; if Google refuses the token before its
+    time (401), refresh it once and run `work` again."""
+    for attempt in range(2):
+        token = fresh_access_token(connection, force=attempt > 0)
+        with google.GoogleCalendarClient(token, api_url=settings.SYNC_GOOGLE_API_URL) as client:
+            try:
+                return work(client)
+            except google.Unauthorized:
+                if attempt:
+                    raise
+    raise AssertionError("unreachable")
 
 
 class GoogleProvider:
     def fetch(self, connection: Connection, *, lease_token: str | None = None) -> Fetched:
-        with google_client(connection) as client:
-            full = not connection.sync_token
+        def listing(client: google.GoogleCalendarClient) -> tuple[list[dict[str, Any]], str, bool]:
             try:
-                items, sync_token = _all_pages(client, connection, connection.sync_token or None)
+                return (
+                    *_all_pages(client, connection, connection.sync_token or None),
+                    not connection.sync_token,
+                )
             except google.SyncTokenGone:
-                items, sync_token = _all_pages(client, connection, None)
-                full = True
+                return (*_all_pages(client, connection, None), True)
+
+        items, sync_token, full = with_client(connection, listing)
         records = [_record(item) for item in items]
         if full:
             present = sorted(r.resource for r in records if r.kind == RecordKind.RESOURCE)
@@ -65,46 +78,53 @@ class GoogleProvider:
         return Fetched(records=len(records), full=full)
 
     def create_copy(self, connection: Connection, copy: BookingCopy) -> tuple[str, str | None]:
-        event_id = google.event_id_for(copy.booking_id)
-        with google_client(connection) as client:
-            try:
-                created = client.insert(connection.remote_calendar_id, {"id": event_id, **_event(copy)})
-            except google.Conflict:
-                # The id is taken: an earlier or concurrent run wrote it, or it was written and then
-                # deleted upstream (Google never frees an id). A deleted copy is brought back.
-                existing = client.get(connection.remote_calendar_id, event_id)
-                if existing is None or existing.get("status") != "cancelled":
-                    return event_id, None
-                restored = client.update(
-                    connection.remote_calendar_id, event_id, {**existing, **_event(copy)}, etag=None
-                )
-                return event_id, str(restored.get("etag") or "")
-        return event_id, str(created.get("etag") or "")
+        return with_client(connection, lambda client: _create(client, connection, copy))
 
     def update_copy(self, connection: Connection, name: str, copy: BookingCopy) -> str | None:
-        """Rewrite with If-Match on the version read just before; if the person changed it in between
-        (412), read again and apply once more."""
-        with google_client(connection) as client:
-            for _ in range(3):
-                current = client.get(connection.remote_calendar_id, name)
-                if current is None:
-                    created = client.insert(connection.remote_calendar_id, {"id": name, **_event(copy)})
-                    return str(created.get("etag") or "")
-                try:
-                    updated = client.update(
-                        connection.remote_calendar_id,
-                        name,
-                        {**current, **_event(copy)},
-                        etag=str(current.get("etag") or "") or None,
-                    )
-                except google.PreconditionFailed:
-                    continue
-                return str(updated.get("etag") or "")
-        raise google.PreconditionFailed("the event kept changing while we rewrote it", status=412)
+        return with_client(connection, lambda client: _update(client, connection, name, copy))
 
     def remove_copy(self, connection: Connection, name: str) -> None:
-        with google_client(connection) as client:
-            client.delete(connection.remote_calendar_id, name)
+        with_client(connection, lambda client: client.delete(connection.remote_calendar_id, name))
+
+
+def _create(
+    client: google.GoogleCalendarClient, connection: Connection, copy: BookingCopy
+) -> tuple[str, str | None]:
+    event_id = google.event_id_for(copy.booking_id)
+    try:
+        created = client.insert(connection.remote_calendar_id, {"id": event_id, **_event(copy)})
+    except google.Conflict:
+        # The id is taken: an earlier or concurrent run wrote it, or it was written and then deleted
+        # upstream (Google never frees an id). A deleted copy is brought back.
+        existing = client.get(connection.remote_calendar_id, event_id)
+        if existing is None or existing.get("status") != "cancelled":
+            return event_id, None
+        restored = client.update(
+            connection.remote_calendar_id, event_id, {**existing, **_event(copy)}, etag=None
+        )
+        return event_id, str(restored.get("etag") or "")
+    return event_id, str(created.get("etag") or "")
+
+
+def _update(client: google.GoogleCalendarClient, connection: Connection, name: str, copy: BookingCopy) -> str:
+    """Rewrite with If-Match on the version read just before; if the person changed it in between
+    (412), read again and apply once more."""
+    for _ in range(3):
+        current = client.get(connection.remote_calendar_id, name)
+        if current is None:
+            created = client.insert(connection.remote_calendar_id, {"id": name, **_event(copy)})
+            return str(created.get("etag") or "")
+        try:
+            updated = client.update(
+                connection.remote_calendar_id,
+                name,
+                {**current, **_event(copy)},
+                etag=str(current.get("etag") or "") or None,
+            )
+        except google.PreconditionFailed:
+            continue
+        return str(updated.get("etag") or "")
+    raise google.PreconditionFailed("the event kept changing while we rewrote it", status=412)
 
 
 def _all_pages(
@@ -165,24 +185,31 @@ def open_channel(connection: Connection) -> None:
     Connection.objects.filter(pk=connection.pk).update(
         push_id=channel_id, push_resource_id="", push_secret_hash=push_secret_hash(token)
     )
-    with google_client(connection) as client:
-        channel = client.watch(
+    channel = with_client(
+        connection,
+        lambda client: client.watch(
             connection.remote_calendar_id,
             channel_id=channel_id,
             address=f"{settings.SYNC_PUSH_BASE_URL}/hooks/google",
             token=token,
             ttl_seconds=int(CHANNEL_TTL.total_seconds()),
-        )
-        Connection.objects.filter(pk=connection.pk, push_id=channel_id).update(
-            push_resource_id=channel.resource_id, push_expires_at=channel.expiration
-        )
-        if old[0]:
-            with suppress(google.NotFound):  # it had expired already
-                client.stop(channel_id=old[0], resource_id=old[1])
+        ),
+    )
+    Connection.objects.filter(pk=connection.pk, push_id=channel_id).update(
+        push_resource_id=channel.resource_id, push_expires_at=channel.expiration
+    )
+    if old[0]:
+        _stop(connection, *old)
 
 
 def close_channel(connection: Connection) -> None:
-    if not connection.push_id:
-        return
-    with google_client(connection) as client, suppress(google.NotFound):
-        client.stop(channel_id=connection.push_id, resource_id=connection.push_resource_id)
+    if connection.push_id:
+        _stop(connection, connection.push_id, connection.push_resource_id)
+
+
+def _stop(connection: Connection, channel_id: str, resource_id: str) -> None:
+    def stop(client: google.GoogleCalendarClient) -> None:
+        with suppress(google.NotFound):  # it had expired already
+            client.stop(channel_id=channel_id, resource_id=resource_id)
+
+    with_client(connection, stop)

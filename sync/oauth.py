@@ -1,5 +1,5 @@
-"""OAuth-connected providers (Google Calendar; Microsoft 365 joins on the same terms): the app
-registered with each provider, the authorization-code flow with PKCE, and fresh access tokens.
+"""OAuth-connected providers (Google Calendar, Microsoft 365): the app registered with each provider,
+the authorization-code flow with PKCE, and fresh access tokens.
 
 Tokens live in the connection's sealed secret (sync.credentials) as `{access_token, refresh_token,
 expires_at}`. An access token is refreshed shortly before it expires, under the connection's row
@@ -19,7 +19,7 @@ from django.db import transaction
 
 from agentcal.clock import isoformat_z
 from agentcal.errors import InvalidRequest
-from sync import google
+from sync import google, microsoft
 from sync.credentials import seal, unseal
 from sync.models import Connection, Provider
 
@@ -107,7 +107,62 @@ class GoogleApp:
         return [CalendarChoice(c.id, c.summary, c.primary) for c in writable]
 
 
-_APPS: dict[str, OAuthApp] = {Provider.GOOGLE: GoogleApp()}
+class MicrosoftApp:
+    """An app registered in Microsoft Entra (the identity platform's v2.0 endpoints, for the tenant in
+    SYNC_MICROSOFT_TENANT: `common` takes work, school and personal accounts)."""
+
+    provider = Provider.MICROSOFT.value
+    label = "Microsoft 365"
+
+    def configured(self) -> bool:
+        return bool(settings.SYNC_MICROSOFT_CLIENT_ID and settings.SYNC_MICROSOFT_CLIENT_SECRET)
+
+    def authorization_origin(self) -> str:
+        return _origin(settings.SYNC_MICROSOFT_AUTHORITY_URL)
+
+    def authorization_url(self, *, state: str, code_challenge: str, redirect_uri: str) -> str:
+        return microsoft.authorization_url(
+            authority_url=settings.SYNC_MICROSOFT_AUTHORITY_URL,
+            tenant=settings.SYNC_MICROSOFT_TENANT,
+            client_id=settings.SYNC_MICROSOFT_CLIENT_ID,
+            redirect_uri=redirect_uri,
+            state=state,
+            code_challenge=code_challenge,
+        )
+
+    def exchange(self, *, code: str, code_verifier: str, redirect_uri: str) -> Grant:
+        tokens = microsoft.exchange_code(
+            authority_url=settings.SYNC_MICROSOFT_AUTHORITY_URL,
+            tenant=settings.SYNC_MICROSOFT_TENANT,
+            client_id=settings.SYNC_MICROSOFT_CLIENT_ID,
+            client_secret=settings.SYNC_MICROSOFT_CLIENT_SECRET,
+            code=code,
+            code_verifier=code_verifier,
+            redirect_uri=redirect_uri,
+        )
+        return Grant(tokens.access_token, tokens.refresh_token, tokens.expires_at)
+
+    def refresh(self, refresh_token: str) -> Grant:
+        try:
+            tokens = microsoft.refresh(
+                authority_url=settings.SYNC_MICROSOFT_AUTHORITY_URL,
+                tenant=settings.SYNC_MICROSOFT_TENANT,
+                client_id=settings.SYNC_MICROSOFT_CLIENT_ID,
+                client_secret=settings.SYNC_MICROSOFT_CLIENT_SECRET,
+                refresh_token=refresh_token,
+            )
+        except microsoft.GrantRevoked as exc:
+            raise GrantRevoked(str(exc)) from None
+        return Grant(tokens.access_token, tokens.refresh_token, tokens.expires_at)
+
+    def calendars(self, access_token: str) -> list[CalendarChoice]:
+        with microsoft.GraphCalendarClient(access_token, api_url=settings.SYNC_MICROSOFT_API_URL) as client:
+            found = client.calendars()
+        # Only calendars our bookings can be written to (shared read-only ones, birthdays, holidays: not).
+        return [CalendarChoice(c.id, c.name, c.is_default) for c in found if c.can_edit]
+
+
+_APPS: dict[str, OAuthApp] = {Provider.GOOGLE: GoogleApp(), Provider.MICROSOFT: MicrosoftApp()}
 
 
 def _origin(url: str) -> str:
@@ -144,16 +199,19 @@ def seal_grant(grant: Grant) -> str:
     )
 
 
-def fresh_access_token(connection: Connection) -> str:
-    """An access token valid for a while yet, refreshed if need be. Raises GrantRevoked."""
+def fresh_access_token(connection: Connection, *, force: bool = False) -> str:
+    """An access token valid for a while yet, refreshed if need be (`force`: the provider refused the
+    current one before its time). Raises GrantRevoked."""
     grant = grant_from_secret(connection.secret)
-    if grant.expires_at - datetime.now(UTC) > REFRESH_MARGIN:
+    if not force and grant.expires_at - datetime.now(UTC) > REFRESH_MARGIN:
         return grant.access_token
     with transaction.atomic():
         locked = Connection.objects.select_for_update().get(pk=connection.pk)
-        grant = grant_from_secret(locked.secret)  # another run may have refreshed it meanwhile
-        if grant.expires_at - datetime.now(UTC) > REFRESH_MARGIN:
-            return grant.access_token
+        fresh = grant_from_secret(locked.secret)  # another run may have refreshed it meanwhile
+        refreshed_meanwhile = fresh.access_token != grant.access_token
+        if (refreshed_meanwhile or not force) and fresh.expires_at - datetime.now(UTC) > REFRESH_MARGIN:
+            return fresh.access_token
+        grant = fresh
         if not grant.refresh_token:
             raise GrantRevoked("no refresh token was granted")
         renewed = app_for(locked.provider).refresh(grant.refresh_token)

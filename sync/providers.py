@@ -206,4 +206,8 @@ def provider_for(connection: Connection) -> UpstreamProvider:
         from sync.google_provider import GoogleProvider  # it builds on this module
 
         return GoogleProvider()
+    if connection.provider == Provider.MICROSOFT:
+        from sync.microsoft_provider import MicrosoftProvider  # it builds on this module
+
+        return MicrosoftProvider()
     raise UpstreamUnreachable(f"No {connection.provider} support in this version.")

@@ -31,7 +31,7 @@ from audit.models import Outcome
 from audit.services import audit_record
 from bookings.engine.upstream import upstream_blocks_replace
 from bookings.models import Calendar
-from sync import caldav, google
+from sync import caldav, google, microsoft
 from sync.credentials import CredentialsUnreadable, seal
 from sync.ingest import blocks_rebuild, horizon, process_pending
 from sync.models import Connection, ConnectionStatus, IngestionRecord, Provider, UpstreamEvent
@@ -52,6 +52,7 @@ PUSH_RENEW_MARGIN = timedelta(days=1)
 UPSTREAM_ERRORS = (
     caldav.CalDAVError,
     google.GoogleError,
+    microsoft.GraphError,
     CredentialsUnreadable,
     UpstreamUnreachable,
     UnsafeUpstreamUrl,
@@ -298,7 +299,7 @@ def _sync_leased(connection_id: int, lease: _Lease) -> SyncRun:
         connection_revoked(connection, str(exc))
         SYNC_RUNS.labels(connection.provider, "revoked").inc()
         return SyncRun("revoked", error=str(exc))
-    except google.RateLimited as exc:
+    except (google.RateLimited, microsoft.Throttled) as exc:
         _throttled(connection, exc.retry_after)
         SYNC_RUNS.labels(connection.provider, "throttled").inc()
         return SyncRun("throttled", error=str(exc), retry_after=exc.retry_after)
@@ -447,9 +448,10 @@ def _announce_failure(connection: Connection, error: str) -> None:
 
 
 def _keep_push_open(connection: Connection) -> None:
-    """Open (or replace, a day before it expires) the provider's push channel, when this installation
-    can receive notifications. Best effort: without push, the schedule polls."""
-    if connection.provider != Provider.GOOGLE or not settings.SYNC_PUSH_ENABLED:
+    """Open the provider's push channel (Google) or subscription (Microsoft), and a day before it
+    expires replace it (Google's channels cannot be renewed) or renew it (Microsoft), when this
+    installation can receive notifications. Best effort: without push, the schedule polls."""
+    if connection.provider == Provider.CALDAV or not settings.SYNC_PUSH_ENABLED:
         return
     connection.refresh_from_db()
     if (
@@ -457,12 +459,17 @@ def _keep_push_open(connection: Connection) -> None:
         and connection.push_expires_at > server_now() + PUSH_RENEW_MARGIN
     ):
         return
-    from sync.google_provider import open_channel  # provider modules build on this one
+    # Provider modules build on this one.
+    from sync.google_provider import open_channel
+    from sync.microsoft_provider import renew_subscription
 
     try:
-        open_channel(connection)
-    except google.GoogleError as exc:
-        logger.warning("push channel for %s not opened: %s", connection.public_id, exc)
+        if connection.provider == Provider.MICROSOFT:
+            renew_subscription(connection)
+        else:
+            open_channel(connection)
+    except (google.GoogleError, microsoft.GraphError) as exc:
+        logger.warning("push for %s not opened or renewed: %s", connection.public_id, exc)
 
 
 def connection_data(connection: Connection) -> dict[str, object]:

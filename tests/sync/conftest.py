@@ -1,5 +1,6 @@
-"""CalDAV peers for the sync tests: one Radicale server per test process (each xdist worker is its own
-process, so each has its own server), a fresh calendar per test, and a person editing it."""
+"""Peers for the sync tests: one Radicale server per test process (each xdist worker is its own process,
+so each has its own server), a fresh calendar per test, and a person editing it; fakes of Google
+Calendar and Microsoft 365 per test."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 from tests.conftest import Persona
 from tests.sync.google_fake import GoogleFake
+from tests.sync.graph_fake import CLIENT_ID, CLIENT_SECRET, GraphFake
 from tests.sync.linking import Linked, link
 from tests.sync.radicale import (
     DEFAULT_PASSWORD,
@@ -86,4 +88,25 @@ def google_settings(settings: Any, google_fake: GoogleFake, live_server: Any) ->
         settings.SYNC_GOOGLE_CLIENT_SECRET,
         {f"{live_server.url}/oauth/google/callback"},
     )
+    return settings
+
+
+@pytest.fixture
+def graph_fake() -> Iterator[GraphFake]:
+    fake = GraphFake()
+    yield fake
+    fake.close()
+
+
+@pytest.fixture
+def graph_settings(settings: Any, graph_fake: GraphFake, live_server: Any) -> Any:
+    """AgentCal's Microsoft app registered with the fake, and notifications delivered to the live server."""
+    settings.SYNC_MICROSOFT_CLIENT_ID = CLIENT_ID
+    settings.SYNC_MICROSOFT_CLIENT_SECRET = CLIENT_SECRET
+    settings.SYNC_MICROSOFT_TENANT = "common"
+    settings.SYNC_MICROSOFT_AUTHORITY_URL = graph_fake.url
+    settings.SYNC_MICROSOFT_API_URL = graph_fake.api_url
+    settings.SYNC_PUSH_BASE_URL = live_server.url
+    settings.DASHBOARD_BASE_URL = live_server.url
+    graph_fake.redirect_uris = {f"{live_server.url}/oauth/microsoft/callback"}
     return settings

@@ -304,3 +304,13 @@ def test_a_channel_is_replaced_before_it_expires_and_polling_covers_no_push(
     assert connection.last_synced_at is not None
     interval = connection.next_sync_at - connection.last_synced_at
     assert timedelta(seconds=120) <= interval <= timedelta(seconds=132)
+
+
+def test_an_access_token_refused_before_its_time_is_refreshed_once(glinked: GoogleLinked) -> None:
+    synced(glinked)
+    glinked.fake.expire_access_tokens()  # Google stops honouring it early (e.g. the password changed)
+    refreshes = glinked.fake.count("/token")
+    glinked.fake.human_put(GOOGLE_CALENDAR, {"summary": "Gym", **timed(hour(60))})
+    synced(glinked)
+    assert glinked.fake.count("/token") == refreshes + 1
+    assert len(blocks_of(glinked.pk)) == 1
