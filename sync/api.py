@@ -31,6 +31,13 @@ class ConnectionInput(StrictSerializer):
     )
 
 
+class DisconnectQuery(serializers.Serializer):
+    remove_bookings = serializers.BooleanField(
+        default=False,
+        help_text="Also delete the copies of our bookings from the person's calendar (kept by default).",
+    )
+
+
 class ConnectionOutput(OutputSerializer):
     id = serializers.CharField(source="public_id")
     calendar = serializers.CharField(source="calendar.public_id")
@@ -96,9 +103,14 @@ class ConnectionDetailView(AgentAPIView):
     def get(self, request: Request, connection_id: str) -> Response:
         return Response(connection_payload(connection_for(self.actor, connection_id)))
 
-    @extend_schema(responses={204: None})
+    @extend_schema(parameters=[DisconnectQuery], responses={204: None})
     def delete(self, request: Request, connection_id: str) -> Response:
-        connection_delete(actor=self.actor, connection=connection_for(self.actor, connection_id))
+        query = validated(DisconnectQuery, request.query_params.dict())
+        connection_delete(
+            actor=self.actor,
+            connection=connection_for(self.actor, connection_id),
+            remove_bookings=query["remove_bookings"],
+        )
         return Response(status=204)
 
 

@@ -83,6 +83,9 @@ class GoogleProvider:
     def update_copy(self, connection: Connection, name: str, copy: BookingCopy) -> str | None:
         return with_client(connection, lambda client: _update(client, connection, name, copy))
 
+    def close_push(self, connection: Connection) -> None:
+        close_channel(connection)
+
     def remove_copy(self, connection: Connection, name: str) -> None:
         with_client(connection, lambda client: client.delete(connection.remote_calendar_id, name))
 

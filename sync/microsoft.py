@@ -91,6 +91,7 @@ class RemoteCalendar:
     name: str
     is_default: bool
     can_edit: bool
+    owner: str = ""  # the mailbox's address (`owner.address`)
 
 
 @dataclass(frozen=True)
@@ -241,7 +242,7 @@ class GraphCalendarClient:
             body = self._http.call("GET", self._own(url), "calendars")
             found += [
                 RemoteCalendar(str(c["id"]), str(c.get("name", "")), bool(c.get("isDefaultCalendar")),
-                               bool(c.get("canEdit")))
+                               bool(c.get("canEdit")), str((c.get("owner") or {}).get("address") or ""))
                 for c in body.get("value", [])
             ]  # fmt: skip
             url = body.get("@odata.nextLink")

@@ -115,6 +115,9 @@ class MicrosoftProvider:
             return None  # the person deleted our copy; Graph cannot re-create it under that id
         return str(updated.get("changeKey") or "")
 
+    def close_push(self, connection: Connection) -> None:
+        close_subscription(connection)
+
     def remove_copy(self, connection: Connection, name: str) -> None:
         with_client(connection, lambda client: client.delete(name))  # already gone is fine
 

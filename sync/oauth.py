@@ -44,6 +44,7 @@ class CalendarChoice:
     id: str
     name: str
     primary: bool
+    account: str  # the address of the account it belongs to, as shown to people
 
 
 class OAuthApp(Protocol):
@@ -104,7 +105,9 @@ class GoogleApp:
         with google.GoogleCalendarClient(access_token, api_url=settings.SYNC_GOOGLE_API_URL) as client:
             found = client.calendars()
         writable = [c for c in found if c.access_role in ("owner", "writer")]
-        return [CalendarChoice(c.id, c.summary, c.primary) for c in writable]
+        # A Google account's primary calendar has the account's address as its id.
+        account = next((c.id for c in found if c.primary), "")
+        return [CalendarChoice(c.id, c.summary, c.primary, account) for c in writable]
 
 
 class MicrosoftApp:
@@ -159,7 +162,7 @@ class MicrosoftApp:
         with microsoft.GraphCalendarClient(access_token, api_url=settings.SYNC_MICROSOFT_API_URL) as client:
             found = client.calendars()
         # Only calendars our bookings can be written to (shared read-only ones, birthdays, holidays: not).
-        return [CalendarChoice(c.id, c.name, c.is_default) for c in found if c.can_edit]
+        return [CalendarChoice(c.id, c.name, c.is_default, c.owner) for c in found if c.can_edit]
 
 
 _APPS: dict[str, OAuthApp] = {Provider.GOOGLE: GoogleApp(), Provider.MICROSOFT: MicrosoftApp()}

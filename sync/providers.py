@@ -69,6 +69,9 @@ class UpstreamProvider(Protocol):
 
     def update_copy(self, connection: Connection, name: str, copy: BookingCopy) -> str | None: ...
     def remove_copy(self, connection: Connection, name: str) -> None: ...
+    def close_push(self, connection: Connection) -> None:
+        """Stop the provider's push notifications to us (nothing to do for a polled provider)."""
+        ...
 
 
 def check_target(url: str) -> str:
@@ -184,6 +187,9 @@ class CalDAVProvider:
     def remove_copy(self, connection: Connection, name: str) -> None:
         with caldav_client(connection) as client:
             client.delete(name)
+
+    def close_push(self, connection: Connection) -> None:
+        """CalDAV has no push: nothing to stop."""
 
 
 def _ics(copy: BookingCopy) -> str:

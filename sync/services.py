@@ -34,7 +34,7 @@ from bookings.models import Calendar
 from sync import caldav, google, microsoft
 from sync.credentials import CredentialsUnreadable, seal
 from sync.ingest import blocks_rebuild, horizon, process_pending
-from sync.models import Connection, ConnectionStatus, IngestionRecord, Provider, UpstreamEvent
+from sync.models import Connection, ConnectionStatus, IngestionRecord, Provider, UpstreamCopy, UpstreamEvent
 from sync.oauth import Grant, GrantRevoked, seal_grant
 from sync.providers import LeaseLost, open_caldav, provider_for
 from sync.writeback import write_behind
@@ -177,8 +177,12 @@ def _check_caldav(url: str, username: str, password: str) -> caldav.CalendarInfo
         raise UpstreamUnreachable(f"The CalDAV server could not be used: {exc}") from None
 
 
-def connection_delete(*, actor: Actor, connection: Connection) -> None:
-    """Unlink: the upstream busy time stops blocking at once (blocks go under the calendar lock)."""
+def connection_delete(*, actor: Actor, connection: Connection, remove_bookings: bool = False) -> None:
+    """Unlink: the upstream busy time stops blocking at once (blocks go under the calendar lock), the
+    provider's push channel is stopped, and, only if asked, the copies of our bookings written to the
+    person's calendar are removed from it (by default they stay: they are meetings people expect).
+    The upstream steps are best effort: what could not be done is in the audit row."""
+    upstream = _disconnect_upstream(connection, remove_bookings=remove_bookings)
     with transaction.atomic(durable=True):
         # The connection's row first, then the calendar: the order processing takes them in.
         if not Connection.objects.select_for_update().filter(pk=connection.pk).exists():
@@ -200,8 +204,31 @@ def connection_delete(*, actor: Actor, connection: Connection) -> None:
             outcome=Outcome.SUCCESS,
             actor=actor,
             calendar_public_id=calendar_public_id,
-            details={"connection": public_id},
+            details={"connection": public_id, **upstream},
         )
+
+
+def _disconnect_upstream(connection: Connection, *, remove_bookings: bool) -> dict[str, object]:
+    done: dict[str, object] = {"push_stopped": None, "bookings_removed": 0, "bookings_left": 0}
+    if connection.status == ConnectionStatus.REVOKED:
+        return done  # nothing can be done there any more
+    provider = provider_for(connection)
+    try:
+        if connection.push_id:
+            provider.close_push(connection)
+            done["push_stopped"] = True
+    except UPSTREAM_ERRORS + (GrantRevoked,) as exc:
+        logger.warning("push of %s not stopped: %s", connection.public_id, exc)
+        done["push_stopped"] = False
+    if remove_bookings:
+        for copy in UpstreamCopy.objects.filter(connection=connection):
+            try:
+                provider.remove_copy(connection, copy.resource_name)
+                done["bookings_removed"] = int(str(done["bookings_removed"])) + 1
+            except UPSTREAM_ERRORS + (GrantRevoked,) as exc:
+                logger.warning("copy %s of %s left upstream: %s", copy.booking_id, connection.public_id, exc)
+                done["bookings_left"] = int(str(done["bookings_left"])) + 1
+    return done
 
 
 def _allow_log_deletion() -> None:

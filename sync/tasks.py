@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from sync import caldav
 from sync.models import Connection
-from sync.services import connection_failed, connection_sync, connections_due, sync_log_purge
+from sync.services import UPSTREAM_ERRORS, connection_failed, connection_sync, connections_due, sync_log_purge
 from sync.writeback import write_behind
 
 # Upstream writes retry with exponential backoff (or the server's Retry-After) this many times before
@@ -35,14 +34,15 @@ def write_behind_task(self: object, connection_id: int) -> None:
         write_behind(connection_id)
     except Connection.DoesNotExist:
         return
-    except caldav.CalDAVError as exc:
+    except UPSTREAM_ERRORS as exc:
         retries = self.request.retries  # type: ignore[attr-defined]
         if retries >= WRITE_BEHIND_RETRIES:
             connection = Connection.objects.select_related("calendar").filter(pk=connection_id).first()
             if connection is not None:
                 connection_failed(connection, f"Writing bookings upstream failed: {exc}", backoff=False)
             return
-        countdown = exc.retry_after if exc.retry_after is not None else 2**retries
+        retry_after = getattr(exc, "retry_after", None)
+        countdown = retry_after if retry_after is not None else 2**retries
         raise self.retry(exc=exc, countdown=countdown) from exc  # type: ignore[attr-defined]
 
 

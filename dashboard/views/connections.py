@@ -178,10 +178,13 @@ def connection_disconnect(
 ) -> HttpResponse:
     connection = _connection(workspace, connection_id)
     calendar = connection.calendar
-    connection_delete(actor=request.actor, connection=connection)
+    remove_bookings = request.POST.get("remove_bookings") == "on"
+    connection_delete(actor=request.actor, connection=connection, remove_bookings=remove_bookings)
+    linked_to = connection.url or connection.remote_calendar_name
     messages.success(
         request,
-        f"{calendar.name} is no longer linked to {connection.url}; its events stopped blocking agents.",
+        f"{calendar.name} is no longer linked to {linked_to}; its events stopped blocking agents."
+        + (" The bookings AgentCal had written there were removed." if remove_bookings else ""),
     )
     return redirect("dashboard:calendar", workspace.slug, calendar.public_id)
 
@@ -286,7 +289,9 @@ def oauth_callback(request: DashboardRequest, provider: str) -> HttpResponse:
         granted_id: {
             **started,
             "grant": seal_grant(grant),
-            "calendars": [{"id": c.id, "name": c.name, "primary": c.primary} for c in calendars],
+            "calendars": [
+                {"id": c.id, "name": c.name, "primary": c.primary, "account": c.account} for c in calendars
+            ],
         }
     }
     return render(
@@ -318,7 +323,7 @@ def connection_oauth_pick(
     if chosen is None:
         messages.error(request, "Pick one of the calendars offered.")
         return redirect("dashboard:calendar", workspace.slug, calendar.public_id)
-    account = next((c["id"] for c in granted["calendars"] if c["primary"]), "")
+    account = chosen["account"]
     try:
         connection_create_oauth(
             actor=request.actor,

@@ -314,3 +314,36 @@ def test_an_access_token_refused_before_its_time_is_refreshed_once(glinked: Goog
     synced(glinked)
     assert glinked.fake.count("/token") == refreshes + 1
     assert len(blocks_of(glinked.pk)) == 1
+
+
+def test_disconnecting_stops_the_channel_and_removes_our_bookings_only_when_asked(
+    glinked: GoogleLinked, sdr: Persona
+) -> None:
+    booking = sdr.client.post(
+        f"/calendars/{glinked.calendar_id}/commits", json={**span(hour(30)), "title": "Demo"}
+    )
+    assert booking.status_code == 201
+    synced(glinked)  # opens the channel and writes the copy
+    assert glinked.fake.channels(GOOGLE_CALENDAR) and _copies(glinked) == ["Demo"]
+
+    assert sdr.client.delete(f"/connections/{glinked.connection_id}?remove_bookings=true").status_code == 204
+    assert glinked.fake.channels(GOOGLE_CALENDAR) == [], "no more notifications for a link that is gone"
+    assert _copies(glinked) == []
+    (row,) = audit_rows(event_type="sync.connection.deleted")
+    assert row.details["push_stopped"] is True and row.details["bookings_removed"] == 1
+
+
+def test_by_default_disconnecting_leaves_our_bookings_in_the_persons_calendar(
+    sdr: Persona, google_fake: GoogleFake, google_settings: Any, live_server: Any
+) -> None:
+    linked = google_link(sdr, google_fake, live_server.url)
+    sdr.client.post(f"/calendars/{linked.calendar_id}/commits", json={**span(hour(30)), "title": "Demo"})
+    synced(linked)
+    assert sdr.client.delete(f"/connections/{linked.connection_id}").status_code == 204
+    assert _copies(linked) == ["Demo"]
+    refused = sdr.client.delete(f"/connections/{linked.connection_id}?remove_bookings=maybe")
+    assert refused.status_code == 400 and refused.json()["error"] == "invalid_request"
+
+
+def _copies(linked: GoogleLinked) -> list[str]:
+    return [e.get("summary", "") for e in linked.fake.events(GOOGLE_CALENDAR) if e.get("extendedProperties")]
