@@ -38,6 +38,11 @@ class DisconnectQuery(serializers.Serializer):
     )
 
 
+class RecentErrorOutput(OutputSerializer):
+    at = serializers.DateTimeField()
+    error = serializers.CharField()
+
+
 class ConnectionOutput(OutputSerializer):
     id = serializers.CharField(source="public_id")
     calendar = serializers.CharField(source="calendar.public_id")
@@ -53,6 +58,10 @@ class ConnectionOutput(OutputSerializer):
     last_error = serializers.CharField(allow_null=True, source="last_error_or_none")
     last_error_at = serializers.DateTimeField(allow_null=True)
     consecutive_failures = serializers.IntegerField()
+    recent_errors = RecentErrorOutput(many=True, help_text="The latest problems, newest first.")
+    push_expires_at = serializers.DateTimeField(
+        allow_null=True, help_text="When the provider's push channel or subscription lapses (null: polled)."
+    )
     created_at = serializers.DateTimeField()
 
 

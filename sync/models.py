@@ -80,6 +80,10 @@ class Connection(models.Model):
     push_secret_hash = models.CharField(max_length=64, blank=True)
     push_expires_at = models.DateTimeField(null=True, blank=True)
     last_push_at = models.DateTimeField(null=True, blank=True)
+    # When push could not be set up (the provider cannot reach us), it is not tried again before this.
+    push_retry_at = models.DateTimeField(null=True, blank=True)
+    # The latest problems ({"at", "error"}, newest first, a few): the dashboard's "recent errors".
+    recent_errors = models.JSONField(default=list, blank=True)
     # Provider quota answers (429, rateLimitExceeded) seen, for the dashboard.
     throttled_count = models.PositiveIntegerField(default=0)
     throttled_streak = models.PositiveIntegerField(default=0)

@@ -15,7 +15,7 @@ from django.db.models import F, Q
 from django.db.models.functions import Now
 
 from agentcal import broker
-from agentcal.clock import server_now
+from agentcal.clock import isoformat_z, server_now
 from agentcal.errors import (
     AgentCalError,
     ConnectionExists,
@@ -46,6 +46,10 @@ logger = logging.getLogger(__name__)
 
 # Recurring events are expanded again once a day, as the horizon's end moves on.
 _ROLL_EVERY = timedelta(days=1)
+# After push could not be set up, polling carries on alone this long before push is tried again.
+PUSH_RETRY_AFTER_FAILURE = timedelta(hours=1)
+# How many recent problems a connection keeps for the dashboard.
+RECENT_ERRORS_KEPT = 5
 # Push channels are replaced this long before they expire.
 PUSH_RENEW_MARGIN = timedelta(days=1)
 # Errors an upstream provider answers with (a sync or write that failed, retried with backoff).
@@ -399,6 +403,7 @@ def connection_revoked(connection: Connection, error: str) -> None:
         )
         if changed:
             connection.refresh_from_db()
+            note_problem(connection, connection.last_error)
             _announce_failure(connection, connection.last_error)
 
 
@@ -446,6 +451,7 @@ def connection_failed(
             consecutive_failures=failures,
             **({"next_sync_at": now + timedelta(seconds=delay)} if backoff else {}),
         )
+        note_problem(connection, error)
         if failures == 1:
             connection.status = ConnectionStatus.FAILING
             _announce_failure(connection, error)
@@ -481,11 +487,11 @@ def _keep_push_open(connection: Connection) -> None:
     if connection.provider == Provider.CALDAV or not settings.SYNC_PUSH_ENABLED:
         return
     connection.refresh_from_db()
-    if (
-        connection.push_expires_at is not None
-        and connection.push_expires_at > server_now() + PUSH_RENEW_MARGIN
-    ):
+    now = server_now()
+    if connection.push_expires_at is not None and connection.push_expires_at > now + PUSH_RENEW_MARGIN:
         return
+    if connection.push_retry_at is not None and connection.push_retry_at > now:
+        return  # it failed lately (setting up push can take the provider seconds): poll meanwhile
     # Provider modules build on this one.
     from sync.google_provider import open_channel
     from sync.microsoft_provider import renew_subscription
@@ -497,6 +503,17 @@ def _keep_push_open(connection: Connection) -> None:
             open_channel(connection)
     except (google.GoogleError, microsoft.GraphError) as exc:
         logger.warning("push for %s not opened or renewed: %s", connection.public_id, exc)
+        Connection.objects.filter(pk=connection.pk).update(push_retry_at=now + PUSH_RETRY_AFTER_FAILURE)
+        note_problem(connection, f"Push notifications could not be set up (polling instead): {exc}")
+
+
+def note_problem(connection: Connection, error: str) -> None:
+    """Keep the problem among the connection's recent ones (newest first), for the people who look."""
+    with transaction.atomic():
+        locked = Connection.objects.select_for_update().only("recent_errors").get(pk=connection.pk)
+        entry = {"at": isoformat_z(server_now()), "error": error[:500]}
+        locked.recent_errors = [entry, *locked.recent_errors][:RECENT_ERRORS_KEPT]
+        locked.save(update_fields=["recent_errors"])
 
 
 def connection_data(connection: Connection) -> dict[str, object]:

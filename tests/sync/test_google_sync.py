@@ -347,3 +347,37 @@ def test_by_default_disconnecting_leaves_our_bookings_in_the_persons_calendar(
 
 def _copies(linked: GoogleLinked) -> list[str]:
     return [e.get("summary", "") for e in linked.fake.events(GOOGLE_CALENDAR) if e.get("extendedProperties")]
+
+
+def test_push_that_cannot_be_set_up_is_not_retried_on_every_sync(glinked: GoogleLinked, sdr: Persona) -> None:
+    glinked.fake.fail_next(500, times=5, path_contains="/watch")
+    synced(glinked)
+    connection = Connection.objects.get(pk=glinked.pk)
+    assert not connection.push_expires_at and connection.push_retry_at is not None
+    assert "Push notifications could not be set up" in connection.recent_errors[0]["error"]
+    watches = glinked.fake.count("/watch")
+    synced(glinked)
+    assert glinked.fake.count("/watch") == watches, "polling carries on alone for a while"
+    detail = sdr.client.get(f"/connections/{glinked.connection_id}").json()
+    assert (
+        detail["recent_errors"][0]["error"].startswith("Push notifications")
+        and detail["push_expires_at"] is None
+    )
+
+
+def test_with_push_off_a_change_arrives_by_the_schedule_on_a_real_worker(
+    glinked: GoogleLinked, sdr: Persona, settings: Any, celery_worker: Any
+) -> None:
+    settings.SYNC_PUSH_ENABLED = False
+    synced(glinked)
+    start = hour(45)
+    glinked.fake.human_put(GOOGLE_CALENDAR, {"summary": "Offsite", **timed(start)})
+    assert not upstream_busy(sdr, glinked.calendar_id, start, start + timedelta(hours=1))
+    # The polling interval has passed: beat's scheduler finds the connection due.
+    Connection.objects.filter(pk=glinked.pk).update(
+        next_sync_at=datetime.now(start.tzinfo) - timedelta(seconds=1)
+    )
+    from sync.tasks import sync_due
+
+    assert sync_due() == 1
+    wait_until(lambda: upstream_busy(sdr, glinked.calendar_id, start, start + timedelta(hours=1)), timeout=20)
