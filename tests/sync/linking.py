@@ -137,9 +137,14 @@ def resource(name: str, data: str) -> IngestionRecord:
 
 def synced(linked: Linked, timeout: float = 20.0) -> None:
     """Run a sync now, in this process; if a Celery worker's run holds the connection, wait for it."""
+    sync_now(linked.pk, timeout=timeout)
+
+
+def sync_now(connection_pk: int, timeout: float = 20.0) -> Any:
     from sync.services import connection_sync
 
     deadline = time.monotonic() + timeout
-    while (run := connection_sync(linked.pk)).outcome == "busy" and time.monotonic() < deadline:
+    while (run := connection_sync(connection_pk)).outcome == "busy" and time.monotonic() < deadline:
         time.sleep(0.05)
     assert run.outcome == "synced", run
+    return run

@@ -21,7 +21,7 @@ from sync.services import connection_create_oauth, connection_sync
 from sync.writeback import write_behind
 from tests.conftest import Persona, audit_rows, create_calendar, iso
 from tests.sync.google_fake import DEFAULT_ACCOUNT, GoogleFake
-from tests.sync.linking import blocks_of, hour, span, upstream_busy
+from tests.sync.linking import blocks_of, hour, span, sync_now, upstream_busy
 from tests.webhooks.conftest import wait_until
 from workspaces.actor import Actor
 
@@ -76,9 +76,8 @@ def timed(start: datetime, minutes: int = 60) -> dict[str, Any]:
 
 
 def synced(linked: GoogleLinked) -> Any:
-    run = connection_sync(linked.pk)
-    assert run.outcome == "synced", run
-    return run
+    """A sync now, in this process (waiting out a Celery worker's run of the same connection)."""
+    return sync_now(linked.pk)
 
 
 def test_an_event_added_in_google_blocks_after_one_sync_and_a_push_channel_opens(

@@ -25,7 +25,7 @@ from sync.services import connection_create_oauth, connection_sync, connections_
 from sync.writeback import write_behind
 from tests.conftest import Persona, audit_rows, create_calendar, iso
 from tests.sync.graph_fake import DEFAULT_ACCOUNT, GraphFake
-from tests.sync.linking import blocks_of, hour, span, upstream_busy
+from tests.sync.linking import blocks_of, hour, span, sync_now, upstream_busy
 from tests.webhooks.conftest import wait_until
 from workspaces.actor import Actor
 
@@ -107,9 +107,8 @@ def timed(start: datetime, minutes: int = 60) -> dict[str, Any]:
 
 
 def synced(linked: MicrosoftLinked) -> Any:
-    run = connection_sync(linked.pk)
-    assert run.outcome == "synced", run
-    return run
+    """A sync now, in this process (waiting out a Celery worker's run of the same connection)."""
+    return sync_now(linked.pk)
 
 
 def connection_of(linked: MicrosoftLinked) -> Connection:
@@ -462,3 +461,24 @@ def test_lifecycle_events_renew_replace_and_resync_on_a_real_worker(
     assert replacement.push_secret_hash != first.push_secret_hash
     lifecycle = [d.status for d in fake.wait_for_deliveries(3, kind="lifecycle")]
     assert lifecycle == [202, 202, 202]
+
+
+def test_with_push_off_a_change_arrives_by_the_schedule_on_a_real_worker(
+    mslinked: MicrosoftLinked, sdr: Persona, settings: Any, celery_worker: Any
+) -> None:
+    settings.SYNC_PUSH_ENABLED = False
+    synced(mslinked)
+    assert not connection_of(mslinked).push_id
+    start = hour(45)
+    mslinked.fake.human_put(OUTLOOK_CALENDAR, {"subject": "Offsite", **timed(start)})
+    assert not upstream_busy(sdr, mslinked.calendar_id, start, start + timedelta(hours=1))
+    # The polling interval has passed: beat's scheduler finds the connection due.
+    Connection.objects.filter(pk=mslinked.pk).update(
+        next_sync_at=datetime.now(start.tzinfo) - timedelta(seconds=1)
+    )
+    from sync.tasks import sync_due
+
+    assert sync_due() == 1
+    wait_until(
+        lambda: upstream_busy(sdr, mslinked.calendar_id, start, start + timedelta(hours=1)), timeout=20
+    )
