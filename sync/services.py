@@ -35,6 +35,7 @@ from sync import caldav, google, microsoft
 from sync.credentials import CredentialsUnreadable, seal
 from sync.ingest import blocks_rebuild, horizon, process_pending
 from sync.models import Connection, ConnectionStatus, IngestionRecord, Provider, UpstreamCopy, UpstreamEvent
+from sync.notifications import enqueue_owner_notification
 from sync.oauth import Grant, GrantRevoked, seal_grant
 from sync.providers import LeaseLost, open_caldav, provider_for
 from sync.writeback import write_behind
@@ -459,7 +460,8 @@ def connection_failed(
 
 
 def _announce_failure(connection: Connection, error: str) -> None:
-    """An audit row and `connection.failed` to the agent that linked it (people see the dashboard)."""
+    """An audit row, `connection.failed` to the agent that linked it, and an email to the workspace's
+    owners (after the commit), besides the dashboard."""
     audit_record(
         event_type=AuditEvent.CONNECTION_FAILED,
         outcome=Outcome.FAILED,
@@ -478,6 +480,8 @@ def _announce_failure(connection: Connection, error: str) -> None:
             agent_id=connection.created_by_agent_id,
             data={"connection": connection_data(connection), "error": error[:500]},
         )
+    pk = connection.pk
+    transaction.on_commit(lambda: enqueue_owner_notification(pk))
 
 
 def _keep_push_open(connection: Connection) -> None:

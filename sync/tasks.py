@@ -5,6 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from sync.models import Connection
+from sync.notifications import connection_notify_owners
 from sync.services import UPSTREAM_ERRORS, connection_failed, connection_sync, connections_due, sync_log_purge
 from sync.writeback import write_behind
 
@@ -52,6 +53,11 @@ def write_behind_for_calendar(calendar_id: int) -> None:
     connection_id = Connection.objects.filter(calendar_id=calendar_id).values_list("pk", flat=True).first()
     if connection_id is not None:
         write_behind_task.delay(connection_id)
+
+
+@shared_task(name="sync.notify_owners", ignore_result=True)
+def notify_owners(connection_pk: int) -> None:
+    connection_notify_owners(connection_pk)
 
 
 @shared_task(name="sync.purge_log", ignore_result=True)

@@ -65,8 +65,9 @@ RULES: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
     (("bookings",), ("approvals", "sync", "accounts", "dashboard", "bench")),
     (("accounts",), ("webhooks", "bookings", "approvals", "sync", "dashboard", "bench")),
     (("approvals",), ("sync", "dashboard", "bench")),
-    # Sync feeds the engine (bookings.engine.upstream) and reports through audit and the outbox.
-    (("sync",), ("approvals", "accounts", "dashboard", "bench")),
+    # Sync feeds the engine (bookings.engine.upstream), reports through audit and the outbox, and emails
+    # the workspace's owners (accounts) when a link breaks.
+    (("sync",), ("approvals", "dashboard", "bench")),
     (("dashboard",), ("bench", "agentcal.api")),
     (("bench",), ("dashboard",)),
 ]

@@ -12,13 +12,16 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
+from celery.contrib.testing.worker import start_worker
 from django.db import connection as db
 
+from agentcal.celery import app as celery_app
 from bookings.models import Calendar
 from sync.models import Connection, ConnectionStatus, IngestionRecord, RecordKind
 from sync.oauth import GoogleApp, pkce_pair
 from sync.services import connection_create_oauth, connection_sync
 from sync.writeback import write_behind
+from tests.approvals.conftest import make_person, owner  # noqa: F401 (fixtures)
 from tests.conftest import Persona, audit_rows, create_calendar, iso
 from tests.sync.google_fake import DEFAULT_ACCOUNT, GoogleFake
 from tests.sync.linking import blocks_of, hour, span, sync_now, upstream_busy
@@ -246,8 +249,9 @@ def test_throttling_backs_off_without_hammering(glinked: GoogleLinked) -> None:
     assert Connection.objects.get(pk=glinked.pk).throttled_count == 3
 
 
+@pytest.mark.usefixtures("owner")
 def test_tokens_are_refreshed_before_they_expire_and_a_revoked_grant_stops_once(
-    glinked: GoogleLinked, sdr: Persona
+    glinked: GoogleLinked, sdr: Persona, mailoutbox: list[Any]
 ) -> None:
     synced(glinked)
     # The stored access token is about to expire: the next sync refreshes it first.
@@ -275,6 +279,12 @@ def test_tokens_are_refreshed_before_they_expire_and_a_revoked_grant_stops_once(
     connection = Connection.objects.get(pk=glinked.pk)
     assert connection.status == ConnectionStatus.REVOKED and "revoked" in connection.last_error
     assert len(audit_rows(event_type="sync.connection.failed")) == 1, "told once"
+    # The owner's email goes out from a worker, once.
+    with start_worker(celery_app, pool="solo", perform_ping_check=False, shutdown_timeout=10):
+        wait_until(lambda: mailoutbox)
+    (message,) = mailoutbox
+    assert message.to == ["olivia@acme.test"] and "lost access" in message.subject
+    assert f"/calendars/{glinked.calendar_id}" in message.body
     Connection.objects.filter(pk=glinked.pk).update(next_sync_at=datetime.now(connection.next_sync_at.tzinfo))
     from sync.services import connections_due
 
