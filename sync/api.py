@@ -47,8 +47,13 @@ class ConnectionOutput(OutputSerializer):
     id = serializers.CharField(source="public_id")
     calendar = serializers.CharField(source="calendar.public_id")
     provider = serializers.CharField()
-    url = serializers.CharField()
-    username = serializers.CharField()
+    url = serializers.CharField(
+        help_text="CalDAV: the calendar collection's URL (empty for OAuth providers)."
+    )
+    username = serializers.CharField(help_text="CalDAV: the username; OAuth providers: the account.")
+    remote_calendar_name = serializers.CharField(
+        help_text="OAuth providers: the calendar picked in the account."
+    )
     status = serializers.CharField(help_text="`pending` (first sync not done), `active`, or `failing`.")
     last_synced_at = serializers.DateTimeField(allow_null=True)
     sync_lag_seconds = serializers.FloatField(
@@ -59,6 +64,9 @@ class ConnectionOutput(OutputSerializer):
     last_error_at = serializers.DateTimeField(allow_null=True)
     consecutive_failures = serializers.IntegerField()
     recent_errors = RecentErrorOutput(many=True, help_text="The latest problems, newest first.")
+    throttled_count = serializers.IntegerField(
+        help_text="How often the provider asked us to slow down (429, rateLimitExceeded): its quota use."
+    )
     push_expires_at = serializers.DateTimeField(
         allow_null=True, help_text="When the provider's push channel or subscription lapses (null: polled)."
     )

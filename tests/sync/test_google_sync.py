@@ -229,7 +229,7 @@ def test_a_booking_is_written_once_under_concurrency_and_its_echo_never_blocks(
     assert [e for e in glinked.fake.events(GOOGLE_CALENDAR) if e.get("summary") == "Demo"] == []
 
 
-def test_throttling_backs_off_without_hammering(glinked: GoogleLinked) -> None:
+def test_throttling_backs_off_without_hammering(glinked: GoogleLinked, sdr: Persona) -> None:
     synced(glinked)
     glinked.fake.fail_next(403, times=2, reason="rateLimitExceeded", path_contains="/events")
     glinked.fake.fail_next(429, times=1, retry_after="30", path_contains="/events")
@@ -247,6 +247,8 @@ def test_throttling_backs_off_without_hammering(glinked: GoogleLinked) -> None:
     synced(glinked)
     assert glinked.fake.count("/events") - listed_before == 4, "three refused listings, then one"
     assert Connection.objects.get(pk=glinked.pk).throttled_count == 3
+    detail = sdr.client.get(f"/connections/{glinked.connection_id}").json()
+    assert detail["throttled_count"] == 3 and detail["remote_calendar_name"] == "Work"
 
 
 @pytest.mark.usefixtures("owner")
