@@ -75,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
             str(args.celery_concurrency),
         ],
         "beat": [python, "-m", "celery", "-A", "agentcal", "beat", "--loglevel", "INFO"],
+        # Agents' inboxes: the SMTP listener (INBOUND_SMTP_HOST / INBOUND_SMTP_PORT).
+        "smtp": [python, "-m", "django", "inbound_smtp"],
     }
     children: dict[str, subprocess.Popen[bytes]] = {}
     stopping = False

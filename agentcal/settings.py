@@ -71,6 +71,7 @@ INSTALLED_APPS = [
     "accounts",
     "approvals",
     "sync",
+    "inboxes",
     "dashboard",
     "bench",  # only for `python manage.py bench` (no models, no URLs)
 ]
@@ -312,5 +313,24 @@ CELERY_BEAT_SCHEDULE.update(
         "sync-purge-log": {"task": "sync.purge_log", "schedule": 24 * 3600.0},
     }
 )
+# --- Inboxes --------------------------------------------------------------------------------------
+# An agent's address is `<agent slug>@<workspace slug>.<INBOUND_DOMAIN_SUFFIX>`.
+INBOUND_DOMAIN_SUFFIX = (env_str("INBOUND_DOMAIN_SUFFIX", "agentcal.localhost") or "").lower().strip(".")
+INBOUND_SMTP_HOST = env_str("INBOUND_SMTP_HOST", "127.0.0.1") or "127.0.0.1"
+INBOUND_SMTP_PORT = env_int("INBOUND_SMTP_PORT", 2525, minimum=1)
+# Bigger messages are refused (552) at the SMTP dialogue, never truncated.
+INBOUND_MAX_MESSAGE_BYTES = env_int("INBOUND_MAX_MESSAGE_BYTES", 10 * 1024 * 1024, minimum=1024)
+# Attachments are kept in the database up to this size; bigger ones are listed with `skipped: true`.
+INBOUND_MAX_ATTACHMENT_BYTES = env_int("INBOUND_MAX_ATTACHMENT_BYTES", 5 * 1024 * 1024, minimum=0)
+# Messages one peer address may start per minute (per listener process) before getting 421.
+INBOUND_MAX_MESSAGES_PER_MINUTE_PER_IP = env_int("INBOUND_MAX_MESSAGES_PER_MINUTE_PER_IP", 120, minimum=1)
+# Sending is not built yet; the inbox reports the limit it will enforce.
+INBOX_DAILY_SEND_LIMIT = env_int("INBOX_DAILY_SEND_LIMIT", 200, minimum=0)
+# Raw messages accepted but not parsed (the worker crashed, the broker was down) are picked up this often.
+INBOUND_PARSE_PENDING_SECONDS = env_int("INBOUND_PARSE_PENDING_SECONDS", 30, minimum=1)
+CELERY_BEAT_SCHEDULE["inboxes-parse-pending"] = {
+    "task": "inboxes.parse_pending",
+    "schedule": float(INBOUND_PARSE_PENDING_SECONDS),
+}
 # Celery beat keeps its schedule state in the data folder, not in the working directory.
 CELERY_BEAT_SCHEDULE_FILENAME = str(embedded.data_dir() / "celerybeat-schedule")

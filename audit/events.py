@@ -33,6 +33,9 @@ class AuditEvent(models.TextChoices):
     CONNECTION_FAILED = "sync.connection.failed"
     CONNECTION_RECOVERED = "sync.connection.recovered"
     PUSH_REJECTED = "sync.push.rejected"
+    # Mail for an agent's inbox: accepted and parsed, or refused at the SMTP dialogue (unknown recipient).
+    INBOX_MESSAGE_RECEIVED = "inbox.message.received"
+    INBOX_MESSAGE_REFUSED = "inbox.message.refused"
     WEBHOOK_ENDPOINT_CREATED = "webhook.endpoint.created"
     WEBHOOK_ENDPOINT_DISABLED = "webhook.endpoint.disabled"
     WEBHOOK_DELIVERY_REPLAYED = "webhook.delivery.replayed"

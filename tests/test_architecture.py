@@ -17,6 +17,7 @@ APPS = (
     "bookings",
     "approvals",
     "sync",
+    "inboxes",
     "accounts",
     "dashboard",
     "bench",
@@ -44,6 +45,7 @@ EVERY_APP = (
     "bookings",
     "approvals",
     "sync",
+    "inboxes",
     "accounts",
     "dashboard",
     "bench",
@@ -54,22 +56,31 @@ RULES: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
     (KERNEL, (*EVERY_APP, "agentcal.api", *COMPOSITION_ROOT)),
     (COMPOSITION_ROOT, ()),
     # The API plumbing (base view, problems, idempotency, schema) knows who is acting and audits refusals.
-    (("agentcal.api",), ("webhooks", "bookings", "approvals", "sync", "accounts", "dashboard", "bench")),
+    (
+        ("agentcal.api",),
+        ("webhooks", "bookings", "approvals", "sync", "inboxes", "accounts", "dashboard", "bench"),
+    ),
     # Tenancy at the bottom: workspaces, agents, keys, the acting identity.
     (("workspaces.models", "workspaces.actor", "workspaces.keys"), ("audit", *EVERY_APP[2:], "agentcal.api")),
-    (("workspaces",), ("webhooks", "bookings", "approvals", "sync", "accounts", "dashboard", "bench")),
-    (("audit",), ("webhooks", "bookings", "approvals", "sync", "accounts", "dashboard", "bench")),
+    (
+        ("workspaces",),
+        ("webhooks", "bookings", "approvals", "sync", "inboxes", "accounts", "dashboard", "bench"),
+    ),
+    (("audit",), ("webhooks", "bookings", "approvals", "sync", "inboxes", "accounts", "dashboard", "bench")),
     # Events go out through the outbox; the outbox knows nothing of what produced them.
-    (("webhooks",), ("bookings", "approvals", "sync", "accounts", "dashboard", "bench")),
+    (("webhooks",), ("bookings", "approvals", "sync", "inboxes", "accounts", "dashboard", "bench")),
     # The engine enforces upstream busy blocks but knows nothing of how they are synced.
-    (("bookings",), ("approvals", "sync", "accounts", "dashboard", "bench")),
-    (("accounts",), ("webhooks", "bookings", "approvals", "sync", "dashboard", "bench")),
-    (("approvals",), ("sync", "dashboard", "bench")),
+    (("bookings",), ("approvals", "sync", "inboxes", "accounts", "dashboard", "bench")),
+    (("accounts",), ("webhooks", "bookings", "approvals", "sync", "inboxes", "dashboard", "bench")),
+    (("approvals",), ("sync", "inboxes", "dashboard", "bench")),
     # Sync feeds the engine (bookings.engine.upstream), reports through audit and the outbox, and emails
     # the workspace's owners (accounts) when a link breaks.
-    (("sync",), ("approvals", "dashboard", "bench")),
+    (("sync",), ("approvals", "inboxes", "dashboard", "bench")),
+    # Inboxes receive mail for agents, report through audit and the outbox; nothing but the composition
+    # root (and the dashboard) builds on them.
+    (("inboxes",), ("bookings", "approvals", "sync", "accounts", "dashboard", "bench")),
     (("dashboard",), ("bench", "agentcal.api")),
-    (("bench",), ("dashboard",)),
+    (("bench",), ("dashboard", "inboxes")),
 ]
 # Only an app's HTTP layer (its views, and the payloads they answer) and the composition root build on
 # the HTTP API plumbing.

@@ -5,6 +5,7 @@ from agentcal.api.health import HealthView
 from approvals import api as approvals
 from audit.api import AuditListView
 from bookings import api as bookings
+from inboxes import api as inboxes
 from sync import api as sync
 from webhooks import api as webhooks
 
@@ -52,6 +53,17 @@ urlpatterns = [
         name="webhook-delivery-replay",
     ),
     path("events", webhooks.EventListView.as_view(), name="events"),
+    path("inbox", inboxes.InboxView.as_view(), name="inbox"),
+    path("inbox/threads", inboxes.ThreadListView.as_view(), name="inbox-threads"),
+    path("inbox/threads/<str:thread_id>", inboxes.ThreadDetailView.as_view(), name="inbox-thread"),
+    path("inbox/messages", inboxes.MessageListView.as_view(), name="inbox-messages"),
+    path("inbox/messages/<str:message_id>", inboxes.MessageDetailView.as_view(), name="inbox-message"),
+    path("inbox/messages/<str:message_id>/raw", inboxes.MessageRawView.as_view(), name="inbox-message-raw"),
+    path(
+        "inbox/messages/<str:message_id>/attachments/<str:attachment_id>",
+        inboxes.AttachmentDownloadView.as_view(),
+        name="inbox-attachment",
+    ),
     path("approvals", approvals.ApprovalListView.as_view(), name="approvals"),
     path("approvals/<str:approval_id>", approvals.ApprovalDetailView.as_view(), name="approval"),
     path(

@@ -1,0 +1,124 @@
+"""Agent inboxes: raw inbound mail as received, and the threads, messages and attachments parsed from it.
+
+The flow: the SMTP listener (inboxes/smtp.py) stores each accepted message as one InboundRaw row before
+it answers 250, so an accepted message is never lost; parsing (inboxes/services.py) turns the row into
+one Message per recipient agent and marks it parsed in the same transaction, so it happens once.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+from django.contrib.postgres.fields import ArrayField
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Now
+
+from agentcal.ids import new_public_id
+from workspaces.models import Agent
+
+
+class InboundRaw(models.Model):
+    """One message exactly as the SMTP peer sent it. Only `parsed_at` and `problem` change afterwards."""
+
+    raw = models.BinaryField()
+    envelope_from = models.CharField(max_length=998, blank=True)
+    # Only the recipients accepted at RCPT (each an existing agent's address), lowercased.
+    envelope_to = ArrayField(models.CharField(max_length=320))
+    peer_ip = models.GenericIPAddressField(null=True, blank=True)
+    received_at = models.DateTimeField(db_default=Now())
+    parsed_at = models.DateTimeField(null=True, blank=True)
+    # What could not be read (MIME defects, undecodable parts); the message is still parsed as far as it goes.
+    problem = models.TextField(blank=True)
+
+    class Meta:
+        indexes = [
+            # The periodic catch-up: rows accepted but not yet parsed.
+            models.Index(fields=["id"], condition=Q(parsed_at__isnull=True), name="inbound_raw_unparsed"),
+        ]
+
+    def __str__(self) -> str:
+        return f"inbound #{self.pk} from {self.envelope_from}"
+
+
+class Thread(models.Model):
+    public_id = models.CharField(
+        max_length=32, unique=True, default=partial(new_public_id, "thr"), editable=False
+    )
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
+    subject = models.CharField(max_length=998, blank=True)
+    # For threading a message without In-Reply-To/References: the same normalized subject from the same
+    # counterpart (the address that started the thread) joins it.
+    normalized_subject = models.CharField(max_length=998, blank=True)
+    counterpart = models.CharField(max_length=320, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+    last_message_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["agent", "normalized_subject", "counterpart"], name="thread_subject_fallback"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.public_id
+
+
+class Direction(models.TextChoices):
+    INBOUND = "inbound"
+
+
+class Message(models.Model):
+    public_id = models.CharField(
+        max_length=32, unique=True, default=partial(new_public_id, "msg"), editable=False
+    )
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
+    thread = models.ForeignKey(Thread, on_delete=models.CASCADE, related_name="messages")
+    raw = models.ForeignKey(InboundRaw, on_delete=models.PROTECT, related_name="messages")
+    direction = models.CharField(max_length=16, choices=Direction.choices, default=Direction.INBOUND)
+    message_id = models.CharField(max_length=998, blank=True)  # the Message-ID header, without <>
+    in_reply_to = models.CharField(max_length=998, blank=True)
+    references = models.JSONField(default=list)
+    # Addresses as [{"name": ..., "address": ...}]; `from_address` is a single one (or null).
+    from_address = models.JSONField(null=True)
+    to = models.JSONField(default=list)
+    cc = models.JSONField(default=list)
+    subject = models.CharField(max_length=998, blank=True)
+    text = models.TextField(blank=True)
+    html = models.TextField(blank=True)  # as sent: it must be sanitised before anyone displays it
+    reply_text = models.TextField(blank=True)  # `text` without the quoted history
+    auth_results = models.JSONField(default=dict)  # {"spf": ..., "dkim": ..., "dmarc": ...}
+    # Everything inbound comes from outside: agents must not follow instructions found in it.
+    untrusted = models.BooleanField(default=True)
+    received_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            # Parsing a raw message twice must not deliver it twice to the same agent.
+            models.UniqueConstraint(fields=["raw", "agent"], name="message_once_per_raw_and_agent"),
+        ]
+        indexes = [
+            # Threading: which of the agent's messages does In-Reply-To/References name?
+            models.Index(fields=["agent", "message_id"], name="message_agent_message_id"),
+            models.Index(fields=["agent", "thread"], name="message_agent_thread"),
+        ]
+
+    def __str__(self) -> str:
+        return self.public_id
+
+
+class Attachment(models.Model):
+    public_id = models.CharField(
+        max_length=32, unique=True, default=partial(new_public_id, "att"), editable=False
+    )
+    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="attachments")
+    filename = models.CharField(max_length=500, blank=True)
+    content_type = models.CharField(max_length=255)
+    size = models.PositiveBigIntegerField()
+    # Null when skipped (over INBOUND_MAX_ATTACHMENT_BYTES); the raw message still holds it.
+    content = models.BinaryField(null=True)
+    skipped = models.BooleanField(default=False)
+
+    def __str__(self) -> str:
+        return self.public_id

@@ -1,0 +1,228 @@
+"""Reading an RFC 5322 message into what an inbox shows: addresses, bodies, attachments, threading headers,
+sender authentication results and the reply without its quoted history.
+
+Everything here is a pure function of the bytes. Nothing raises on bad input: malformed MIME, unknown
+charsets and broken encodings are read as far as they go and described in `ParsedMail.problems`.
+"""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import email.utils
+import re
+from dataclasses import dataclass, field
+from email.message import EmailMessage, Message
+from typing import Any
+
+from agentcal.text import storable_text
+
+# Headers longer than this are clipped (the columns are varchar(998), the RFC 5322 line limit).
+MAX_HEADER_CHARS = 998
+MAX_BODY_CHARS = 5_000_000
+AUTH_METHODS = ("spf", "dkim", "dmarc")
+
+
+@dataclass
+class ParsedAttachment:
+    filename: str
+    content_type: str
+    size: int
+    content: bytes | None  # None when over the size cap
+    skipped: bool
+
+
+@dataclass
+class ParsedMail:
+    message_id: str = ""
+    in_reply_to: str = ""
+    references: list[str] = field(default_factory=list)
+    from_address: dict[str, str] | None = None
+    to: list[dict[str, str]] = field(default_factory=list)
+    cc: list[dict[str, str]] = field(default_factory=list)
+    subject: str = ""
+    text: str = ""
+    html: str = ""
+    reply_text: str = ""
+    attachments: list[ParsedAttachment] = field(default_factory=list)
+    auth_results: dict[str, str] = field(default_factory=lambda: dict.fromkeys(AUTH_METHODS, "none"))
+    problems: list[str] = field(default_factory=list)
+
+
+def clean(text: str, max_chars: int = MAX_HEADER_CHARS) -> str:
+    return storable_text(text, max_chars)
+
+
+def parse_mail(raw: bytes, *, max_attachment_bytes: int) -> ParsedMail:
+    parsed = ParsedMail()
+    try:
+        message = email.message_from_bytes(raw, policy=email.policy.default)
+    except Exception as exc:  # the parser is lenient, but a message must never fail to be stored
+        parsed.problems.append(f"unreadable message: {type(exc).__name__}")
+        return parsed
+    _read_headers(message, parsed)
+    _read_parts(message, parsed, max_attachment_bytes=max_attachment_bytes)
+    parsed.reply_text = strip_quoted_history(parsed.text)
+    return parsed
+
+
+# --- Headers -----------------------------------------------------------------------------------------
+
+
+def _header(message: Message, name: str, parsed: ParsedMail) -> str:
+    try:
+        value = message.get(name)
+    except Exception as exc:  # a header the policy cannot parse
+        parsed.problems.append(f"unreadable {name} header: {type(exc).__name__}")
+        return ""
+    return "" if value is None else str(value)
+
+
+def message_ids(value: str) -> list[str]:
+    """The ids in a Message-ID, In-Reply-To or References header, without their angle brackets."""
+    ids = re.findall(r"<([^<>\s]+)>", value)
+    if not ids and value.strip():
+        ids = value.split()
+    return [clean(i) for i in ids]
+
+
+def _addresses(message: Message, name: str, parsed: ParsedMail) -> list[dict[str, str]]:
+    values = []
+    try:
+        values = [str(v) for v in message.get_all(name) or []]
+    except Exception as exc:
+        parsed.problems.append(f"unreadable {name} header: {type(exc).__name__}")
+    found = []
+    for display_name, address in email.utils.getaddresses(values):
+        if address:
+            found.append({"name": clean(display_name, 320), "address": clean(address, 320).lower()})
+    return found
+
+
+def _read_headers(message: Message, parsed: ParsedMail) -> None:
+    parsed.subject = clean(_header(message, "Subject", parsed))
+    parsed.message_id = next(iter(message_ids(_header(message, "Message-ID", parsed))), "")
+    parsed.in_reply_to = next(iter(message_ids(_header(message, "In-Reply-To", parsed))), "")
+    parsed.references = message_ids(_header(message, "References", parsed))[-50:]
+    senders = _addresses(message, "From", parsed)
+    parsed.from_address = senders[0] if senders else None
+    parsed.to = _addresses(message, "To", parsed)
+    parsed.cc = _addresses(message, "Cc", parsed)
+    try:
+        results = [str(v) for v in message.get_all("Authentication-Results") or []]
+    except Exception:
+        results = []
+    parsed.auth_results = authentication_results(results)
+
+
+def authentication_results(headers: list[str]) -> dict[str, str]:
+    """SPF, DKIM and DMARC verdicts from Authentication-Results headers (RFC 8601): the first one found
+    for each method, the topmost header first (the one the receiving server added last); "none" if absent."""
+    verdicts = dict.fromkeys(AUTH_METHODS, "none")
+    seen: set[str] = set()
+    for header in headers:
+        for method, result in re.findall(r"\b(spf|dkim|dmarc)\s*=\s*([a-z]+)", header, flags=re.IGNORECASE):
+            method = method.lower()
+            if method not in seen:
+                seen.add(method)
+                verdicts[method] = result.lower()[:32]
+    return verdicts
+
+
+# --- Bodies and attachments --------------------------------------------------------------------------
+
+
+def _decoded_text(part: Message, parsed: ParsedMail) -> str:
+    try:
+        if isinstance(part, EmailMessage):
+            content: Any = part.get_content()
+            if isinstance(content, str):
+                return clean(content, MAX_BODY_CHARS)
+    except Exception as exc:  # an unknown charset, a broken transfer encoding
+        parsed.problems.append(f"undecodable {part.get_content_type()} part: {type(exc).__name__}")
+    payload = part.get_payload(decode=True)
+    if isinstance(payload, bytes):
+        return clean(payload.decode("utf-8", errors="replace"), MAX_BODY_CHARS)
+    return ""
+
+
+def _read_parts(message: Message, parsed: ParsedMail, *, max_attachment_bytes: int) -> None:
+    defects = [type(d).__name__ for d in message.defects]
+    for part in message.walk():
+        if part is not message:
+            defects.extend(type(d).__name__ for d in part.defects)
+        if part.is_multipart():
+            continue
+        content_type = part.get_content_type()
+        try:
+            filename = part.get_filename() or ""
+        except Exception:
+            filename = ""
+        disposition = part.get_content_disposition()
+        if part.get_content_maintype() == "multipart":
+            # A multipart whose boundary is missing: its body cannot be split, so it is read as text.
+            if not parsed.text:
+                parsed.text = _decoded_text(part, parsed)
+            continue
+        if disposition != "attachment" and not filename and content_type in ("text/plain", "text/html"):
+            body = "text" if content_type == "text/plain" else "html"
+            if not getattr(parsed, body):
+                setattr(parsed, body, _decoded_text(part, parsed))
+            continue
+        if content_type == "message/rfc822" and disposition != "attachment":
+            continue  # its own parts are walked
+        payload = part.get_payload(decode=True)
+        content = payload if isinstance(payload, bytes) else b""
+        too_big = len(content) > max_attachment_bytes
+        parsed.attachments.append(
+            ParsedAttachment(
+                filename=clean(filename, 500),
+                content_type=clean(content_type, 255),
+                size=len(content),
+                content=None if too_big else content,
+                skipped=too_big,
+            )
+        )
+        # Decoding may have found more defects (bad base64).
+        defects.extend(type(d).__name__ for d in part.defects if type(d).__name__ not in defects)
+    for name in dict.fromkeys(defects):
+        parsed.problems.append(f"MIME defect: {name}")
+
+
+# --- Quoted history ----------------------------------------------------------------------------------
+
+# "On Mon, 1 Dec 2026 at 09:00, Ana <ana@example.com> wrote:" (Gmail, Apple Mail, Thunderbird); mail
+# clients wrap long attributions, so "wrote:" may end the next line instead.
+_ATTRIBUTION_START = re.compile(r"^\s*On\s.+", re.IGNORECASE)
+_ATTRIBUTION_END = re.compile(r"wrote:\s*$", re.IGNORECASE)
+_OUTLOOK_SEPARATOR = re.compile(r"^\s*-{2,}\s*Original Message\s*-{2,}\s*$", re.IGNORECASE)
+
+
+def strip_quoted_history(text: str) -> str:
+    """The new part of a reply: lines quoted with ">" are dropped, and an "On … wrote:" attribution
+    (or Outlook's "Original Message" separator) ends it, since everything after it is the history."""
+    lines = text.splitlines()
+    kept: list[str] = []
+    for index, line in enumerate(lines):
+        if _OUTLOOK_SEPARATOR.match(line):
+            break
+        if _ATTRIBUTION_START.match(line):
+            following = lines[index + 1] if index + 1 < len(lines) else ""
+            if _ATTRIBUTION_END.search(line) or (
+                _ATTRIBUTION_END.search(following) and not following.lstrip().startswith(">")
+            ):
+                break
+        if line.lstrip().startswith(">"):
+            continue
+        kept.append(line)
+    return "\n".join(kept).strip()
+
+
+def normalize_subject(subject: str) -> str:
+    """The subject without reply and forward prefixes ("Re: Fwd: RE[2]: x" → "x"), lowercased."""
+    previous = None
+    subject = subject.strip()
+    while previous != subject:
+        previous = subject
+        subject = re.sub(r"^(re|fwd?|aw|sv|wg)\s*(\[\d+\])?\s*:\s*", "", subject, flags=re.IGNORECASE)
+    return " ".join(subject.split()).lower()[:MAX_HEADER_CHARS]

@@ -1,0 +1,219 @@
+"""Receiving mail: store what the SMTP listener accepted, then parse it into each recipient agent's inbox.
+
+Storing and parsing are separate on purpose. The listener answers 250 only once the raw bytes are
+committed (inbound_store); parsing runs after that, from Celery, and marks the raw row parsed in the
+same transaction as the messages it creates (inbound_parse), so a crash in between loses nothing (the
+periodic inbound_parse_pending finds the row) and a second run creates nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+from functools import partial
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models.functions import Now
+
+from agentcal import broker
+from agentcal.clock import isoformat_z
+from audit.events import AuditEvent
+from audit.models import Outcome
+from audit.services import audit_record
+from inboxes.addresses import resolve_recipient
+from inboxes.models import Attachment, InboundRaw, Message, Thread
+from inboxes.parsing import ParsedMail, normalize_subject, parse_mail
+from webhooks.models import EventType
+from webhooks.outbox import outbox_emit
+from workspaces.models import Agent, Workspace
+
+logger = logging.getLogger(__name__)
+
+# A message without In-Reply-To/References joins a thread with the same subject from the same sender
+# only if that thread has seen mail this recently.
+SUBJECT_THREADING_WINDOW = timedelta(days=30)
+PENDING_BATCH = 500
+
+
+def inbound_store(*, raw: bytes, envelope_from: str, recipients: list[str], peer_ip: str | None) -> int:
+    """Commit the message as received and ask for it to be parsed; returns the raw row's id."""
+    with transaction.atomic(durable=True):
+        row = InboundRaw.objects.create(
+            raw=raw,
+            envelope_from=envelope_from[:998],
+            envelope_to=sorted({r.lower() for r in recipients}),
+            peer_ip=peer_ip or None,
+        )
+        transaction.on_commit(partial(_enqueue_parse, row.pk))
+    return row.pk
+
+
+def _enqueue_parse(raw_id: int) -> None:
+    from inboxes.tasks import parse_inbound  # inboxes.tasks imports this module
+
+    # With the broker down the publisher thread parses it itself; if that fails too, the periodic
+    # inbound_parse_pending still finds the row.
+    broker.enqueue(parse_inbound, (raw_id,), fallback=partial(inbound_parse, raw_id))
+
+
+def inbound_refused(
+    *, recipient: str, workspace: Workspace | None, reason: str, sender: str, peer_ip: str
+) -> None:
+    """Audit a recipient refused at RCPT (`unknown_recipient`, `relay_denied`)."""
+    audit_record(
+        event_type=AuditEvent.INBOX_MESSAGE_REFUSED,
+        outcome=Outcome.REJECTED,
+        actor=None,
+        workspace_id=workspace.pk if workspace else None,
+        failure_reason=reason,
+        details={"recipient": recipient[:320], "sender": sender[:320], "peer_ip": peer_ip},
+    )
+
+
+def inbound_parse(raw_id: int) -> list[Message]:
+    """Parse one stored message into one Message per recipient agent. Does nothing if the row is already
+    parsed or another worker is parsing it now."""
+    with transaction.atomic(durable=True):
+        row = (
+            InboundRaw.objects.select_for_update(skip_locked=True)
+            .filter(pk=raw_id, parsed_at__isnull=True)
+            .first()
+        )
+        if row is None:
+            return []
+        parsed = parse_mail(bytes(row.raw), max_attachment_bytes=settings.INBOUND_MAX_ATTACHMENT_BYTES)
+        problems = list(parsed.problems)
+        delivered: list[Message] = []
+        seen: set[int] = set()
+        for address in row.envelope_to:
+            agent = resolve_recipient(address).agent
+            if agent is None:
+                # Accepted at RCPT, gone (deleted, deactivated) before parsing.
+                problems.append(f"no agent for {address} any more")
+                continue
+            if agent.pk not in seen:
+                seen.add(agent.pk)
+                delivered.append(_deliver(agent=agent, row=row, parsed=parsed))
+        InboundRaw.objects.filter(pk=row.pk).update(parsed_at=Now(), problem="\n".join(problems))
+    if problems:
+        logger.info("inbound message %s parsed with problems: %s", raw_id, "; ".join(problems))
+    return delivered
+
+
+def inbound_parse_pending() -> int:
+    """Parse what was accepted but never parsed (a lost task, a crash); returns how many were parsed."""
+    pending = list(
+        InboundRaw.objects.filter(parsed_at__isnull=True)
+        .order_by("pk")
+        .values_list("pk", flat=True)[:PENDING_BATCH]
+    )
+    parsed = 0
+    for raw_id in pending:
+        try:
+            inbound_parse(raw_id)
+            parsed += 1
+        except Exception:  # one bad row must not hold up the rest; it is retried next time
+            logger.exception("parsing inbound message %s failed", raw_id)
+    return parsed
+
+
+def _deliver(*, agent: Agent, row: InboundRaw, parsed: ParsedMail) -> Message:
+    thread = _thread_for(agent=agent, parsed=parsed, received_at=row.received_at)
+    message = Message.objects.create(
+        agent=agent,
+        thread=thread,
+        raw=row,
+        message_id=parsed.message_id,
+        in_reply_to=parsed.in_reply_to,
+        references=parsed.references,
+        from_address=parsed.from_address,
+        to=parsed.to,
+        cc=parsed.cc,
+        subject=parsed.subject,
+        text=parsed.text,
+        html=parsed.html,
+        reply_text=parsed.reply_text,
+        auth_results=parsed.auth_results,
+        untrusted=True,
+        received_at=row.received_at,
+    )
+    Attachment.objects.bulk_create(
+        Attachment(
+            message=message,
+            filename=a.filename,
+            content_type=a.content_type,
+            size=a.size,
+            content=a.content,
+            skipped=a.skipped,
+        )
+        for a in parsed.attachments
+    )
+    if thread.last_message_at < row.received_at:
+        Thread.objects.filter(pk=thread.pk).update(last_message_at=row.received_at)
+    sender = parsed.from_address["address"] if parsed.from_address else ""
+    outbox_emit(
+        event_type=EventType.MESSAGE_RECEIVED,
+        workspace_id=agent.workspace_id,
+        agent_id=agent.pk,
+        data={
+            "message": {
+                "id": message.public_id,
+                "thread_id": thread.public_id,
+                "from": parsed.from_address,
+                "subject": message.subject,
+                "received_at": isoformat_z(row.received_at),
+                "untrusted": True,
+            }
+        },
+    )
+    audit_record(
+        event_type=AuditEvent.INBOX_MESSAGE_RECEIVED,
+        outcome=Outcome.SUCCESS,
+        actor=None,
+        workspace_id=agent.workspace_id,
+        details={
+            "agent": agent.public_id,
+            "message": message.public_id,
+            "thread": thread.public_id,
+            "from": sender,
+        },
+    )
+    return message
+
+
+def _thread_for(*, agent: Agent, parsed: ParsedMail, received_at: datetime) -> Thread:
+    """The thread the message answers (In-Reply-To/References), else a recent one with the same subject
+    from the same sender, else a new one."""
+    referenced = [i for i in (parsed.in_reply_to, *parsed.references) if i]
+    if referenced:
+        thread_id = (
+            Message.objects.filter(agent=agent, message_id__in=referenced)
+            .order_by("-pk")
+            .values_list("thread_id", flat=True)
+            .first()
+        )
+        if thread_id is not None:
+            return Thread.objects.get(pk=thread_id)
+    normalized = normalize_subject(parsed.subject)
+    counterpart = parsed.from_address["address"] if parsed.from_address else ""
+    if normalized and counterpart:
+        thread = (
+            Thread.objects.filter(
+                agent=agent,
+                normalized_subject=normalized,
+                counterpart=counterpart,
+                last_message_at__gte=received_at - SUBJECT_THREADING_WINDOW,
+            )
+            .order_by("-last_message_at")
+            .first()
+        )
+        if thread is not None:
+            return thread
+    return Thread.objects.create(
+        agent=agent,
+        subject=parsed.subject,
+        normalized_subject=normalized,
+        counterpart=counterpart,
+        last_message_at=received_at,
+    )

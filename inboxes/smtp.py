@@ -1,0 +1,152 @@
+"""The inbound SMTP listener's handler (aiosmtpd): who may receive mail here, how fast a peer may send,
+and the moment a message is accepted.
+
+aiosmtpd runs the dialogue on an asyncio loop in its own thread; every database call goes to a worker
+thread (sync_to_async, thread_sensitive=False) and closes its connection when done, so the listener
+holds no connection between messages.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from aiosmtpd.controller import Controller
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import close_old_connections, connections
+
+from inboxes.addresses import resolve_recipient
+from inboxes.services import inbound_refused, inbound_store
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# A peer this long silent is forgotten (its bucket would be full again anyway).
+BUCKET_IDLE_SECONDS = 600.0
+
+
+class RateLimiter:
+    """A token bucket per peer IP, in this process's memory: `per_minute` messages, refilled smoothly."""
+
+    def __init__(self, per_minute: int) -> None:
+        self.capacity = float(per_minute)
+        self.refill_per_second = per_minute / 60.0
+        self._buckets: dict[str, tuple[float, float]] = {}  # ip -> (tokens, at monotonic time)
+        self._lock = threading.Lock()
+
+    def allow(self, ip: str) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            if len(self._buckets) > 10_000:
+                self._forget_idle(now)
+            tokens, at = self._buckets.get(ip, (self.capacity, now))
+            tokens = min(self.capacity, tokens + (now - at) * self.refill_per_second)
+            if tokens < 1.0:
+                self._buckets[ip] = (tokens, now)
+                return False
+            self._buckets[ip] = (tokens - 1.0, now)
+            return True
+
+    def _forget_idle(self, now: float) -> None:
+        for ip, (_, at) in list(self._buckets.items()):
+            if now - at > BUCKET_IDLE_SECONDS:
+                del self._buckets[ip]
+
+
+def _with_own_connection(function: Callable[..., T]) -> Callable[..., T]:
+    def run(*args: Any, **kwargs: Any) -> T:
+        close_old_connections()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            connections.close_all()
+
+    return run
+
+
+async def _in_thread(function: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    return await sync_to_async(_with_own_connection(function), thread_sensitive=False)(*args, **kwargs)
+
+
+def _peer_ip(session: Any) -> str:
+    peer = session.peer
+    return str(peer[0]) if isinstance(peer, tuple) and peer else str(peer or "")
+
+
+def _check_recipient(address: str, sender: str, peer_ip: str) -> str | None:
+    """None if `address` is an agent's; otherwise the SMTP refusal, audited."""
+    recipient = resolve_recipient(address)
+    if recipient.agent is not None:
+        return None
+    reason = "relay_denied" if recipient.foreign else "unknown_recipient"
+    inbound_refused(
+        recipient=address, workspace=recipient.workspace, reason=reason, sender=sender, peer_ip=peer_ip
+    )
+    if recipient.foreign:
+        return "550 5.7.1 Relay access denied"
+    return "550 5.1.1 No such mailbox here"
+
+
+class InboundHandler:
+    def __init__(self, *, per_minute: int | None = None) -> None:
+        self.limiter = RateLimiter(per_minute or settings.INBOUND_MAX_MESSAGES_PER_MINUTE_PER_IP)
+
+    async def handle_MAIL(  # noqa: N802 (aiosmtpd's hook names)
+        self, server: Any, session: Any, envelope: Any, address: str, mail_options: list[str]
+    ) -> str:
+        if not self.limiter.allow(_peer_ip(session)):
+            return "421 4.7.0 Too many messages from your address, try again later"
+        envelope.mail_from = address
+        envelope.mail_options.extend(mail_options)
+        return "250 OK"
+
+    async def handle_RCPT(  # noqa: N802
+        self, server: Any, session: Any, envelope: Any, address: str, rcpt_options: list[str]
+    ) -> str:
+        try:
+            refusal = await _in_thread(_check_recipient, address, envelope.mail_from or "", _peer_ip(session))
+        except Exception:
+            # The database is unreachable: a temporary failure, so the sender tries again later.
+            logger.exception("could not check an inbound recipient")
+            return "451 4.3.0 Temporary failure, try again later"
+        if refusal is not None:
+            return refusal
+        envelope.rcpt_tos.append(address)
+        envelope.rcpt_options.extend(rcpt_options)
+        return "250 OK"
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802
+        raw = envelope.original_content or envelope.content
+        if isinstance(raw, str):
+            raw = raw.encode("utf-8", errors="surrogateescape")
+        try:
+            raw_id = await _in_thread(
+                inbound_store,
+                raw=raw,
+                envelope_from=envelope.mail_from or "",
+                recipients=list(envelope.rcpt_tos),
+                peer_ip=_peer_ip(session),
+            )
+        except Exception:
+            # Not stored, so not accepted: the sender keeps the message and retries.
+            logger.exception("could not store an inbound message")
+            return "451 4.3.0 Temporary failure, try again later"
+        logger.info("accepted inbound message %s for %s", raw_id, ", ".join(envelope.rcpt_tos))
+        return "250 Message accepted"
+
+
+def inbound_controller(host: str, port: int, *, per_minute: int | None = None) -> Controller:
+    """The listener, not yet started (`.start()` runs it in a thread of its own)."""
+    return Controller(
+        InboundHandler(per_minute=per_minute),
+        hostname=host,
+        port=port,
+        data_size_limit=settings.INBOUND_MAX_MESSAGE_BYTES,
+        # The raw bytes are stored as received; decoding is the parser's job.
+        decode_data=False,
+    )
