@@ -16,7 +16,7 @@ from rest_framework.response import Response
 
 from agentcal.api.fields import OffsetDateTimeField, OutputSerializer, validated
 from agentcal.api.pagination import PageQuery
-from agentcal.api.schema import page_of
+from agentcal.api.schema import page_of, problems
 from agentcal.api.views import AgentAPIView
 from agentcal.errors import NotFound
 from agentcal.pagination import paginate
@@ -179,7 +179,8 @@ class MessageListView(AgentAPIView):
     required_scopes = {"GET": Scope.INBOX_READ}
     audit_action = "inbox"
 
-    @extend_schema(parameters=[MessageListQuery], responses={200: page_of(MessageOutput)})
+    # 404: the `thread` filter names no thread of this inbox.
+    @extend_schema(parameters=[MessageListQuery], responses={200: page_of(MessageOutput), **problems(404)})
     def get(self, request: Request) -> Response:
         agent = _agent(self)
         query = validated(MessageListQuery, request.query_params.dict())
