@@ -317,6 +317,10 @@ CELERY_BEAT_SCHEDULE.update(
 # An agent's address is `<agent slug>@<workspace slug>.<INBOUND_DOMAIN_SUFFIX>`.
 INBOUND_DOMAIN_SUFFIX = (env_str("INBOUND_DOMAIN_SUFFIX", "agentcal.localhost") or "").lower().strip(".")
 INBOUND_SMTP_HOST = env_str("INBOUND_SMTP_HOST", "127.0.0.1") or "127.0.0.1"
+# Authentication-Results headers (SPF/DKIM/DMARC verdicts) count only when added by these hosts (their
+# authserv-id, RFC 8601), i.e. the MX or relay in front of AgentCal: anyone can write the header into a
+# message, so with none configured every verdict reads "none" (not checked), never a sender's claim.
+INBOUND_TRUSTED_AUTHSERV_IDS = [name.lower() for name in env_list("INBOUND_TRUSTED_AUTHSERV_IDS", [])]
 INBOUND_SMTP_PORT = env_int("INBOUND_SMTP_PORT", 2525, minimum=1)
 # Bigger messages are refused (552) at the SMTP dialogue, never truncated.
 INBOUND_MAX_MESSAGE_BYTES = env_int("INBOUND_MAX_MESSAGE_BYTES", 10 * 1024 * 1024, minimum=1024)

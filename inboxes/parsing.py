@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from email.message import EmailMessage, Message
 from typing import Any
 
+from django.conf import settings
+
 from agentcal.text import storable_text
 
 # Headers longer than this are clipped (the columns are varchar(998), the RFC 5322 line limit).
@@ -112,15 +114,22 @@ def _read_headers(message: Message, parsed: ParsedMail) -> None:
         results = [str(v) for v in message.get_all("Authentication-Results") or []]
     except Exception:
         results = []
-    parsed.auth_results = authentication_results(results)
+    parsed.auth_results = authentication_results(
+        results, trusted=frozenset(settings.INBOUND_TRUSTED_AUTHSERV_IDS)
+    )
 
 
-def authentication_results(headers: list[str]) -> dict[str, str]:
-    """SPF, DKIM and DMARC verdicts from Authentication-Results headers (RFC 8601): the first one found
-    for each method, the topmost header first (the one the receiving server added last); "none" if absent."""
+def authentication_results(headers: list[str], *, trusted: frozenset[str]) -> dict[str, str]:
+    """SPF, DKIM and DMARC verdicts from Authentication-Results headers (RFC 8601) added by a trusted
+    host (the authserv-id before the first ";"): the first one found for each method, the topmost header
+    first (the one the receiving server added last); "none" if absent. A header naming any other host
+    may have been written by the sender, and is ignored."""
     verdicts = dict.fromkeys(AUTH_METHODS, "none")
     seen: set[str] = set()
     for header in headers:
+        authserv_id = header.split(";", 1)[0].strip().split()[0].lower() if header.strip() else ""
+        if authserv_id not in trusted:
+            continue
         for method, result in re.findall(r"\b(spf|dkim|dmarc)\s*=\s*([a-z]+)", header, flags=re.IGNORECASE):
             method = method.lower()
             if method not in seen:

@@ -37,10 +37,19 @@ def test_subject_normalization_strips_reply_and_forward_prefixes():
     assert normalize_subject("RE: Fwd:  Re[2]: Pricing  plan") == "pricing plan"
 
 
-def test_authentication_results_are_read_per_method():
+def test_authentication_results_are_read_per_method_from_trusted_hosts_only():
+    ours = frozenset({"mx.example.com"})
     header = "mx.example.com; spf=pass smtp.mailfrom=a.com; dkim=fail header.d=a.com; dmarc=pass"
-    assert authentication_results([header]) == {"spf": "pass", "dkim": "fail", "dmarc": "pass"}
-    assert authentication_results([]) == {"spf": "none", "dkim": "none", "dmarc": "none"}
+    assert authentication_results([header], trusted=ours) == {"spf": "pass", "dkim": "fail", "dmarc": "pass"}
+    assert authentication_results([], trusted=ours) == {"spf": "none", "dkim": "none", "dmarc": "none"}
+    # A sender can write the header too: one naming another host is not believed.
+    forged = "mx.example.com.evil; spf=pass; dkim=pass; dmarc=pass"
+    assert authentication_results([forged], trusted=ours) == {"spf": "none", "dkim": "none", "dmarc": "none"}
+    assert authentication_results([header], trusted=frozenset()) == {
+        "spf": "none",
+        "dkim": "none",
+        "dmarc": "none",
+    }
 
 
 def test_html_and_attachments_are_read_and_oversize_ones_skipped():
