@@ -328,8 +328,22 @@ INBOUND_MAX_MESSAGE_BYTES = env_int("INBOUND_MAX_MESSAGE_BYTES", 10 * 1024 * 102
 INBOUND_MAX_ATTACHMENT_BYTES = env_int("INBOUND_MAX_ATTACHMENT_BYTES", 5 * 1024 * 1024, minimum=0)
 # Messages one peer address may start per minute (per listener process) before getting 421.
 INBOUND_MAX_MESSAGES_PER_MINUTE_PER_IP = env_int("INBOUND_MAX_MESSAGES_PER_MINUTE_PER_IP", 120, minimum=1)
-# Sending is not built yet; the inbox reports the limit it will enforce.
+# Not enforced yet: the inbox reports the limit and how many messages went out today.
 INBOX_DAILY_SEND_LIMIT = env_int("INBOX_DAILY_SEND_LIMIT", 200, minimum=0)
+# Outbound mail to other domains goes through the EMAIL_* relay. Without one (the console backend of a
+# local install) such messages are marked `not_sent_no_relay` rather than printed and called sent.
+INBOX_RELAY_CONFIGURED = env_bool("INBOX_RELAY_CONFIGURED", bool(os.environ.get("EMAIL_HOST")))
+# Seconds before each retry of a message the relay refused or could not be reached for: with the first
+# attempt, five in all. Tests shorten it.
+INBOX_SEND_RETRY_SCHEDULE = [
+    int(x) for x in env_list("INBOX_SEND_RETRY_SCHEDULE", ["60", "300", "1800", "7200"])
+]
+# Queued messages whose delivery task was never published (the broker was down) are picked up this often.
+INBOX_DELIVER_PENDING_SECONDS = env_int("INBOX_DELIVER_PENDING_SECONDS", 60, minimum=1)
+CELERY_BEAT_SCHEDULE["inboxes-deliver-pending"] = {
+    "task": "inboxes.deliver_pending",
+    "schedule": float(INBOX_DELIVER_PENDING_SECONDS),
+}
 # Raw messages accepted but not parsed (the worker crashed, the broker was down) are picked up this often.
 INBOUND_PARSE_PENDING_SECONDS = env_int("INBOUND_PARSE_PENDING_SECONDS", 30, minimum=1)
 CELERY_BEAT_SCHEDULE["inboxes-parse-pending"] = {

@@ -36,6 +36,9 @@ class AuditEvent(models.TextChoices):
     # Mail for an agent's inbox: accepted and parsed, or refused at the SMTP dialogue (unknown recipient).
     INBOX_MESSAGE_RECEIVED = "inbox.message.received"
     INBOX_MESSAGE_REFUSED = "inbox.message.refused"
+    INBOX_MESSAGE_QUEUED = "inbox.message.queued"
+    INBOX_MESSAGE_SENT = "inbox.message.sent"
+    INBOX_MESSAGE_FAILED = "inbox.message.failed"
     WEBHOOK_ENDPOINT_CREATED = "webhook.endpoint.created"
     WEBHOOK_ENDPOINT_DISABLED = "webhook.endpoint.disabled"
     WEBHOOK_DELIVERY_REPLAYED = "webhook.delivery.replayed"

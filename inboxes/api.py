@@ -8,20 +8,28 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Prefetch
 from django.http import HttpResponse
+from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from agentcal.api.fields import OffsetDateTimeField, OutputSerializer, validated
+from agentcal.api.fields import (
+    OffsetDateTimeField,
+    OneLineField,
+    OutputSerializer,
+    StrictSerializer,
+    validated,
+)
 from agentcal.api.pagination import PageQuery
 from agentcal.api.schema import page_of, problems
 from agentcal.api.views import AgentAPIView
 from agentcal.errors import NotFound
 from agentcal.pagination import paginate
 from inboxes.addresses import agent_address
-from inboxes.models import Attachment, Message, Thread
+from inboxes.models import Attachment, Direction, Message, Thread
+from inboxes.sending import MAX_RECIPIENTS, message_reply, message_send
 from workspaces.models import Agent, Scope
 
 # Attachment types served as themselves; anything else is downloaded as application/octet-stream so a
@@ -71,6 +79,12 @@ class _MessageFields(OutputSerializer):
     id = serializers.CharField(source="public_id")
     thread_id = serializers.CharField(source="thread.public_id")
     direction = serializers.CharField()
+    status = serializers.CharField(
+        help_text="`received` (inbound); outbound: `queued`, `sent`, `failed` or `not_sent_no_relay`."
+    )
+    attempts = serializers.IntegerField(help_text="Delivery attempts made (outbound).")
+    last_error = serializers.CharField(help_text="Why the last delivery attempt failed, if it did.")
+    sent_at = serializers.DateTimeField(allow_null=True)
     message_id = serializers.CharField(help_text="The Message-ID header, without angle brackets.")
     in_reply_to = serializers.CharField()
     references = serializers.ListField(child=serializers.CharField())
@@ -140,8 +154,11 @@ class InboxView(AgentAPIView):
     @extend_schema(responses={200: InboxOutput})
     def get(self, request: Request) -> Response:
         agent = _agent(self)
-        # Sending comes later: until then nothing has been sent.
-        quota = {"daily_limit": settings.INBOX_DAILY_SEND_LIMIT, "sent_today": 0}
+        midnight = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
+        sent_today = Message.objects.filter(
+            agent=agent, direction=Direction.OUTBOUND, received_at__gte=midnight
+        ).count()
+        quota = {"daily_limit": settings.INBOX_DAILY_SEND_LIMIT, "sent_today": sent_today}
         return Response(InboxOutput({"address": agent_address(agent), "quota": quota}).data)
 
 
@@ -224,6 +241,10 @@ class MessageRawView(AgentAPIView):
     @extend_schema(responses={(200, "message/rfc822"): OpenApiResponse(OpenApiTypes.BINARY)})
     def get(self, request: Request, message_id: str) -> HttpResponse:
         message = message_for(_agent(self), message_id)
+        if message.raw is None:
+            raise NotFound(
+                f"Message {message_id} was sent from this inbox: there is no raw message received."
+            )
         return _download(
             bytes(message.raw.raw), content_type="message/rfc822", filename=f"{message.public_id}.eml"
         )
@@ -247,3 +268,63 @@ class AttachmentDownloadView(AgentAPIView):
             content_type=content_type,
             filename=attachment.filename or attachment.public_id,
         )
+
+
+class QueuedOutput(OutputSerializer):
+    id = serializers.CharField(source="public_id")
+    status = serializers.CharField()
+
+
+# Header values are not trimmed: a trailing CR/LF must be refused, not quietly removed.
+def _header_field(**kwargs: Any) -> serializers.CharField:
+    """A value that goes into a mail header: one line (the schema says so too), never trimmed."""
+    return OneLineField(trim_whitespace=False, **kwargs)
+
+
+class ReplyInput(StrictSerializer):
+    text = serializers.CharField(trim_whitespace=False, allow_blank=True)
+    html = serializers.CharField(trim_whitespace=False, allow_blank=True, required=False, default="")
+    reply_all = serializers.BooleanField(required=False, default=False)
+
+
+class SendInput(StrictSerializer):
+    to = serializers.ListField(child=_header_field(max_length=320), min_length=1, max_length=MAX_RECIPIENTS)
+    cc = serializers.ListField(
+        child=_header_field(max_length=320), required=False, default=list, max_length=MAX_RECIPIENTS
+    )
+    subject = _header_field(max_length=998, allow_blank=True)
+    text = serializers.CharField(trim_whitespace=False, allow_blank=True)
+    html = serializers.CharField(trim_whitespace=False, allow_blank=True, required=False, default="")
+
+
+class MessageReplyView(AgentAPIView):
+    required_scopes = {"POST": Scope.INBOX_SEND}
+    audit_action = "inbox.message"
+
+    @extend_schema(request=ReplyInput, responses={202: QueuedOutput, **problems(400, 404)})
+    def post(self, request: Request, message_id: str) -> Response:
+        agent = _agent(self)
+        data = validated(ReplyInput, request.data)
+        parent = message_for(agent, message_id)
+        message = message_reply(
+            agent=agent, parent=parent, text=data["text"], html=data["html"], reply_all=data["reply_all"]
+        )
+        return Response(QueuedOutput(message).data, status=202)
+
+
+class SendView(AgentAPIView):
+    required_scopes = {"POST": Scope.INBOX_SEND}
+    audit_action = "inbox.message"
+
+    @extend_schema(request=SendInput, responses={202: QueuedOutput, **problems(400)})
+    def post(self, request: Request) -> Response:
+        data = validated(SendInput, request.data)
+        message = message_send(
+            agent=_agent(self),
+            to=data["to"],
+            cc=data["cc"],
+            subject=data["subject"],
+            text=data["text"],
+            html=data["html"],
+        )
+        return Response(QueuedOutput(message).data, status=202)

@@ -67,6 +67,16 @@ class Thread(models.Model):
 
 class Direction(models.TextChoices):
     INBOUND = "inbound"
+    OUTBOUND = "outbound"
+
+
+class MessageStatus(models.TextChoices):
+    RECEIVED = "received"  # every inbound message
+    QUEUED = "queued"  # outbound, waiting for (another) delivery attempt
+    SENT = "sent"
+    FAILED = "failed"  # the relay kept refusing it; no more attempts
+    # External recipients and no relay configured: shown as such, never pretended sent.
+    NOT_SENT_NO_RELAY = "not_sent_no_relay"
 
 
 class Message(models.Model):
@@ -75,8 +85,13 @@ class Message(models.Model):
     )
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
     thread = models.ForeignKey(Thread, on_delete=models.CASCADE, related_name="messages")
-    raw = models.ForeignKey(InboundRaw, on_delete=models.PROTECT, related_name="messages")
+    # Null for outbound messages: they are built from their fields when delivered.
+    raw = models.ForeignKey(InboundRaw, on_delete=models.PROTECT, related_name="messages", null=True)
     direction = models.CharField(max_length=16, choices=Direction.choices, default=Direction.INBOUND)
+    status = models.CharField(max_length=32, choices=MessageStatus.choices, default=MessageStatus.RECEIVED)
+    attempts = models.PositiveIntegerField(default=0)  # delivery attempts made (outbound)
+    last_error = models.TextField(blank=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
     message_id = models.CharField(max_length=998, blank=True)  # the Message-ID header, without <>
     in_reply_to = models.CharField(max_length=998, blank=True)
     references = models.JSONField(default=list)
@@ -97,11 +112,21 @@ class Message(models.Model):
         constraints = [
             # Parsing a raw message twice must not deliver it twice to the same agent.
             models.UniqueConstraint(fields=["raw", "agent"], name="message_once_per_raw_and_agent"),
+            # Inbound mail is only ever `received` and has its raw message; outbound never is, never has.
+            models.CheckConstraint(
+                condition=(
+                    Q(direction=Direction.INBOUND, status=MessageStatus.RECEIVED, raw__isnull=False)
+                    | (Q(direction=Direction.OUTBOUND, raw__isnull=True) & ~Q(status=MessageStatus.RECEIVED))
+                ),
+                name="message_status_matches_direction",
+            ),
         ]
         indexes = [
             # Threading: which of the agent's messages does In-Reply-To/References name?
             models.Index(fields=["agent", "message_id"], name="message_agent_message_id"),
             models.Index(fields=["agent", "thread"], name="message_agent_thread"),
+            # The sweep: outbound messages whose delivery task never ran.
+            models.Index(fields=["id"], condition=Q(status="queued"), name="message_queued"),
         ]
 
     def __str__(self) -> str:

@@ -34,6 +34,8 @@ class EventType(models.TextChoices):
     APPROVAL_EXPIRED = "approval.expired"
     APPROVAL_CANCELLED = "approval.cancelled"
     MESSAGE_RECEIVED = "message.received"
+    MESSAGE_SENT = "message.sent"
+    MESSAGE_FAILED = "message.failed"
     CONNECTION_FAILED = "connection.failed"
 
 

@@ -58,6 +58,12 @@ urlpatterns = [
     path("inbox/threads/<str:thread_id>", inboxes.ThreadDetailView.as_view(), name="inbox-thread"),
     path("inbox/messages", inboxes.MessageListView.as_view(), name="inbox-messages"),
     path("inbox/messages/<str:message_id>", inboxes.MessageDetailView.as_view(), name="inbox-message"),
+    path("inbox/send", inboxes.SendView.as_view(), name="inbox-send"),
+    path(
+        "inbox/messages/<str:message_id>/reply",
+        inboxes.MessageReplyView.as_view(),
+        name="inbox-message-reply",
+    ),
     path("inbox/messages/<str:message_id>/raw", inboxes.MessageRawView.as_view(), name="inbox-message-raw"),
     path(
         "inbox/messages/<str:message_id>/attachments/<str:attachment_id>",

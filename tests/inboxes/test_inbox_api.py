@@ -51,6 +51,7 @@ def test_the_raw_message_downloads_as_rfc822(sdr):
     assert response.status_code == 200
     assert response.headers["content-type"] == "message/rfc822"
     assert response.headers["content-disposition"].startswith("attachment")
+    assert message.raw is not None
     assert response.content == bytes(message.raw.raw)
 
 

@@ -1,0 +1,377 @@
+"""Sending: an agent's reply or new message is stored as a queued outbound Message, then delivered by a
+Celery task (inboxes.tasks.deliver) after commit.
+
+Delivery splits the recipients. Addresses of this installation's agents are delivered straight into their
+inboxes through the receiving path (an InboundRaw row, parsed like any other), once, on the first attempt.
+Everything else goes through Django's email backend, the relay configured by the EMAIL_* settings; a
+refusal or a network error is retried on INBOX_SEND_RETRY_SCHEDULE, then the message is marked failed.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import re
+from collections.abc import Iterable
+from datetime import timedelta
+from functools import partial
+from typing import Any
+
+from django.conf import settings
+from django.core.mail import EmailMultiAlternatives, get_connection
+from django.db import transaction
+from django.db.models import F
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from agentcal import broker
+from agentcal.clock import isoformat_z
+from agentcal.errors import InvalidRequest
+from audit.events import AuditEvent
+from audit.models import Outcome
+from audit.services import audit_record
+from inboxes.addresses import agent_address, resolve_recipient, workspace_domain
+from inboxes.models import Direction, InboundRaw, Message, MessageStatus, Thread
+from inboxes.parsing import normalize_subject
+from inboxes.services import inbound_parse
+from webhooks.models import EventType
+from webhooks.outbox import outbox_emit
+from workspaces.models import Agent
+
+logger = logging.getLogger(__name__)
+
+MAX_RECIPIENTS = 50
+PENDING_BATCH = 500
+# The RFC 5322 addr-spec in its dot-atom form (quoted local parts and domain literals are not accepted).
+_ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+ADDR_SPEC = re.compile(rf"{_ATEXT}(?:\.{_ATEXT})*@{_LABEL}(?:\.{_LABEL})+", re.ASCII)
+NO_AUTH = {"spf": "none", "dkim": "none", "dmarc": "none"}
+
+
+def header_safe(value: str) -> bool:
+    """No CR or LF: a header value that contains one could start a header of its own."""
+    return "\r" not in value and "\n" not in value
+
+
+def valid_address(value: str) -> bool:
+    return header_safe(value) and len(value) <= 320 and ADDR_SPEC.fullmatch(value) is not None
+
+
+def _entries(addresses: Iterable[str]) -> list[dict[str, str]]:
+    return [{"name": "", "address": a} for a in addresses]
+
+
+def _unique(addresses: Iterable[str], *, without: str = "") -> list[str]:
+    seen = {without.lower()} if without else set()
+    result = []
+    for address in addresses:
+        if address and address.lower() not in seen:
+            seen.add(address.lower())
+            result.append(address)
+    return result
+
+
+def _check_recipients(addresses: list[str]) -> None:
+    # `errors` names "recipients": the rule spans to and cc, and is more than a JSON Schema can state.
+    if not addresses:
+        raise InvalidRequest("The message has no recipient.", errors={"recipients": ["none given"]})
+    if len(addresses) > MAX_RECIPIENTS:
+        detail = f"At most {MAX_RECIPIENTS} recipients (to and cc together)."
+        raise InvalidRequest(detail, errors={"recipients": [detail]})
+    bad = [a for a in addresses if not valid_address(a)]
+    if bad:
+        raise InvalidRequest("Not an email address (RFC 5322 addr-spec).", errors={"recipients": bad[:5]})
+
+
+def message_send(
+    *, agent: Agent, to: list[str], cc: list[str], subject: str, text: str, html: str = ""
+) -> Message:
+    """Queue a new message in a new thread."""
+    _check_recipients([*to, *cc])
+    if not header_safe(subject):
+        raise InvalidRequest("The subject may not contain CR or LF.")
+    with transaction.atomic(durable=True):
+        thread = Thread.objects.create(
+            agent=agent,
+            subject=subject,
+            normalized_subject=normalize_subject(subject),
+            counterpart=to[0].lower(),
+        )
+        return _queue(
+            agent=agent, thread=thread, to=to, cc=cc, subject=subject, text=text, html=html, parent=None
+        )
+
+
+def message_reply(
+    *, agent: Agent, parent: Message, text: str, html: str = "", reply_all: bool = False
+) -> Message:
+    """Queue a reply to `parent` (one of the agent's own messages) in the parent's thread."""
+    own = agent_address(agent)
+    if parent.direction == Direction.OUTBOUND:
+        to = [a["address"] for a in parent.to]
+        cc = [a["address"] for a in parent.cc] if reply_all else []
+    else:
+        reply_to = _reply_to(parent)
+        sender = parent.from_address["address"] if parent.from_address else ""
+        to = reply_to or [sender]
+        cc = [a["address"] for a in (*parent.to, *parent.cc)] if reply_all else []
+    to = _unique(to, without=own)
+    cc = _unique(cc, without=own)
+    cc = [a for a in cc if a.lower() not in {t.lower() for t in to}]
+    _check_recipients([*to, *cc])
+    subject = parent.subject
+    if not subject.lower().startswith("re:"):
+        subject = f"Re: {subject}"
+    # Inbound subjects are parsed (unfolded); still, nothing with a line break reaches a header.
+    subject = subject.replace("\r", " ").replace("\n", " ")
+    with transaction.atomic(durable=True):
+        return _queue(
+            agent=agent,
+            thread=parent.thread,
+            to=to,
+            cc=cc,
+            subject=subject,
+            text=text,
+            html=html,
+            parent=parent,
+        )
+
+
+def _reply_to(parent: Message) -> list[str]:
+    if parent.raw is None:
+        return []
+    headers = email.message_from_bytes(bytes(parent.raw.raw))
+    values = headers.get_all("Reply-To") or []
+    return [address for _, address in email.utils.getaddresses([str(v) for v in values]) if address]
+
+
+def _queue(
+    *,
+    agent: Agent,
+    thread: Thread,
+    to: list[str],
+    cc: list[str],
+    subject: str,
+    text: str,
+    html: str,
+    parent: Message | None,
+) -> Message:
+    # make_msgid returns "<...>"; we store ids without the brackets, as inbound parsing does.
+    message_id = email.utils.make_msgid(domain=workspace_domain(agent.workspace)).strip("<>")
+    references = [*parent.references, parent.message_id] if parent and parent.message_id else []
+    message = Message.objects.create(
+        agent=agent,
+        thread=thread,
+        raw=None,
+        direction=Direction.OUTBOUND,
+        status=MessageStatus.QUEUED,
+        message_id=message_id,
+        in_reply_to=parent.message_id if parent else "",
+        references=references,
+        from_address={"name": agent.name, "address": agent_address(agent)},
+        to=_entries(to),
+        cc=_entries(cc),
+        subject=subject,
+        text=text,
+        html=html,
+        reply_text=text,
+        auth_results=NO_AUTH,
+        untrusted=False,  # written by the agent itself
+        received_at=timezone.now(),
+    )
+    Thread.objects.filter(pk=thread.pk).update(last_message_at=Now())
+    audit_record(
+        event_type=AuditEvent.INBOX_MESSAGE_QUEUED,
+        outcome=Outcome.SUCCESS,
+        actor=None,
+        workspace_id=agent.workspace_id,
+        details={
+            "agent": agent.public_id,
+            "message": message.public_id,
+            "thread": thread.public_id,
+            "recipients": len(to) + len(cc),
+        },
+    )
+    transaction.on_commit(partial(_enqueue_delivery, message.pk))
+    return message
+
+
+def _enqueue_delivery(message_pk: int) -> None:
+    from inboxes.tasks import deliver  # inboxes.tasks imports this module
+
+    # With the broker down the message stays queued and the periodic deliver_pending picks it up.
+    broker.enqueue(deliver, (message_pk,), fallback=partial(_left_for_sweep, message_pk))
+
+
+def _left_for_sweep(message_pk: int) -> None:
+    logger.warning("could not enqueue delivery of message %s; the periodic sweep will send it", message_pk)
+
+
+class _Outgoing(EmailMultiAlternatives):
+    """Headers name every recipient; the envelope only the ones the relay is to deliver to."""
+
+    envelope: list[str]
+
+    def recipients(self) -> list[str]:
+        return list(self.envelope)
+
+
+def _build(message: Message, envelope: list[str]) -> _Outgoing:
+    assert message.from_address is not None
+    sender = message.from_address
+    headers: dict[str, Any] = {
+        "Message-ID": f"<{message.message_id}>",
+        "Date": email.utils.format_datetime(message.received_at),
+    }
+    if message.in_reply_to:
+        headers["In-Reply-To"] = f"<{message.in_reply_to}>"
+    if message.references:
+        headers["References"] = " ".join(f"<{r}>" for r in message.references)
+    outgoing = _Outgoing(
+        subject=message.subject,
+        body=message.text,
+        from_email=email.utils.formataddr((sender["name"], sender["address"])),
+        to=[a["address"] for a in message.to],
+        cc=[a["address"] for a in message.cc],
+        headers=headers,
+    )
+    if message.html:
+        outgoing.attach_alternative(message.html, "text/html")
+    outgoing.envelope = envelope
+    return outgoing
+
+
+def message_deliver(message_pk: int) -> MessageStatus | None:
+    """One delivery attempt; returns the status it ended in, or None if the message was not queued (already
+    handled). Raises the relay's error (smtplib.SMTPException, OSError) for the task to retry."""
+    with transaction.atomic(durable=True):
+        message = (
+            Message.objects.select_for_update()
+            .select_related("agent__workspace", "thread")
+            .filter(pk=message_pk, status=MessageStatus.QUEUED)
+            .first()
+        )
+        if message is None:
+            return None
+        Message.objects.filter(pk=message.pk).update(attempts=F("attempts") + 1)
+        attempts = message.attempts + 1
+        recipients = [a["address"] for a in (*message.to, *message.cc)]
+        local: list[str] = []
+        external: list[str] = []
+        for address in recipients:
+            (local if resolve_recipient(address).agent is not None else external).append(address.lower())
+        raw_id = None
+        if local and attempts == 1:
+            # Only on the first attempt, in the transaction that counts it: a retry for the relay's part
+            # must not deliver to the local inboxes again.
+            raw = _build(message, local).message().as_bytes()
+            raw_id = InboundRaw.objects.create(
+                raw=raw,
+                envelope_from=agent_address(message.agent),
+                envelope_to=sorted(set(local)),
+                peer_ip=None,
+            ).pk
+    if raw_id is not None:
+        # If this fails the row stays unparsed and the periodic inbound_parse_pending delivers it.
+        inbound_parse(raw_id)
+    if external and not settings.INBOX_RELAY_CONFIGURED:
+        _finish(
+            message, MessageStatus.NOT_SENT_NO_RELAY, error=f"No relay configured for {', '.join(external)}"
+        )
+        return MessageStatus.NOT_SENT_NO_RELAY
+    if external:
+        # The row stays locked while the relay is talked to, so a second run of this task (a redelivered
+        # message, two workers) waits, then finds it sent: the relay is never handed it twice. Raises on
+        # refusal: the task retries, and message_attempt_failed ends it.
+        with transaction.atomic(durable=True):
+            if (
+                not Message.objects.select_for_update()
+                .filter(pk=message.pk, status=MessageStatus.QUEUED)
+                .exists()
+            ):
+                return None  # another run sent it meanwhile
+            with get_connection(fail_silently=False) as connection:
+                connection.send_messages([_build(message, external)])
+            _finish(message, MessageStatus.SENT)
+        return MessageStatus.SENT
+    _finish(message, MessageStatus.SENT)
+    return MessageStatus.SENT
+
+
+def message_attempt_failed(message_pk: int, error: str, *, final: bool) -> None:
+    """Record a failed attempt; the last one marks the message failed and announces it."""
+    message = Message.objects.select_related("agent", "thread").filter(pk=message_pk).first()
+    if message is None:
+        return
+    if not final:
+        Message.objects.filter(pk=message.pk, status=MessageStatus.QUEUED).update(last_error=error[:2000])
+        return
+    _finish(message, MessageStatus.FAILED, error=error)
+
+
+def _finish(message: Message, status: MessageStatus, *, error: str = "") -> None:
+    with transaction.atomic():
+        n = Message.objects.filter(pk=message.pk, status=MessageStatus.QUEUED).update(
+            status=status,
+            last_error=error[:2000],
+            sent_at=Now() if status == MessageStatus.SENT else None,
+        )
+        if n != 1:
+            return  # someone else finished it first
+        message.refresh_from_db(fields=["status", "sent_at", "attempts", "last_error"])
+        payload: dict[str, Any] = {
+            "id": message.public_id,
+            "thread_id": message.thread.public_id,
+            "to": message.to,
+            "cc": message.cc,
+            "subject": message.subject,
+            "status": status.value,
+        }
+        details = {
+            "agent": message.agent.public_id,
+            "message": message.public_id,
+            "attempts": message.attempts,
+        }
+        if status == MessageStatus.SENT:
+            assert message.sent_at is not None
+            payload["sent_at"] = isoformat_z(message.sent_at)
+            event, audit_event, outcome = (
+                EventType.MESSAGE_SENT,
+                AuditEvent.INBOX_MESSAGE_SENT,
+                Outcome.SUCCESS,
+            )
+        else:
+            payload["error"] = message.last_error
+            event, audit_event, outcome = (
+                EventType.MESSAGE_FAILED,
+                AuditEvent.INBOX_MESSAGE_FAILED,
+                Outcome.FAILED,
+            )
+        outbox_emit(
+            event_type=event,
+            workspace_id=message.agent.workspace_id,
+            agent_id=message.agent_id,
+            data={"message": payload},
+        )
+        audit_record(
+            event_type=audit_event,
+            outcome=outcome,
+            actor=None,
+            workspace_id=message.agent.workspace_id,
+            failure_reason="" if status == MessageStatus.SENT else status.value,
+            details=details,
+        )
+
+
+def messages_deliver_pending() -> list[int]:
+    """Queued messages never attempted (their task was not published): their ids, to enqueue again."""
+    return list(
+        Message.objects.filter(
+            status=MessageStatus.QUEUED,
+            attempts=0,
+            received_at__lt=timezone.now() - timedelta(seconds=settings.INBOX_DELIVER_PENDING_SECONDS),
+        )
+        .order_by("pk")
+        .values_list("pk", flat=True)[:PENDING_BATCH]
+    )
