@@ -7,14 +7,14 @@ precondition and Retry-After of every answer, and sends exactly the conditional 
 
 from __future__ import annotations
 
-import email.utils
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from urllib.parse import quote, unquote, urlsplit
 from xml.sax.saxutils import escape
 
 import httpx
+
+from agentcal.retry_after import retry_after_seconds
 
 DAV = "{DAV:}"
 CALDAV = "{urn:ietf:params:xml:ns:caldav}"
@@ -137,21 +137,6 @@ def _resource(response: ET.Element) -> Resource | None:
 def _href_path(href: str) -> str:
     """Servers may answer with full URLs or percent-encoded paths: compare and return decoded paths."""
     return unquote(urlsplit(href.strip()).path)
-
-
-def _retry_after(value: str | None) -> float | None:
-    value = (value or "").strip()
-    if not value:
-        return None
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 def _precondition(body: bytes) -> str | None:
@@ -377,7 +362,7 @@ class CalDAVClient:
             error = PreconditionFailed
         elif status in (408, 429) or status >= 500:
             raise Unavailable(
-                message, status=status, retry_after=_retry_after(response.headers.get("Retry-After"))
+                message, status=status, retry_after=retry_after_seconds(response.headers.get("Retry-After"))
             )
         raise error(message, status=status)
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
-import email.utils
 import hashlib
 import json
 import secrets
@@ -22,6 +21,8 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 import httpx
+
+from agentcal.retry_after import retry_after_seconds
 
 API_URL = "https://www.googleapis.com/calendar/v3/"
 AUTH_URL = "https://accounts.google.com/o/oauth2/v2/auth"
@@ -390,7 +391,7 @@ def _raise_for(answer: _Answer, during: str, *, sync: bool = False, grant: str |
     message = (
         f"{during}: HTTP {status}" + (f" {reason}" if reason else "") + (f": {detail}" if detail else "")
     )
-    retry_after = _retry_after(answer.headers.get("Retry-After"))
+    retry_after = retry_after_seconds(answer.headers.get("Retry-After"))
     error: type[GoogleError] = GoogleError
     if status == 429 or (status == 403 and reason in RATE_LIMIT_REASONS):
         error = RateLimited
@@ -437,19 +438,3 @@ def _token_call(
         expires_at=datetime.now(UTC) + timedelta(seconds=expires_in),
         scope=str(body.get("scope", "")),
     )
-
-
-def _retry_after(value: str | None) -> float | None:
-    """Retry-After in seconds, from either form RFC 9110 allows (delta-seconds or an HTTP date)."""
-    value = (value or "").strip()
-    if not value:
-        return None
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())

@@ -9,7 +9,6 @@ elsewhere: the authority is https://login.microsoftonline.com, the API https://g
 from __future__ import annotations
 
 import base64
-import email.utils
 import hashlib
 import json
 import secrets
@@ -20,6 +19,8 @@ from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
 import httpx
+
+from agentcal.retry_after import retry_after_seconds
 
 # Least privilege: offline_access for a refresh token, Calendars.ReadWrite for /me/calendars, delta and
 # writes. User.Read is not needed: a calendar's `owner` already names the mailbox.
@@ -388,7 +389,7 @@ class _Http:
         code = str(error.get("code", "")) if isinstance(error, dict) else str(error or "")
         detail = str(error.get("message", ""))[:200] if isinstance(error, dict) else ""
         message = self._redact(f"{where}: HTTP {status} {code}".rstrip() + (f": {detail}" if detail else ""))
-        retry_after = _retry_after(response.headers.get("Retry-After"))
+        retry_after = retry_after_seconds(response.headers.get("Retry-After"))
         kind: type[GraphError] = GraphError
         if during == "token" and code == "invalid_grant":
             kind = GrantRevoked
@@ -408,19 +409,6 @@ class _Http:
         for secret in self._hidden:
             message = message.replace(secret, "***")
         return message
-
-
-def _retry_after(value: str | None) -> float | None:
-    """Seconds to wait from Retry-After (delta-seconds or an HTTP date); None if absent or garbled."""
-    value = (value or "").strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    when = when if when.tzinfo else when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 def _iso(moment: datetime) -> str:

@@ -26,7 +26,18 @@ APPS = (
 # The shared kernel: every app may use it, and it uses no app (nor the API plumbing).
 KERNEL = tuple(
     f"agentcal.{name}"
-    for name in ("errors", "ids", "text", "env", "db", "clock", "broker", "metrics", "embedded")
+    for name in (
+        "errors",
+        "ids",
+        "text",
+        "env",
+        "db",
+        "clock",
+        "broker",
+        "metrics",
+        "embedded",
+        "retry_after",
+    )
 )
 # The composition root wires the apps together; nothing imports it (settings are read via django.conf).
 COMPOSITION_ROOT = (

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
-import email.utils
 import functools
-import math
-import re
 import ssl
 import time
 from dataclasses import dataclass
@@ -22,6 +19,7 @@ import certifi
 import httpx
 from django.conf import settings
 
+from agentcal.retry_after import retry_after_seconds as parse_retry_after
 from webhooks.signing import signed_headers
 from webhooks.url_guard import UnsafeWebhookUrl, parse_webhook_url, resolve_pinned
 
@@ -29,8 +27,6 @@ EXCERPT_CHARS: Final = 1000
 # Enough bytes for EXCERPT_CHARS characters in any encoding up to 4 bytes a character; the rest of
 # the body is never read, so a receiver cannot make us buffer a large response.
 _EXCERPT_BYTES: Final = 4 * EXCERPT_CHARS + 4
-MAX_RETRY_AFTER_SECONDS: Final = 86400
-_DELTA_SECONDS = re.compile(r"[0-9]+")
 
 
 @dataclass(frozen=True)
@@ -162,22 +158,8 @@ def _decode_leniently(raw: bytes, *, charset: str | None) -> str:
 
 
 def _parse_retry_after(value: str | None, *, now: datetime) -> int | None:
-    """Seconds from a Retry-After header (delta-seconds or HTTP-date), capped at a day."""
-    if value is None:
-        return None
-    value = value.strip()
-    if _DELTA_SECONDS.fullmatch(value):
-        # Long digit strings are capped before int(): they can only mean "longer than the cap".
-        seconds = int(value) if len(value) <= 6 else MAX_RETRY_AFTER_SECONDS
-    else:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError, IndexError, OverflowError):
-            return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)  # an HTTP-date is always GMT
-        seconds = math.ceil((when - now).total_seconds())
-    return max(0, min(seconds, MAX_RETRY_AFTER_SECONDS))
+    """Seconds from a Retry-After header (agentcal.retry_after: the one rule for every client)."""
+    return parse_retry_after(value, now=now)
 
 
 def _describe(exc: BaseException) -> str:
