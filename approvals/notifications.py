@@ -6,16 +6,13 @@ import functools
 import logging
 
 from django.conf import settings
-from django.core.mail import get_connection, send_mail
 
-from accounts.models import Membership, Role
+from accounts.owner_mail import email_owners
 from agentcal import broker
 from agentcal.clock import isoformat_z
 from approvals.models import Approval
 
 logger = logging.getLogger(__name__)
-
-EMAIL_TIMEOUT_SECONDS = 10
 
 
 def enqueue_owner_notification(approval_pk: int) -> None:
@@ -36,32 +33,11 @@ def approval_notify_owners(approval_pk: int) -> None:
     """
     try:
         approval = Approval.objects.select_related("workspace", "agent").get(pk=approval_pk)
-        recipients = sorted(
-            set(
-                Membership.objects.filter(workspace=approval.workspace, role=Role.OWNER, user__is_active=True)
-                .exclude(user__email="")
-                .values_list("user__email", flat=True)
-            )
-        )
-        if not recipients:
-            logger.warning(
-                "approval %s: workspace %s has no owner to notify",
-                approval.public_id,
-                approval.workspace.slug,
-            )
-            return
         subject, body = _notification(approval)
-        mail_connection = get_connection(
-            timeout=getattr(settings, "EMAIL_TIMEOUT", None) or EMAIL_TIMEOUT_SECONDS
-        )
     except Exception:
         logger.exception("could not prepare the notification for approval %s", approval_pk)
         return
-    for recipient in recipients:  # one message each: owners need not see each other's addresses
-        try:
-            send_mail(subject, body, None, [recipient], connection=mail_connection)
-        except Exception:
-            logger.exception("could not email approval %s to %s", approval.public_id, recipient)
+    email_owners(approval.workspace, subject, body, about=f"approval {approval.public_id}")
 
 
 def approval_queue_url(approval: Approval) -> str:

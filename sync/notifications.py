@@ -7,15 +7,12 @@ import functools
 import logging
 
 from django.conf import settings
-from django.core.mail import get_connection, send_mail
 
-from accounts.models import Membership, Role
+from accounts.owner_mail import email_owners
 from agentcal import broker
 from sync.models import Connection, ConnectionStatus
 
 logger = logging.getLogger(__name__)
-
-EMAIL_TIMEOUT_SECONDS = 10
 PROVIDER_NAMES = {"caldav": "CalDAV", "google": "Google Calendar", "microsoft": "Microsoft 365"}
 
 
@@ -29,30 +26,13 @@ def enqueue_owner_notification(connection_pk: int) -> None:
 
 
 def connection_notify_owners(connection_pk: int) -> None:
-    """A mail failure is logged, never raised: the dashboard shows the problem either way."""
     try:
         connection = Connection.objects.select_related("calendar", "workspace").get(pk=connection_pk)
-        recipients = sorted(
-            set(
-                Membership.objects.filter(
-                    workspace=connection.workspace, role=Role.OWNER, user__is_active=True
-                )
-                .exclude(user__email="")
-                .values_list("user__email", flat=True)
-            )
-        )
         subject, body = _message(connection)
-        mail_connection = get_connection(
-            timeout=getattr(settings, "EMAIL_TIMEOUT", None) or EMAIL_TIMEOUT_SECONDS
-        )
     except Exception:
         logger.exception("could not prepare the notification for connection %s", connection_pk)
         return
-    for recipient in recipients:  # one message each: owners need not see each other's addresses
-        try:
-            send_mail(subject, body, None, [recipient], connection=mail_connection)
-        except Exception:
-            logger.exception("could not email connection %s's problem to %s", connection.public_id, recipient)
+    email_owners(connection.workspace, subject, body, about=f"connection {connection.public_id}'s problem")
 
 
 def _message(connection: Connection) -> tuple[str, str]:
