@@ -113,7 +113,14 @@ def test_a_delivery_can_be_replayed_by_hand_with_the_same_webhook_id(sdr, receiv
     cal = create_calendar(sdr)
     sdr.client.post(f"/calendars/{cal['id']}/holds", json=slot(hours_ahead=36))
     (first,) = receiver.wait_for(1)
-    deliveries = sdr.client.get(f"/webhook-endpoints/{endpoint['id']}/deliveries").json()["results"]
+    # The receiver has the request a moment before the worker records the attempt's outcome.
+    deliveries = wait_until(
+        lambda: (
+            (found := sdr.client.get(f"/webhook-endpoints/{endpoint['id']}/deliveries").json()["results"])
+            and found[0]["status"] != "pending"
+            and found
+        )
+    )
     assert len(deliveries) == 1 and deliveries[0]["status"] == "succeeded"
 
     replay = sdr.client.post(f"/webhook-deliveries/{deliveries[0]['id']}/replay")
