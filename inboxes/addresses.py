@@ -1,4 +1,8 @@
-"""Agents' addresses: `<agent slug>@<workspace slug>.<INBOUND_DOMAIN_SUFFIX>`, matched case-insensitively."""
+"""Agents' addresses: `<agent slug>@<workspace inbound domain>`, matched case-insensitively.
+
+A workspace's inbound domain is its own setting (a domain whose MX points at AgentCal) or, by default,
+`<workspace slug>.<INBOUND_DOMAIN_SUFFIX>`.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from workspaces.models import Agent, Workspace
 
 
 def workspace_domain(workspace: Workspace) -> str:
-    return f"{workspace.slug}.{settings.INBOUND_DOMAIN_SUFFIX}".lower()
+    return (workspace.inbound_domain or f"{workspace.slug}.{settings.INBOUND_DOMAIN_SUFFIX}").lower()
 
 
 def agent_address(agent: Agent) -> str:
@@ -29,13 +33,16 @@ class Recipient:
 def resolve_recipient(address: str) -> Recipient:
     local, at, domain = address.strip().strip("<>").rpartition("@")
     domain = domain.lower().rstrip(".")
-    suffix = "." + settings.INBOUND_DOMAIN_SUFFIX
-    workspace_slug = domain.removesuffix(suffix)
-    if not at or not local or workspace_slug == domain or not workspace_slug or "." in workspace_slug:
+    if not at or not local or not domain:
         return Recipient(agent=None, workspace=None, foreign=True)
-    workspace = Workspace.objects.filter(slug__iexact=workspace_slug).first()
+    workspace = Workspace.objects.filter(inbound_domain=domain).first()
     if workspace is None:
-        return Recipient(agent=None, workspace=None)
+        workspace_slug = domain.removesuffix("." + settings.INBOUND_DOMAIN_SUFFIX)
+        if workspace_slug == domain or not workspace_slug or "." in workspace_slug:
+            return Recipient(agent=None, workspace=None, foreign=True)
+        workspace = Workspace.objects.filter(slug__iexact=workspace_slug).first()
+        if workspace is None:
+            return Recipient(agent=None, workspace=None)
     agent = (
         Agent.objects.filter(workspace=workspace, slug__iexact=local, is_active=True)
         .select_related("workspace")

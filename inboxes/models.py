@@ -77,6 +77,9 @@ class MessageStatus(models.TextChoices):
     FAILED = "failed"  # the relay kept refusing it; no more attempts
     # External recipients and no relay configured: shown as such, never pretended sent.
     NOT_SENT_NO_RELAY = "not_sent_no_relay"
+    # The agent's inbox is "review first": the draft waits for a person's approval (`approval_id`).
+    AWAITING_APPROVAL = "awaiting_approval"
+    DISCARDED = "discarded"  # the person denied it (or the approval expired): never sent
 
 
 class Message(models.Model):
@@ -107,6 +110,17 @@ class Message(models.Model):
     # Everything inbound comes from outside: agents must not follow instructions found in it.
     untrusted = models.BooleanField(default=True)
     received_at = models.DateTimeField()
+    # Bytes this message takes in the agent's inbound storage (the raw message); 0 for outbound.
+    size = models.PositiveBigIntegerField(default=0)
+    # When the agent first fetched it through the API; null is "unread".
+    read_at = models.DateTimeField(null=True, blank=True)
+    # The approval a review-first send waits for.
+    approval_id = models.CharField(max_length=32, null=True, blank=True)
+    # An .ics invite in the message (inbound: parsed from it; outbound: attached from a booking):
+    # {method, uid, sequence, start_time, end_time, organizer, attendees, linked, ...}.
+    calendar_event = models.JSONField(null=True, blank=True)
+    # Outbound: the booking whose invite is attached.
+    invite_booking_id = models.CharField(max_length=32, null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -127,6 +141,12 @@ class Message(models.Model):
             models.Index(fields=["agent", "thread"], name="message_agent_thread"),
             # The sweep: outbound messages whose delivery task never ran.
             models.Index(fields=["id"], condition=Q(status="queued"), name="message_queued"),
+            # Send quotas: the agent's outbound messages in a recent window.
+            models.Index(
+                fields=["agent", "received_at"],
+                condition=Q(direction="outbound"),
+                name="message_agent_outbound",
+            ),
         ]
 
     def __str__(self) -> str:

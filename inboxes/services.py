@@ -137,6 +137,7 @@ def _deliver(*, agent: Agent, row: InboundRaw, parsed: ParsedMail) -> Message:
         auth_results=parsed.auth_results,
         untrusted=True,
         received_at=row.received_at,
+        size=len(row.raw),
     )
     Attachment.objects.bulk_create(
         Attachment(

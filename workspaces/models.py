@@ -35,7 +35,21 @@ class Workspace(models.Model):
     name = models.CharField(max_length=200)
     # The tier's audit window: older rows are never returned, whether or not the purge has run.
     audit_retention_days = models.PositiveIntegerField(default=90)
+    # The domain of the agents' mail addresses; blank means `<slug>.<INBOUND_DOMAIN_SUFFIX>`.
+    inbound_domain = models.CharField(max_length=253, blank=True, default="")
+    # The HMAC key of the inbound-mail webhook (sealed like upstream credentials); blank until generated.
+    inbound_webhook_secret = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            # Mail to a domain must reach exactly one workspace.
+            models.UniqueConstraint(
+                fields=["inbound_domain"],
+                condition=~Q(inbound_domain=""),
+                name="workspace_inbound_domain_unique",
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.slug
@@ -53,6 +67,13 @@ class Agent(models.Model):
     priority = models.IntegerField(default=100)
     max_priority = models.IntegerField(default=100)
     is_active = models.BooleanField(default=True)
+    # Inbox: with review first, every send waits for a person's approval. The limits are per agent, so one
+    # runaway agent exhausts its own quota, not the sending domain's; null means the installation default.
+    inbox_review_first = models.BooleanField(default=False)
+    inbox_burst_limit = models.PositiveIntegerField(null=True, blank=True)
+    inbox_daily_send_limit = models.PositiveIntegerField(null=True, blank=True)
+    inbox_daily_recipient_limit = models.PositiveIntegerField(null=True, blank=True)
+    inbox_storage_limit_bytes = models.PositiveBigIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
