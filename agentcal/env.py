@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import parse_qs, unquote, urlparse
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -63,3 +64,38 @@ def env_url(name: str, *, schemes: tuple[str, ...]) -> str | None:
     if scheme not in schemes:
         raise ImproperlyConfigured(f"{name} must use one of {', '.join(schemes)}; got {scheme!r}")
     return raw
+
+
+@dataclass(frozen=True)
+class EmailRelay:
+    host: str
+    port: int
+    user: str
+    password: str
+    starttls: bool
+    ssl: bool
+
+
+def email_url_settings(url: str) -> EmailRelay:
+    """EMAIL_URL: `smtp://user:password@host:port?tls=1` (STARTTLS) or `smtps://…` (TLS from the start).
+    User and password are percent-decoded, so either may contain `@` or `:` written as %40 / %3A."""
+    parsed = urlparse(url)
+    if parsed.scheme not in ("smtp", "smtps") or not parsed.hostname:
+        raise ImproperlyConfigured(
+            f"EMAIL_URL must be smtp://host[:port] or smtps://host[:port]; got {url!r}"
+        )
+    ssl = parsed.scheme == "smtps"
+    query = parse_qs(parsed.query)
+    starttls = not ssl and query.get("tls", ["0"])[-1].lower() in ("1", "true", "yes")
+    try:
+        port = parsed.port or (465 if ssl else 587 if starttls else 25)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"EMAIL_URL has an invalid port: {exc}") from exc
+    return EmailRelay(
+        host=parsed.hostname,
+        port=port,
+        user=unquote(parsed.username or ""),
+        password=unquote(parsed.password or ""),
+        starttls=starttls,
+        ssl=ssl,
+    )

@@ -10,7 +10,7 @@ from urllib.parse import urlparse
 import dj_database_url
 
 from agentcal import embedded
-from agentcal.env import env_bool, env_int, env_list, env_str, env_url
+from agentcal.env import email_url_settings, env_bool, env_int, env_list, env_str, env_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DEBUG = env_bool("DEBUG", False)
@@ -129,12 +129,23 @@ WEBAUTHN_RP_ID = str(env_str("WEBAUTHN_RP_ID") or urlparse(DASHBOARD_BASE_URL).h
 WEBAUTHN_RP_NAME = str(env_str("WEBAUTHN_RP_NAME") or "AgentCal")
 MAGIC_LINK_TTL_SECONDS = env_int("MAGIC_LINK_TTL_SECONDS", 15 * 60, minimum=60)
 LOGIN_URL = "/auth/sign-in"
+# The SMTP relay for all outgoing mail (owners' emails, agents' inboxes), as one URL —
+# `smtp://user:password@host:587?tls=1` (STARTTLS) or `smtps://…@host:465` (TLS from the start) — or as the
+# separate EMAIL_* variables. Without either, mail is printed to the console (a local install).
+EMAIL_URL = env_str("EMAIL_URL", "") or ""
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
 EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1)
 EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
 EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "")
 EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+EMAIL_USE_SSL = False
+if EMAIL_URL:
+    _relay = email_url_settings(EMAIL_URL)
+    EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    EMAIL_HOST, EMAIL_PORT = _relay.host, _relay.port
+    EMAIL_HOST_USER, EMAIL_HOST_PASSWORD = _relay.user, _relay.password
+    EMAIL_USE_TLS, EMAIL_USE_SSL = _relay.starttls, _relay.ssl
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "AgentCal <agentcal@localhost>")
 SESSION_COOKIE_AGE = env_int("SESSION_COOKIE_AGE", 14 * 86400, minimum=300)
 SESSION_COOKIE_SAMESITE = "Lax"
@@ -328,16 +339,40 @@ INBOUND_MAX_MESSAGE_BYTES = env_int("INBOUND_MAX_MESSAGE_BYTES", 10 * 1024 * 102
 INBOUND_MAX_ATTACHMENT_BYTES = env_int("INBOUND_MAX_ATTACHMENT_BYTES", 5 * 1024 * 1024, minimum=0)
 # Messages one peer address may start per minute (per listener process) before getting 421.
 INBOUND_MAX_MESSAGES_PER_MINUTE_PER_IP = env_int("INBOUND_MAX_MESSAGES_PER_MINUTE_PER_IP", 120, minimum=1)
-# Not enforced yet: the inbox reports the limit and how many messages went out today.
+# The inbound-mail webhook (POST /hooks/inbound-mail/<workspace id>, inboxes/inbound_webhook.py): a
+# signature whose webhook-timestamp is further than this from our clock is refused, and a webhook-id is
+# deduplicated for at least this long (Standard Webhooks' default tolerance).
+INBOUND_WEBHOOK_TOLERANCE_SECONDS = env_int("INBOUND_WEBHOOK_TOLERANCE_SECONDS", 300, minimum=10)
+# Messages one workspace's webhook may deliver per minute (per web process) before getting 429.
+INBOUND_WEBHOOK_MAX_MESSAGES_PER_MINUTE = env_int("INBOUND_WEBHOOK_MAX_MESSAGES_PER_MINUTE", 600, minimum=1)
+# What the mail settings page tells a workspace to publish: the MX host for its inbound domain, and the
+# base URL of its inbound webhook. Both default to the dashboard's host.
+INBOUND_MX_HOST = (env_str("INBOUND_MX_HOST") or urlparse(DASHBOARD_BASE_URL).hostname or "localhost").lower()
+INBOUND_WEBHOOK_BASE_URL = (env_str("INBOUND_WEBHOOK_BASE_URL") or DASHBOARD_BASE_URL).rstrip("/")
+# Per-agent send quotas (inboxes/quotas.py), the defaults for agents whose own limit is blank: a send over
+# any of them is refused with 429 quota_exceeded. One runaway agent exhausts its own quota, not the domain's
+# reputation. Windows are rolling: the burst window below, and the last 24 hours for the daily limits.
+INBOX_BURST_LIMIT = env_int("INBOX_BURST_LIMIT", 10, minimum=0)
+INBOX_BURST_WINDOW_SECONDS = env_int("INBOX_BURST_WINDOW_SECONDS", 60, minimum=1)
 INBOX_DAILY_SEND_LIMIT = env_int("INBOX_DAILY_SEND_LIMIT", 200, minimum=0)
+# Distinct addresses (to and cc, case-insensitive) an agent may write to in 24 hours.
+INBOX_DAILY_RECIPIENT_LIMIT = env_int("INBOX_DAILY_RECIPIENT_LIMIT", 500, minimum=0)
+# Inbound mail an agent may keep (the raw messages' bytes); when full, new mail is refused at RCPT (452).
+INBOX_STORAGE_LIMIT_BYTES = env_int("INBOX_STORAGE_LIMIT_BYTES", 1024 * 1024 * 1024, minimum=0)
 # Outbound mail to other domains goes through the EMAIL_* relay. Without one (the console backend of a
 # local install) such messages are marked `not_sent_no_relay` rather than printed and called sent.
-INBOX_RELAY_CONFIGURED = env_bool("INBOX_RELAY_CONFIGURED", bool(os.environ.get("EMAIL_HOST")))
+INBOX_RELAY_CONFIGURED = env_bool("INBOX_RELAY_CONFIGURED", bool(EMAIL_URL or os.environ.get("EMAIL_HOST")))
 # Seconds before each retry of a message the relay refused or could not be reached for: with the first
 # attempt, five in all. Tests shorten it.
 INBOX_SEND_RETRY_SCHEDULE = [
     int(x) for x in env_list("INBOX_SEND_RETRY_SCHEDULE", ["60", "300", "1800", "7200"])
 ]
+# DKIM-signing of outgoing inbox mail (inboxes/dkim.py): an RSA private key in PEM, given inline or as a
+# file (inline, `\n` may stand for line breaks); unset, mail goes out unsigned. Each sending domain
+# publishes the public key under the selector.
+INBOX_DKIM_SELECTOR = env_str("INBOX_DKIM_SELECTOR", "agentcal") or "agentcal"
+INBOX_DKIM_PRIVATE_KEY = (env_str("INBOX_DKIM_PRIVATE_KEY", "") or "").replace("\\n", "\n")
+INBOX_DKIM_PRIVATE_KEY_FILE = env_str("INBOX_DKIM_PRIVATE_KEY_FILE", "") or ""
 # Queued messages whose delivery task was never published (the broker was down) are picked up this often.
 INBOX_DELIVER_PENDING_SECONDS = env_int("INBOX_DELIVER_PENDING_SECONDS", 60, minimum=1)
 CELERY_BEAT_SCHEDULE["inboxes-deliver-pending"] = {

@@ -9,7 +9,9 @@ refusal or a network error is retried on INBOX_SEND_RETRY_SCHEDULE, then the mes
 
 from __future__ import annotations
 
+import email.generator
 import email.utils
+import io
 import logging
 import re
 from collections.abc import Iterable
@@ -31,6 +33,7 @@ from audit.events import AuditEvent
 from audit.models import Outcome
 from audit.services import audit_record
 from inboxes.addresses import agent_address, resolve_recipient, workspace_domain
+from inboxes.dkim import dkim_signed, signing_key
 from inboxes.models import Direction, InboundRaw, Message, MessageStatus, Thread
 from inboxes.parsing import normalize_subject
 from inboxes.services import inbound_parse
@@ -209,12 +212,34 @@ def _left_for_sweep(message_pk: int) -> None:
 
 
 class _Outgoing(EmailMultiAlternatives):
-    """Headers name every recipient; the envelope only the ones the relay is to deliver to."""
+    """Headers name every recipient; the envelope only the ones the relay is to deliver to. With
+    `dkim_domain` set (and a key configured) the message is handed over DKIM-signed for that domain."""
 
     envelope: list[str]
+    dkim_domain: str | None = None
 
     def recipients(self) -> list[str]:
         return list(self.envelope)
+
+    def message(self, **kwargs: Any) -> Any:
+        mime = super().message(**kwargs)
+        key = signing_key()
+        if self.dkim_domain is None or key is None:
+            return mime
+        buffer = io.BytesIO()
+        email.generator.BytesGenerator(buffer, mangle_from_=False).flatten(mime, linesep="\r\n")
+        return _Signed(dkim_signed(buffer.getvalue(), domain=self.dkim_domain, key=key))
+
+
+class _Signed:
+    """Signed bytes where Django's SMTP backend expects a MIME object: re-serializing the object could
+    re-fold a header and break the signature, so the backend is handed exactly what was signed."""
+
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+
+    def as_bytes(self, linesep: str = "\r\n") -> bytes:
+        return self.raw
 
 
 def _build(message: Message, envelope: list[str]) -> _Outgoing:
@@ -291,8 +316,10 @@ def message_deliver(message_pk: int) -> MessageStatus | None:
                 .exists()
             ):
                 return None  # another run sent it meanwhile
+            outgoing = _build(message, external)
+            outgoing.dkim_domain = workspace_domain(message.agent.workspace)
             with get_connection(fail_silently=False) as connection:
-                connection.send_messages([_build(message, external)])
+                connection.send_messages([outgoing])
             _finish(message, MessageStatus.SENT)
         return MessageStatus.SENT
     _finish(message, MessageStatus.SENT)

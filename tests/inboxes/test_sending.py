@@ -29,6 +29,7 @@ class Sink:
     port: int
     refuse: str = ""
     received: list[tuple[list[str], email.message.EmailMessage]] = field(default_factory=list)
+    raw: list[bytes] = field(default_factory=list)  # exactly the bytes of each accepted message
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     async def handle_RCPT(self, server: Any, session: Any, envelope: Any, address: str, options: Any) -> str:  # noqa: N802
@@ -41,6 +42,7 @@ class Sink:
         parsed = email.message_from_bytes(envelope.content, policy=email.policy.default)
         with self.lock:
             self.received.append((list(envelope.rcpt_tos), parsed))
+            self.raw.append(envelope.original_content)
         return "250 Message accepted"
 
 
