@@ -148,6 +148,37 @@ class ServiceUnavailable(AgentCalError):
     retry_after_seconds: ClassVar[int] = 1
 
 
+class QuotaExceeded(AgentCalError):
+    """A send over one of the agent's quotas (inboxes/quotas.py). `retry_after_seconds` (also the
+    Retry-After header) is when the send would fit; None when waiting cannot help (a limit of 0, or more
+    recipients in one message than the daily limit)."""
+
+    status, code, title = 429, "quota_exceeded", "A send quota of this agent is used up"
+
+    def __init__(
+        self,
+        detail: str | None = None,
+        *,
+        quota: str,
+        limit: int,
+        window_seconds: int,
+        retry_after_seconds: int | None,
+        **extra: Any,
+    ) -> None:
+        super().__init__(
+            detail,
+            quota=quota,
+            limit=limit,
+            window_seconds=window_seconds,
+            retry_after=retry_after_seconds,
+            **extra,
+        )
+        self.quota = quota  # "burst", "daily_sends" or "daily_recipients"
+        self.limit = limit
+        self.window_seconds = window_seconds
+        self.retry_after_seconds = retry_after_seconds
+
+
 class BookingTooLong(AgentCalError):
     status, code, title = 422, "booking_too_long", "The requested span is longer than this calendar allows"
 

@@ -140,6 +140,8 @@ EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
 EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "")
 EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 EMAIL_USE_SSL = False
+# Seconds any one relay operation may take: a relay that hangs fails the attempt, which is then retried.
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 30, minimum=1)
 if EMAIL_URL:
     _relay = email_url_settings(EMAIL_URL)
     EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
@@ -373,7 +375,11 @@ INBOX_SEND_RETRY_SCHEDULE = [
 INBOX_DKIM_SELECTOR = env_str("INBOX_DKIM_SELECTOR", "agentcal") or "agentcal"
 INBOX_DKIM_PRIVATE_KEY = (env_str("INBOX_DKIM_PRIVATE_KEY", "") or "").replace("\\n", "\n")
 INBOX_DKIM_PRIVATE_KEY_FILE = env_str("INBOX_DKIM_PRIVATE_KEY_FILE", "") or ""
-# Queued messages whose delivery task was never published (the broker was down) are picked up this often.
+# The longest one delivery attempt may take (the relay's timeouts are shorter): a message still queued this
+# long after an attempt began lost its worker, and the sweep below tries again.
+INBOX_ATTEMPT_TIMEOUT_SECONDS = env_int("INBOX_ATTEMPT_TIMEOUT_SECONDS", 300, minimum=10)
+# Queued messages whose delivery is overdue (the task was never published, or was lost with a worker or the
+# broker) are picked up this often.
 INBOX_DELIVER_PENDING_SECONDS = env_int("INBOX_DELIVER_PENDING_SECONDS", 60, minimum=1)
 CELERY_BEAT_SCHEDULE["inboxes-deliver-pending"] = {
     "task": "inboxes.deliver_pending",
@@ -384,6 +390,12 @@ INBOUND_PARSE_PENDING_SECONDS = env_int("INBOUND_PARSE_PENDING_SECONDS", 30, min
 CELERY_BEAT_SCHEDULE["inboxes-parse-pending"] = {
     "task": "inboxes.parse_pending",
     "schedule": float(INBOUND_PARSE_PENDING_SECONDS),
+}
+# Invites whose booking was cancelled or bumped get their CANCEL within this many seconds.
+INBOX_INVITE_SWEEP_SECONDS = env_int("INBOX_INVITE_SWEEP_SECONDS", 60, minimum=1)
+CELERY_BEAT_SCHEDULE["inboxes-cancel-ended-invites"] = {
+    "task": "inboxes.cancel_ended_invites",
+    "schedule": float(INBOX_INVITE_SWEEP_SECONDS),
 }
 # Celery beat keeps its schedule state in the data folder, not in the working directory.
 CELERY_BEAT_SCHEDULE_FILENAME = str(embedded.data_dir() / "celerybeat-schedule")

@@ -1,6 +1,7 @@
 from django.urls import include, path
 
 from agentcal.views import metrics
+from inboxes import inbound_webhook
 from sync import push
 
 urlpatterns = [
@@ -10,6 +11,8 @@ urlpatterns = [
     path("hooks/google", push.google_notification, name="push-google"),
     path("hooks/microsoft", push.microsoft_notification, name="push-microsoft"),
     path("hooks/microsoft/lifecycle", push.microsoft_lifecycle, name="push-microsoft-lifecycle"),
+    # Raw mail from a provider's inbound route (no key; signed with the workspace's own secret).
+    path("hooks/inbound-mail/<str:workspace_id>", inbound_webhook.inbound_mail, name="inbound-mail"),
     path("auth/", include("accounts.urls")),
     path("", include("dashboard.urls")),
 ]

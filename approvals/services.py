@@ -29,6 +29,7 @@ from django.contrib.auth.models import User
 from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import Exists, F, OuterRef
 from django.db.models.functions import Now
+from django.dispatch import Signal
 
 from accounts.models import Membership
 from agentcal.clock import isoformat_z
@@ -72,6 +73,12 @@ REPAIR_WINDOW = timedelta(days=7)
 EXPIRE_BATCH = 200
 # First key of the advisory lock that serialises approval requests per hold ("APPR").
 _HOLD_LOCK_NAMESPACE = 0x41505052
+
+# Sent once when an approval leaves `pending` — approved, denied, cancelled or expired — with `approval=`,
+# inside the transaction that moves it, so what a receiver writes commits (or rolls back) with the decision.
+# For apps whose actions wait on an approval without approvals knowing them (a review-first email draft,
+# inboxes.review); approvals must not import them. A receiver's exception undoes the decision.
+approval_ended = Signal()
 
 
 # --- Requesting ---------------------------------------------------------------------------------------------
@@ -327,6 +334,7 @@ def _decide(*, approval_id: str, workspace: Workspace, user: User, approve: bool
         )
         if not (approve and approval.hold_id):
             _announce(EventType.APPROVAL_APPROVED if approve else EventType.APPROVAL_DENIED, approval)
+        approval_ended.send(sender=Approval, approval=approval)
     if approval.hold_id is None:
         return approval
     if approve:
@@ -445,6 +453,7 @@ def approval_cancel(*, actor: Actor, approval_id: str) -> Approval:
             details={"approval_id": approval.public_id, "hold_id": approval.hold_id},
         )
         _announce(EventType.APPROVAL_CANCELLED, approval)
+        approval_ended.send(sender=Approval, approval=approval)
     if approval.hold_id:
         engine.hold_release_unless_settled(actor=actor, hold_id=approval.hold_id)
     return approval
@@ -496,6 +505,7 @@ def approvals_expire_due(*, limit: int = EXPIRE_BATCH) -> int:
                 },
             )
             _announce(EventType.APPROVAL_EXPIRED, approval)
+            approval_ended.send(sender=Approval, approval=approval)
     for approval in expired:
         if approval.hold_id:
             # Usually lapsed already (it was pinned to this same expiry); released if it was not.

@@ -27,6 +27,10 @@ class AuditEvent(models.TextChoices):
     # A person's own (synced) calendar put an event over a committed booking, or moved it away again.
     BOOKING_UPSTREAM_CONFLICT = "calendar.booking.upstream_conflict"
     BOOKING_UPSTREAM_CONFLICT_RESOLVED = "calendar.booking.upstream_conflict.resolved"
+    # An attendee's REPLY to the booking's invite, applied to the booking; or recorded but not applied
+    # (not sent by that attendee, an outdated invite, ...).
+    BOOKING_ATTENDEE_RESPONDED = "calendar.booking.attendee_responded"
+    BOOKING_ATTENDEE_RESPONSE_REJECTED = "calendar.booking.attendee_response.rejected"
     CONNECTION_CREATED = "sync.connection.created"
     CONNECTION_REJECTED = "sync.connection.rejected"
     CONNECTION_DELETED = "sync.connection.deleted"
@@ -36,9 +40,20 @@ class AuditEvent(models.TextChoices):
     # Mail for an agent's inbox: accepted and parsed, or refused at the SMTP dialogue (unknown recipient).
     INBOX_MESSAGE_RECEIVED = "inbox.message.received"
     INBOX_MESSAGE_REFUSED = "inbox.message.refused"
+    # An inbound-webhook POST refused before its recipients were looked at (signature, timestamp, size).
+    INBOX_WEBHOOK_REJECTED = "inbox.webhook.rejected"
     INBOX_MESSAGE_QUEUED = "inbox.message.queued"
+    # A send refused (over a quota); a review-first draft waiting for a person, and one never sent because
+    # the person denied it (or the approval expired or was cancelled).
+    INBOX_MESSAGE_REJECTED = "inbox.message.rejected"
+    INBOX_MESSAGE_AWAITING_APPROVAL = "inbox.message.awaiting_approval"
+    INBOX_MESSAGE_DISCARDED = "inbox.message.discarded"
     INBOX_MESSAGE_SENT = "inbox.message.sent"
     INBOX_MESSAGE_FAILED = "inbox.message.failed"
+    # An organizer's CANCEL for an invite linked to the agent's hold or booking (which stays as it is);
+    # the CANCEL the agent's own invite sent out once its booking ended.
+    INBOX_INVITE_CANCELLED_BY_ORGANIZER = "inbox.invite.cancelled_by_organizer"
+    INBOX_INVITE_CANCELLED = "inbox.invite.cancelled"
     WEBHOOK_ENDPOINT_CREATED = "webhook.endpoint.created"
     WEBHOOK_ENDPOINT_DISABLED = "webhook.endpoint.disabled"
     WEBHOOK_DELIVERY_REPLAYED = "webhook.delivery.replayed"
@@ -57,3 +72,7 @@ class AuditEvent(models.TextChoices):
     API_KEY_CREATED = "api_key.created"
     API_KEY_REVOKED = "api_key.revoked"
     API_KEY_ROTATED = "api_key.rotated"
+    # A workspace's mail settings, changed by an owner or admin (or by ops with a management command).
+    WORKSPACE_INBOUND_DOMAIN_UPDATED = "workspace.inbound_domain.updated"
+    WORKSPACE_INBOUND_SECRET_CREATED = "workspace.inbound_webhook_secret.created"
+    WORKSPACE_INBOUND_SECRET_ROTATED = "workspace.inbound_webhook_secret.rotated"

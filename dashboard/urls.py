@@ -1,6 +1,16 @@
 from django.urls import path
 
-from dashboard.views import agents, approvals, audit, calendars, connections, home, metrics
+from dashboard.views import (
+    agents,
+    approvals,
+    audit,
+    calendars,
+    connections,
+    home,
+    inbox,
+    mail_settings,
+    metrics,
+)
 
 app_name = "dashboard"
 W = "w/<slug:workspace_slug>"
@@ -17,9 +27,24 @@ urlpatterns = [
     path(f"{W}/agents/<str:agent_id>", agents.agent_detail, name="agent"),
 ]
 
+# Agents' inboxes: owners and admins only (dashboard/views/inbox.py says why).
+urlpatterns += [
+    path(f"{W}/inboxes", inbox.overview, name="inboxes"),
+    path(f"{W}/agents/<str:agent_id>/inbox", inbox.thread_list, name="agent_inbox"),
+    path(f"{W}/agents/<str:agent_id>/inbox/<str:thread_id>", inbox.thread_view, name="agent_inbox_thread"),
+    path(
+        f"{W}/agents/<str:agent_id>/inbox/messages/<str:message_id>/attachments/<str:attachment_id>",
+        inbox.attachment_download,
+        name="agent_inbox_attachment",
+    ),
+]
+
 # Agents & keys: POST actions for owners and admins (creating an agent is a POST to the list).
 urlpatterns += [
     path(f"{W}/agents/<str:agent_id>/priority", agents.agent_edit, name="agent_edit"),
+    path(
+        f"{W}/agents/<str:agent_id>/inbox-settings", agents.agent_inbox_settings, name="agent_inbox_settings"
+    ),
     path(f"{W}/agents/<str:agent_id>/keys", agents.key_create, name="agent_key_create"),
     path(
         f"{W}/agents/<str:agent_id>/keys/<str:key_prefix>/revoke", agents.key_revoke, name="agent_key_revoke"
@@ -55,4 +80,10 @@ urlpatterns += [
         connections.connection_disconnect,
         name="connection_disconnect",
     ),
+]
+
+# Mail settings: everyone reads; owners and admins set the domain and generate the webhook secret.
+urlpatterns += [
+    path(f"{W}/settings/mail", mail_settings.mail_settings, name="mail_settings"),
+    path(f"{W}/settings/mail/secret", mail_settings.webhook_secret_issue, name="mail_webhook_secret"),
 ]

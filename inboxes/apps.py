@@ -6,3 +6,10 @@ from django.apps import AppConfig
 class InboxesConfig(AppConfig):
     name = "inboxes"
     verbose_name = "Agent inboxes"
+
+    def ready(self) -> None:
+        from approvals.services import approval_ended
+        from inboxes.review import review_ended
+
+        # A review-first draft goes out, or is discarded, with the decision on its approval.
+        approval_ended.connect(review_ended, dispatch_uid="inboxes.review_ended")

@@ -15,7 +15,7 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from agentcal.ids import new_public_id
-from workspaces.models import Agent
+from workspaces.models import Agent, Workspace
 
 
 class InboundRaw(models.Model):
@@ -93,6 +93,10 @@ class Message(models.Model):
     direction = models.CharField(max_length=16, choices=Direction.choices, default=Direction.INBOUND)
     status = models.CharField(max_length=32, choices=MessageStatus.choices, default=MessageStatus.RECEIVED)
     attempts = models.PositiveIntegerField(default=0)  # delivery attempts made (outbound)
+    # Queued outbound: when the next delivery attempt is due. Each attempt first pushes it past the time an
+    # attempt may take, and a refusal to the retry's time, so a message whose task was lost (broker down,
+    # worker killed mid-attempt, a retry dropped) is found by the periodic sweep once it is overdue.
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
     sent_at = models.DateTimeField(null=True, blank=True)
     message_id = models.CharField(max_length=998, blank=True)  # the Message-ID header, without <>
@@ -139,8 +143,8 @@ class Message(models.Model):
             # Threading: which of the agent's messages does In-Reply-To/References name?
             models.Index(fields=["agent", "message_id"], name="message_agent_message_id"),
             models.Index(fields=["agent", "thread"], name="message_agent_thread"),
-            # The sweep: outbound messages whose delivery task never ran.
-            models.Index(fields=["id"], condition=Q(status="queued"), name="message_queued"),
+            # The sweep: queued outbound messages whose next attempt is overdue.
+            models.Index(fields=["next_attempt_at"], condition=Q(status="queued"), name="message_queued_due"),
             # Send quotas: the agent's outbound messages in a recent window.
             models.Index(
                 fields=["agent", "received_at"],
@@ -167,3 +171,99 @@ class Attachment(models.Model):
 
     def __str__(self) -> str:
         return self.public_id
+
+
+class InboundWebhookDelivery(models.Model):
+    """A message accepted by the inbound-mail webhook, under the sender's `webhook-id`. Written in the
+    transaction that stores the raw message, so a retried POST (the same id) finds this row and gets
+    the same answer instead of storing the message twice."""
+
+    public_id = models.CharField(
+        max_length=32, unique=True, default=partial(new_public_id, "inm"), editable=False
+    )
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="+")
+    webhook_id = models.CharField(max_length=255)
+    raw = models.OneToOneField(InboundRaw, on_delete=models.CASCADE, related_name="+")
+    # The answer given: the recipients accepted and those refused (lowercased addresses).
+    recipients = ArrayField(models.CharField(max_length=320))
+    refused = ArrayField(models.CharField(max_length=320), default=list)
+    received_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [
+            # A sender's retry (or two racing copies of one POST) stores the message once: the second
+            # INSERT waits for the first to commit, then fails and answers with the first's result.
+            models.UniqueConstraint(fields=["workspace", "webhook_id"], name="inbound_webhook_once_per_id"),
+        ]
+
+    def __str__(self) -> str:
+        return self.public_id
+
+
+class BookingInvite(models.Model):
+    """The calendar invite an agent sends for one of its bookings: one per booking (one UID), however often
+    it is sent. It remembers what the attendees were last told, so a change bumps SEQUENCE, and the sweep
+    (inboxes.invites.invites_cancel_ended) sends a CANCEL, once, when the booking stops being committed."""
+
+    booking_id = models.CharField(max_length=32)
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
+    uid = models.CharField(max_length=255)
+    # RFC 5545 SEQUENCE of the last REQUEST or CANCEL sent: clients apply the highest they have seen.
+    sequence = models.PositiveIntegerField(default=0)
+    # What the last REQUEST said; a send that would say something else bumps `sequence`.
+    start_time = models.DateTimeField()
+    end_time = models.DateTimeField()
+    summary = models.CharField(max_length=500)
+    # Everyone the invite has gone to, as [{"email": ..., "name": ...}]: the CANCEL goes to all of them.
+    attendees = models.JSONField(default=list)
+    # The last message that carried it: the CANCEL answers it, in its thread.
+    last_message = models.ForeignKey(
+        "Message", on_delete=models.SET_NULL, null=True, related_name="+", db_index=False
+    )
+    created_at = models.DateTimeField(db_default=Now())
+    cancelled_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            # Two sends for one booking share the row (and so the UID and SEQUENCE).
+            models.UniqueConstraint(fields=["booking_id"], name="booking_invite_once_per_booking"),
+            # A REPLY finds its invite by UID.
+            models.UniqueConstraint(fields=["uid"], name="booking_invite_uid_unique"),
+        ]
+        indexes = [
+            # The sweep: invites not yet cancelled (it then asks whether their booking still stands).
+            models.Index(fields=["id"], condition=Q(cancelled_at__isnull=True), name="booking_invite_open"),
+        ]
+
+    def __str__(self) -> str:
+        return self.uid
+
+
+class PartStat(models.TextChoices):
+    """An attendee's answer (RFC 5545 PARTSTAT), lowercased."""
+
+    ACCEPTED = "accepted"
+    DECLINED = "declined"
+    TENTATIVE = "tentative"
+    NEEDS_ACTION = "needs-action"
+    DELEGATED = "delegated"
+
+
+class InviteResponse(models.Model):
+    """One attendee's REPLY to an invite, as received. `applied` is false when it was recorded but not
+    believed (the sender was not that attendee, ...; `reason` says why): the booking was left alone."""
+
+    invite = models.ForeignKey(BookingInvite, on_delete=models.CASCADE, related_name="responses")
+    email = models.CharField(max_length=320)
+    partstat = models.CharField(max_length=16, choices=PartStat.choices)
+    sequence = models.PositiveIntegerField(default=0)
+    applied = models.BooleanField()
+    reason = models.CharField(max_length=64, blank=True)
+    message = models.ForeignKey("Message", on_delete=models.CASCADE, related_name="+")
+    responded_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        indexes = [models.Index(fields=["invite", "email"], name="invite_response_attendee")]
+
+    def __str__(self) -> str:
+        return f"{self.email} {self.partstat}"

@@ -18,6 +18,7 @@ from typing import Any
 from django.conf import settings
 
 from agentcal.text import storable_text
+from inboxes.invites import CalendarInvite, invite_read, is_calendar_part
 
 # Headers longer than this are clipped (the columns are varchar(998), the RFC 5322 line limit).
 MAX_HEADER_CHARS = 998
@@ -49,6 +50,9 @@ class ParsedMail:
     attachments: list[ParsedAttachment] = field(default_factory=list)
     auth_results: dict[str, str] = field(default_factory=lambda: dict.fromkeys(AUTH_METHODS, "none"))
     problems: list[str] = field(default_factory=list)
+    # The text/calendar parts and .ics attachments, decoded, and the invite read from them.
+    calendar_parts: list[bytes] = field(default_factory=list)
+    invite: CalendarInvite | None = None
 
 
 def clean(text: str, max_chars: int = MAX_HEADER_CHARS) -> str:
@@ -65,6 +69,9 @@ def parse_mail(raw: bytes, *, max_attachment_bytes: int) -> ParsedMail:
     _read_headers(message, parsed)
     _read_parts(message, parsed, max_attachment_bytes=max_attachment_bytes)
     parsed.reply_text = strip_quoted_history(parsed.text)
+    parsed.invite = invite_read(parsed.calendar_parts)
+    if parsed.invite is not None and parsed.invite.problem:
+        parsed.problems.append(f"unreadable calendar invite: {parsed.invite.problem}")
     return parsed
 
 
@@ -183,6 +190,8 @@ def _read_parts(message: Message, parsed: ParsedMail, *, max_attachment_bytes: i
         payload = part.get_payload(decode=True)
         content = payload if isinstance(payload, bytes) else b""
         too_big = len(content) > max_attachment_bytes
+        if is_calendar_part(content_type, filename):
+            parsed.calendar_parts.append(content)
         parsed.attachments.append(
             ParsedAttachment(
                 filename=clean(filename, 500),

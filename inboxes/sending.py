@@ -14,7 +14,9 @@ import email.utils
 import io
 import logging
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
 from datetime import timedelta
 from functools import partial
 from typing import Any
@@ -28,17 +30,21 @@ from django.utils import timezone
 
 from agentcal import broker
 from agentcal.clock import isoformat_z
-from agentcal.errors import InvalidRequest
+from agentcal.errors import InvalidRequest, QuotaExceeded
 from audit.events import AuditEvent
 from audit.models import Outcome
 from audit.services import audit_record
 from inboxes.addresses import agent_address, resolve_recipient, workspace_domain
+from inboxes.bounces import Bounce
 from inboxes.dkim import dkim_signed, signing_key
+from inboxes.invites import invite_attach, invite_request, invite_sent
 from inboxes.models import Direction, InboundRaw, Message, MessageStatus, Thread
 from inboxes.parsing import normalize_subject
+from inboxes.quotas import quota_claim
 from inboxes.services import inbound_parse
 from webhooks.models import EventType
 from webhooks.outbox import outbox_emit
+from workspaces.actor import Actor
 from workspaces.models import Agent
 
 logger = logging.getLogger(__name__)
@@ -88,28 +94,63 @@ def _check_recipients(addresses: list[str]) -> None:
 
 
 def message_send(
-    *, agent: Agent, to: list[str], cc: list[str], subject: str, text: str, html: str = ""
+    *,
+    agent: Agent,
+    to: list[str],
+    cc: list[str],
+    subject: str,
+    text: str,
+    html: str = "",
+    actor: Actor | None = None,
+    invite_booking_id: str | None = None,
 ) -> Message:
-    """Queue a new message in a new thread."""
+    """Queue a new message in a new thread (or, for a review-first agent, submit it for approval).
+    Raises QuotaExceeded (audited) over one of the agent's quotas. With `invite_booking_id` it carries
+    that booking's calendar invite (inboxes.invites; NotFound, BookingNotLive)."""
     _check_recipients([*to, *cc])
     if not header_safe(subject):
         raise InvalidRequest("The subject may not contain CR or LF.")
-    with transaction.atomic(durable=True):
+    actor = actor or Actor(workspace=agent.workspace, agent=agent)
+    with _quota_refusal_audited(actor), transaction.atomic(durable=True):
+        invite = None
+        if invite_booking_id is not None:
+            invite = invite_request(
+                agent=agent, booking_id=invite_booking_id, recipients=[*to, *cc], subject=subject
+            )
         thread = Thread.objects.create(
             agent=agent,
             subject=subject,
             normalized_subject=normalize_subject(subject),
             counterpart=to[0].lower(),
         )
-        return _queue(
-            agent=agent, thread=thread, to=to, cc=cc, subject=subject, text=text, html=html, parent=None
+        message = _queue(
+            agent=agent,
+            thread=thread,
+            to=to,
+            cc=cc,
+            subject=subject,
+            text=text,
+            html=html,
+            parent=None,
+            calendar_event=invite.event if invite else None,
+            invite_booking_id=invite_booking_id,
         )
+        if invite is not None:
+            invite_sent(invite, message)
+    return _review_if_asked(message, actor)
 
 
 def message_reply(
-    *, agent: Agent, parent: Message, text: str, html: str = "", reply_all: bool = False
+    *,
+    agent: Agent,
+    parent: Message,
+    text: str,
+    html: str = "",
+    reply_all: bool = False,
+    actor: Actor | None = None,
 ) -> Message:
-    """Queue a reply to `parent` (one of the agent's own messages) in the parent's thread."""
+    """Queue a reply to `parent` (one of the agent's own messages) in the parent's thread (or, for a
+    review-first agent, submit it for approval). Raises QuotaExceeded (audited) over a quota."""
     own = agent_address(agent)
     if parent.direction == Direction.OUTBOUND:
         to = [a["address"] for a in parent.to]
@@ -128,8 +169,9 @@ def message_reply(
         subject = f"Re: {subject}"
     # Inbound subjects are parsed (unfolded); still, nothing with a line break reaches a header.
     subject = subject.replace("\r", " ").replace("\n", " ")
-    with transaction.atomic(durable=True):
-        return _queue(
+    actor = actor or Actor(workspace=agent.workspace, agent=agent)
+    with _quota_refusal_audited(actor), transaction.atomic(durable=True):
+        message = _queue(
             agent=agent,
             thread=parent.thread,
             to=to,
@@ -139,6 +181,40 @@ def message_reply(
             html=html,
             parent=parent,
         )
+    return _review_if_asked(message, actor)
+
+
+@contextmanager
+def _quota_refusal_audited(actor: Actor) -> Iterator[None]:
+    """Audit a send refused over a quota, with which one, once its transaction has rolled back."""
+    try:
+        yield
+    except QuotaExceeded as exc:
+        with transaction.atomic():
+            audit_record(
+                event_type=AuditEvent.INBOX_MESSAGE_REJECTED,
+                outcome=Outcome.REJECTED,
+                actor=actor,
+                http_status=exc.status,
+                failure_reason=exc.code,
+                details={
+                    "agent": actor.agent_public_id,
+                    "quota": exc.quota,
+                    "limit": exc.limit,
+                    "window_seconds": exc.window_seconds,
+                    "retry_after": exc.retry_after_seconds,
+                },
+            )
+        exc.audited = True
+        raise
+
+
+def _review_if_asked(message: Message, actor: Actor) -> Message:
+    if message.status != MessageStatus.AWAITING_APPROVAL:
+        return message
+    from inboxes.review import review_request  # inboxes.review imports this module
+
+    return review_request(message=message, actor=actor)
 
 
 def _reply_to(parent: Message) -> list[str]:
@@ -159,7 +235,12 @@ def _queue(
     text: str,
     html: str,
     parent: Message | None,
+    calendar_event: dict[str, Any] | None = None,
+    invite_booking_id: str | None = None,
 ) -> Message:
+    # Serialises the agent's sends until this transaction ends; raises QuotaExceeded over a quota.
+    admitted_at = quota_claim(agent=agent, recipients=[*to, *cc])
+    review_first = agent.inbox_review_first
     # make_msgid returns "<...>"; we store ids without the brackets, as inbound parsing does.
     message_id = email.utils.make_msgid(domain=workspace_domain(agent.workspace)).strip("<>")
     references = [*parent.references, parent.message_id] if parent and parent.message_id else []
@@ -168,7 +249,8 @@ def _queue(
         thread=thread,
         raw=None,
         direction=Direction.OUTBOUND,
-        status=MessageStatus.QUEUED,
+        # Review first: a draft that waits for a person's approval (inboxes.review), not delivered yet.
+        status=MessageStatus.AWAITING_APPROVAL if review_first else MessageStatus.QUEUED,
         message_id=message_id,
         in_reply_to=parent.message_id if parent else "",
         references=references,
@@ -181,11 +263,21 @@ def _queue(
         reply_text=text,
         auth_results=NO_AUTH,
         untrusted=False,  # written by the agent itself
-        received_at=timezone.now(),
+        # The database's time the quota admitted it: quotas count sends by it.
+        received_at=admitted_at,
+        next_attempt_at=admitted_at,
+        calendar_event=calendar_event,
+        invite_booking_id=invite_booking_id,
     )
+    if review_first:
+        from inboxes.review import review_check  # inboxes.review imports this module
+
+        review_check(message)  # too large to review: refused, and this transaction rolls back
     Thread.objects.filter(pk=thread.pk).update(last_message_at=Now())
     audit_record(
-        event_type=AuditEvent.INBOX_MESSAGE_QUEUED,
+        event_type=(
+            AuditEvent.INBOX_MESSAGE_AWAITING_APPROVAL if review_first else AuditEvent.INBOX_MESSAGE_QUEUED
+        ),
         outcome=Outcome.SUCCESS,
         actor=None,
         workspace_id=agent.workspace_id,
@@ -196,7 +288,8 @@ def _queue(
             "recipients": len(to) + len(cc),
         },
     )
-    transaction.on_commit(partial(_enqueue_delivery, message.pk))
+    if not review_first:
+        transaction.on_commit(partial(_enqueue_delivery, message.pk))
     return message
 
 
@@ -263,6 +356,8 @@ def _build(message: Message, envelope: list[str]) -> _Outgoing:
     )
     if message.html:
         outgoing.attach_alternative(message.html, "text/html")
+    if message.invite_booking_id and message.calendar_event:
+        invite_attach(outgoing, message)
     outgoing.envelope = envelope
     return outgoing
 
@@ -279,7 +374,11 @@ def message_deliver(message_pk: int) -> MessageStatus | None:
         )
         if message is None:
             return None
-        Message.objects.filter(pk=message.pk).update(attempts=F("attempts") + 1)
+        # Until this attempt has ended (or is overdue: the worker died in it) the sweep leaves it alone.
+        Message.objects.filter(pk=message.pk).update(
+            attempts=F("attempts") + 1,
+            next_attempt_at=Now() + timedelta(seconds=settings.INBOX_ATTEMPT_TIMEOUT_SECONDS),
+        )
         attempts = message.attempts + 1
         recipients = [a["address"] for a in (*message.to, *message.cc)]
         local: list[str] = []
@@ -326,23 +425,53 @@ def message_deliver(message_pk: int) -> MessageStatus | None:
     return MessageStatus.SENT
 
 
-def message_attempt_failed(message_pk: int, error: str, *, final: bool) -> None:
-    """Record a failed attempt; the last one marks the message failed and announces it."""
+def message_attempt_failed(message_pk: int, error: str) -> int | None:
+    """Record a failed attempt. Returns the seconds until the next one (INBOX_SEND_RETRY_SCHEDULE, by the
+    attempts made so far, so a retry restarted by the sweep continues the schedule); None when that was
+    the last attempt: the message is then marked failed and that is announced."""
     message = Message.objects.select_related("agent", "thread").filter(pk=message_pk).first()
+    if message is None or message.status != MessageStatus.QUEUED:
+        return None
+    schedule = settings.INBOX_SEND_RETRY_SCHEDULE
+    if message.attempts > len(schedule):
+        _finish(message, MessageStatus.FAILED, error=error)
+        return None
+    delay = schedule[max(message.attempts, 1) - 1]
+    Message.objects.filter(pk=message.pk, status=MessageStatus.QUEUED).update(
+        last_error=error[:2000], next_attempt_at=Now() + timedelta(seconds=delay)
+    )
+    return delay
+
+
+def message_bounced(*, agent: Agent, bounce: Bounce) -> Message | None:
+    """A bounce report came back for one of the agent's sent messages: mark it failed (once)."""
+    message = (
+        Message.objects.select_related("agent", "thread")
+        .filter(
+            agent=agent,
+            direction=Direction.OUTBOUND,
+            message_id=bounce.original_message_id,
+            status=MessageStatus.SENT,
+        )
+        .first()
+    )
     if message is None:
-        return
-    if not final:
-        Message.objects.filter(pk=message.pk, status=MessageStatus.QUEUED).update(last_error=error[:2000])
-        return
-    _finish(message, MessageStatus.FAILED, error=error)
+        return None
+    _finish(message, MessageStatus.FAILED, error=f"Bounced: {bounce.summary()}", bounce=bounce)
+    return message
 
 
-def _finish(message: Message, status: MessageStatus, *, error: str = "") -> None:
+def _finish(
+    message: Message, status: MessageStatus, *, error: str = "", bounce: Bounce | None = None
+) -> None:
+    """End a queued message's delivery (sent, failed, not sent), or fail a sent one that bounced."""
     with transaction.atomic():
-        n = Message.objects.filter(pk=message.pk, status=MessageStatus.QUEUED).update(
+        was = MessageStatus.SENT if bounce else MessageStatus.QUEUED
+        n = Message.objects.filter(pk=message.pk, status=was).update(
             status=status,
             last_error=error[:2000],
-            sent_at=Now() if status == MessageStatus.SENT else None,
+            # A bounced message was handed to the relay: when, stays.
+            sent_at=F("sent_at") if bounce else Now() if status == MessageStatus.SENT else None,
         )
         if n != 1:
             return  # someone else finished it first
@@ -355,7 +484,7 @@ def _finish(message: Message, status: MessageStatus, *, error: str = "") -> None
             "subject": message.subject,
             "status": status.value,
         }
-        details = {
+        details: dict[str, Any] = {
             "agent": message.agent.public_id,
             "message": message.public_id,
             "attempts": message.attempts,
@@ -370,6 +499,8 @@ def _finish(message: Message, status: MessageStatus, *, error: str = "") -> None
             )
         else:
             payload["error"] = message.last_error
+            if bounce:
+                payload["bounced"] = details["bounced"] = [asdict(r) for r in bounce.recipients]
             event, audit_event, outcome = (
                 EventType.MESSAGE_FAILED,
                 AuditEvent.INBOX_MESSAGE_FAILED,
@@ -392,13 +523,11 @@ def _finish(message: Message, status: MessageStatus, *, error: str = "") -> None
 
 
 def messages_deliver_pending() -> list[int]:
-    """Queued messages never attempted (their task was not published): their ids, to enqueue again."""
+    """Queued messages whose next attempt is overdue — their task was never published, or was lost with a
+    worker or a broker — : their ids, to enqueue again."""
+    overdue = timezone.now() - timedelta(seconds=settings.INBOX_DELIVER_PENDING_SECONDS)
     return list(
-        Message.objects.filter(
-            status=MessageStatus.QUEUED,
-            attempts=0,
-            received_at__lt=timezone.now() - timedelta(seconds=settings.INBOX_DELIVER_PENDING_SECONDS),
-        )
-        .order_by("pk")
+        Message.objects.filter(status=MessageStatus.QUEUED, next_attempt_at__lt=overdue)
+        .order_by("next_attempt_at")
         .values_list("pk", flat=True)[:PENDING_BATCH]
     )

@@ -9,6 +9,8 @@ periodic inbound_parse_pending finds the row) and a second run creates nothing.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
 
@@ -22,8 +24,11 @@ from audit.events import AuditEvent
 from audit.models import Outcome
 from audit.services import audit_record
 from inboxes.addresses import resolve_recipient
+from inboxes.bounces import bounce_in
+from inboxes.invites import invite_received
 from inboxes.models import Attachment, InboundRaw, Message, Thread
 from inboxes.parsing import ParsedMail, normalize_subject, parse_mail
+from inboxes.quotas import storage_full
 from webhooks.models import EventType
 from webhooks.outbox import outbox_emit
 from workspaces.models import Agent, Workspace
@@ -36,8 +41,18 @@ SUBJECT_THREADING_WINDOW = timedelta(days=30)
 PENDING_BATCH = 500
 
 
-def inbound_store(*, raw: bytes, envelope_from: str, recipients: list[str], peer_ip: str | None) -> int:
-    """Commit the message as received and ask for it to be parsed; returns the raw row's id."""
+def inbound_store(
+    *,
+    raw: bytes,
+    envelope_from: str,
+    recipients: list[str],
+    peer_ip: str | None,
+    with_row: Callable[[InboundRaw], object] | None = None,
+) -> int:
+    """Commit the message as received and ask for it to be parsed; returns the raw row's id.
+
+    `with_row` runs in the same transaction, given the new row: the inbound webhook records the
+    sender's delivery id there, so the message and the proof it was accepted commit together."""
     with transaction.atomic(durable=True):
         row = InboundRaw.objects.create(
             raw=raw,
@@ -45,6 +60,8 @@ def inbound_store(*, raw: bytes, envelope_from: str, recipients: list[str], peer
             envelope_to=sorted({r.lower() for r in recipients}),
             peer_ip=peer_ip or None,
         )
+        if with_row is not None:
+            with_row(row)
         transaction.on_commit(partial(_enqueue_parse, row.pk))
     return row.pk
 
@@ -57,10 +74,48 @@ def _enqueue_parse(raw_id: int) -> None:
     broker.enqueue(parse_inbound, (raw_id,), fallback=partial(inbound_parse, raw_id))
 
 
+@dataclass(frozen=True)
+class InboundRefusal:
+    """Why a recipient was refused: `reason` for the audit row and API errors, `smtp_reply` for RCPT."""
+
+    reason: str
+    smtp_reply: str
+
+
+def inbound_recipient_refusal(
+    address: str, *, sender: str, peer: str, workspace: Workspace | None = None
+) -> InboundRefusal | None:
+    """None if mail for `address` may be accepted; otherwise why not, already audited.
+
+    The one rule for both ways mail arrives (the SMTP listener at RCPT, the inbound webhook per
+    recipient). `workspace`, when given, is the only workspace the mail may be for: the inbound webhook
+    is signed with one workspace's secret and must not deliver into another's inboxes.
+    """
+    recipient = resolve_recipient(address)
+    refusal: InboundRefusal | None = None
+    if recipient.foreign or (workspace is not None and recipient.workspace != workspace):
+        refusal = InboundRefusal(reason="relay_denied", smtp_reply="550 5.7.1 Relay access denied")
+    elif recipient.agent is None:
+        refusal = InboundRefusal(reason="unknown_recipient", smtp_reply="550 5.1.1 No such mailbox here")
+    elif storage_full(recipient.agent):
+        # A temporary refusal (4xx): the sender keeps the message and retries, and it lands once the
+        # agent's stored mail is under its storage limit again (inboxes.quotas).
+        refusal = InboundRefusal(reason="mailbox_full", smtp_reply="452 4.2.2 Mailbox full")
+    if refusal is not None:
+        inbound_refused(
+            recipient=address,
+            workspace=workspace or recipient.workspace,
+            reason=refusal.reason,
+            sender=sender,
+            peer_ip=peer,
+        )
+    return refusal
+
+
 def inbound_refused(
     *, recipient: str, workspace: Workspace | None, reason: str, sender: str, peer_ip: str
 ) -> None:
-    """Audit a recipient refused at RCPT (`unknown_recipient`, `relay_denied`)."""
+    """Audit a refused recipient (`unknown_recipient`, `relay_denied`, `mailbox_full`)."""
     audit_record(
         event_type=AuditEvent.INBOX_MESSAGE_REFUSED,
         outcome=Outcome.REJECTED,
@@ -153,20 +208,24 @@ def _deliver(*, agent: Agent, row: InboundRaw, parsed: ParsedMail) -> Message:
     if thread.last_message_at < row.received_at:
         Thread.objects.filter(pk=thread.pk).update(last_message_at=row.received_at)
     sender = parsed.from_address["address"] if parsed.from_address else ""
+    calendar_event = invite_received(
+        agent=agent, message=message, invite=parsed.invite, auth_results=parsed.auth_results
+    )
+    announced = {
+        "id": message.public_id,
+        "thread_id": thread.public_id,
+        "from": parsed.from_address,
+        "subject": message.subject,
+        "received_at": isoformat_z(row.received_at),
+        "untrusted": True,
+    }
+    if calendar_event is not None:
+        announced["calendar_event"] = calendar_event
     outbox_emit(
         event_type=EventType.MESSAGE_RECEIVED,
         workspace_id=agent.workspace_id,
         agent_id=agent.pk,
-        data={
-            "message": {
-                "id": message.public_id,
-                "thread_id": thread.public_id,
-                "from": parsed.from_address,
-                "subject": message.subject,
-                "received_at": isoformat_z(row.received_at),
-                "untrusted": True,
-            }
-        },
+        data={"message": announced},
     )
     audit_record(
         event_type=AuditEvent.INBOX_MESSAGE_RECEIVED,
@@ -180,6 +239,11 @@ def _deliver(*, agent: Agent, row: InboundRaw, parsed: ParsedMail) -> Message:
             "from": sender,
         },
     )
+    bounce = bounce_in(bytes(row.raw))
+    if bounce is not None:
+        from inboxes.sending import message_bounced  # inboxes.sending imports this module
+
+        message_bounced(agent=agent, bounce=bounce)
     return message
 
 

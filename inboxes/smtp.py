@@ -19,8 +19,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections, connections
 
-from inboxes.addresses import resolve_recipient
-from inboxes.services import inbound_refused, inbound_store
+from inboxes.services import inbound_recipient_refusal, inbound_store
 
 logger = logging.getLogger(__name__)
 
@@ -78,20 +77,6 @@ def _peer_ip(session: Any) -> str:
     return str(peer[0]) if isinstance(peer, tuple) and peer else str(peer or "")
 
 
-def _check_recipient(address: str, sender: str, peer_ip: str) -> str | None:
-    """None if `address` is an agent's; otherwise the SMTP refusal, audited."""
-    recipient = resolve_recipient(address)
-    if recipient.agent is not None:
-        return None
-    reason = "relay_denied" if recipient.foreign else "unknown_recipient"
-    inbound_refused(
-        recipient=address, workspace=recipient.workspace, reason=reason, sender=sender, peer_ip=peer_ip
-    )
-    if recipient.foreign:
-        return "550 5.7.1 Relay access denied"
-    return "550 5.1.1 No such mailbox here"
-
-
 class InboundHandler:
     def __init__(self, *, per_minute: int | None = None) -> None:
         self.limiter = RateLimiter(per_minute or settings.INBOUND_MAX_MESSAGES_PER_MINUTE_PER_IP)
@@ -109,13 +94,15 @@ class InboundHandler:
         self, server: Any, session: Any, envelope: Any, address: str, rcpt_options: list[str]
     ) -> str:
         try:
-            refusal = await _in_thread(_check_recipient, address, envelope.mail_from or "", _peer_ip(session))
+            refusal = await _in_thread(
+                inbound_recipient_refusal, address, sender=envelope.mail_from or "", peer=_peer_ip(session)
+            )
         except Exception:
             # The database is unreachable: a temporary failure, so the sender tries again later.
             logger.exception("could not check an inbound recipient")
             return "451 4.3.0 Temporary failure, try again later"
         if refusal is not None:
-            return refusal
+            return refusal.smtp_reply
         envelope.rcpt_tos.append(address)
         envelope.rcpt_options.extend(rcpt_options)
         return "250 OK"

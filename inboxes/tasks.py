@@ -1,12 +1,12 @@
-"""Celery tasks: thin wrappers that take ids and call inboxes.services and inboxes.sending."""
+"""Celery tasks: thin wrappers that take ids and call inboxes.services, .sending and .invites."""
 
 from __future__ import annotations
 
 import smtplib
 
 from celery import shared_task
-from django.conf import settings
 
+from inboxes.invites import invites_cancel_ended
 from inboxes.sending import message_attempt_failed, message_deliver, messages_deliver_pending
 from inboxes.services import inbound_parse, inbound_parse_pending
 
@@ -25,24 +25,28 @@ def parse_pending() -> int:
     return inbound_parse_pending()
 
 
-@shared_task(name="inboxes.deliver", bind=True, ignore_result=True)
+# No retry limit of Celery's own: message_attempt_failed ends the retries by the message's attempts.
+@shared_task(name="inboxes.deliver", bind=True, ignore_result=True, max_retries=None)
 def deliver(self: object, message_pk: int) -> None:
     try:
         message_deliver(message_pk)
     except RELAY_ERRORS as exc:
-        schedule = settings.INBOX_SEND_RETRY_SCHEDULE
-        retries = self.request.retries  # type: ignore[attr-defined]
-        final = retries >= len(schedule)
-        message_attempt_failed(message_pk, f"{type(exc).__name__}: {exc}", final=final)
-        if not final:
-            countdown = schedule[retries]
-            raise self.retry(exc=exc, countdown=countdown, max_retries=len(schedule)) from exc  # type: ignore[attr-defined]
+        # The message's attempts, not this task's retries, decide: the sweep may have restarted it.
+        countdown = message_attempt_failed(message_pk, f"{type(exc).__name__}: {exc}")
+        if countdown is not None:
+            raise self.retry(exc=exc, countdown=countdown) from exc  # type: ignore[attr-defined]
 
 
 @shared_task(name="inboxes.deliver_pending", ignore_result=True)
 def deliver_pending() -> int:
-    """Periodic: enqueue queued messages whose delivery task was never published."""
+    """Periodic: enqueue queued messages whose delivery is overdue (a task never published, or lost)."""
     pending = messages_deliver_pending()
     for message_pk in pending:
         deliver.delay(message_pk)
     return len(pending)
+
+
+@shared_task(name="inboxes.cancel_ended_invites", ignore_result=True)
+def cancel_ended_invites() -> int:
+    """Periodic: send the CANCEL for invites whose booking is no longer committed."""
+    return invites_cancel_ended()

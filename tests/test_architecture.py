@@ -37,6 +37,7 @@ KERNEL = tuple(
         "metrics",
         "embedded",
         "retry_after",
+        "sealing",
     )
 )
 # The composition root wires the apps together; nothing imports it (settings are read via django.conf).
@@ -87,9 +88,10 @@ RULES: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
     # Sync feeds the engine (bookings.engine.upstream), reports through audit and the outbox, and emails
     # the workspace's owners (accounts) when a link breaks.
     (("sync",), ("approvals", "inboxes", "dashboard", "bench")),
-    # Inboxes receive mail for agents, report through audit and the outbox; nothing but the composition
-    # root (and the dashboard) builds on them.
-    (("inboxes",), ("bookings", "approvals", "sync", "accounts", "dashboard", "bench")),
+    # Inboxes receive mail for agents, link invites to the engine's holds and bookings, hold review-first
+    # sends for a person's approval, and report through audit and the outbox; nothing but the
+    # composition root (and the dashboard) builds on them.
+    (("inboxes",), ("sync", "accounts", "dashboard", "bench")),
     (("dashboard",), ("bench", "agentcal.api")),
     (("bench",), ("dashboard", "inboxes")),
 ]

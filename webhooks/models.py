@@ -28,6 +28,7 @@ class EventType(models.TextChoices):
     BOOKING_BUMPED = "booking.bumped"
     BOOKING_CANCELLED = "booking.cancelled"
     BOOKING_UPSTREAM_CONFLICT = "booking.upstream_conflict"
+    BOOKING_ATTENDEE_RESPONDED = "booking.attendee_responded"
     APPROVAL_REQUESTED = "approval.requested"
     APPROVAL_APPROVED = "approval.approved"
     APPROVAL_DENIED = "approval.denied"

@@ -21,6 +21,7 @@ from agentcal.errors import (
     InvalidRequest,
     NotFound,
     PayloadTooLarge,
+    QuotaExceeded,
     ServiceUnavailable,
     Unauthenticated,
 )
@@ -113,7 +114,7 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
         headers["WWW-Authenticate"] = 'Bearer realm="agentcal"'
     if error.status == 409 and error.code == "idempotency_in_progress":
         headers["Retry-After"] = "1"
-    if isinstance(error, ServiceUnavailable):
+    if isinstance(error, ServiceUnavailable | QuotaExceeded) and error.retry_after_seconds is not None:
         headers["Retry-After"] = str(error.retry_after_seconds)
     return ProblemResponse(error, headers=headers)
 

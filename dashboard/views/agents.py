@@ -27,6 +27,7 @@ from audit.models import AuditRecord, Outcome
 from bookings.models import Reservation
 from dashboard.access import page_context, workspace_page
 from dashboard.http import DashboardRequest
+from inboxes.quotas import MAX_LIMIT, default_limits, inbox_settings_update
 from webhooks.models import DeliveryAttempt, WebhookEndpoint
 from workspaces.models import MAX_PRIORITY, MIN_PRIORITY, Agent, ApiKey, Scope, Workspace
 from workspaces.services import (
@@ -49,6 +50,8 @@ GRACE_PERIODS = {
     "7d": ("7 days", timedelta(days=7)),
 }
 DEFAULT_GRACE = "24h"
+MIB = 1024 * 1024
+MAX_STORAGE_LIMIT_MIB = 1024 * 1024 * 1024  # a petabyte: far beyond any real mailbox
 RECENT_ATTEMPTS = 10
 CONFLICT_EVENTS = (AuditEvent.HOLD_REJECTED, AuditEvent.COMMIT_REJECTED)
 
@@ -76,6 +79,41 @@ class AgentCreateForm(_PriorityFields):
 
 class PriorityForm(_PriorityFields):
     pass
+
+
+class InboxSettingsForm(forms.Form):
+    """Review first and the agent's own send limits; a blank limit means the installation default."""
+
+    review_first = forms.BooleanField(required=False)
+    burst_limit = forms.IntegerField(required=False, min_value=0, max_value=MAX_LIMIT)
+    daily_send_limit = forms.IntegerField(required=False, min_value=0, max_value=MAX_LIMIT)
+    daily_recipient_limit = forms.IntegerField(required=False, min_value=0, max_value=MAX_LIMIT)
+    # In MiB: nobody thinks of a mailbox in bytes.
+    storage_limit_mib = forms.IntegerField(required=False, min_value=0, max_value=MAX_STORAGE_LIMIT_MIB)
+
+    @classmethod
+    def of(cls, agent: Agent) -> InboxSettingsForm:
+        storage = agent.inbox_storage_limit_bytes
+        return cls(
+            initial={
+                "review_first": agent.inbox_review_first,
+                "burst_limit": agent.inbox_burst_limit,
+                "daily_send_limit": agent.inbox_daily_send_limit,
+                "daily_recipient_limit": agent.inbox_daily_recipient_limit,
+                "storage_limit_mib": None if storage is None else storage // MIB,
+            }
+        )
+
+    def settings(self) -> dict[str, Any]:
+        data = self.cleaned_data
+        mib = data["storage_limit_mib"]
+        return {
+            "review_first": data["review_first"],
+            "burst_limit": data["burst_limit"],
+            "daily_send_limit": data["daily_send_limit"],
+            "daily_recipient_limit": data["daily_recipient_limit"],
+            "storage_limit_bytes": None if mib is None else mib * MIB,
+        }
 
 
 class KeyCreateForm(forms.Form):
@@ -247,8 +285,11 @@ def _render_agent_detail(
     new_key: dict[str, Any] | None = None,
     priority_form: PriorityForm | None = None,
     key_form: KeyCreateForm | None = None,
+    inbox_form: InboxSettingsForm | None = None,
 ) -> HttpResponse:
     now = server_now()
+    defaults = default_limits()  # what a blank limit means, shown as each field's placeholder
+    inbox_form = inbox_form or InboxSettingsForm.of(agent)
     keys = list(agent.api_keys.order_by("-created_at", "-id"))
     # Working endpoints first, then disabled ones; newest first within each.
     endpoints = list(agent.webhook_endpoints.order_by(F("disabled_at").desc(nulls_first=True), "-created_at"))
@@ -276,6 +317,14 @@ def _render_agent_detail(
         priority_form=priority_form
         or PriorityForm(initial={"priority": agent.priority, "max_priority": agent.max_priority}),
         key_form=key_form or KeyCreateForm(),
+        inbox_form=inbox_form,
+        inbox_fields=[
+            (inbox_form["burst_limit"], f"Burst (per {defaults.burst_window_seconds} s)", defaults.burst),
+            (inbox_form["daily_send_limit"], "Messages per day", defaults.daily_sends),
+            (inbox_form["daily_recipient_limit"], "Recipients per day", defaults.daily_recipients),
+            (inbox_form["storage_limit_mib"], "Mailbox size (MiB)", defaults.storage_bytes // MIB),
+        ],
+        inbox_defaults=defaults,
         scopes=Scope.choices,
         grace_periods=[(value, label) for value, (label, _) in GRACE_PERIODS.items()],
         default_grace=DEFAULT_GRACE,
@@ -314,6 +363,19 @@ def agent_edit(request: DashboardRequest, workspace: Workspace, agent_id: str) -
             messages.success(request, f"Priority set to {agent.priority} (max {agent.max_priority}).")
             return redirect("dashboard:agent", workspace.slug, agent.public_id)
     return _render_agent_detail(request, workspace, agent, status=400, priority_form=form)
+
+
+@require_POST
+@workspace_page(manage=True)
+def agent_inbox_settings(request: DashboardRequest, workspace: Workspace, agent_id: str) -> HttpResponse:
+    agent = _agent(workspace, agent_id)
+    form = InboxSettingsForm(request.POST)
+    if not form.is_valid():
+        return _render_agent_detail(request, workspace, agent, status=400, inbox_form=form)
+    agent = inbox_settings_update(actor=request.actor, agent=agent, **form.settings())
+    review = "every send waits for approval" if agent.inbox_review_first else "sends go out directly"
+    messages.success(request, f"Inbox settings saved: {review}.")
+    return redirect("dashboard:agent", workspace.slug, agent.public_id)
 
 
 @require_POST

@@ -17,10 +17,11 @@ def received(persona, **kwargs) -> Message:
 def test_the_inbox_reports_its_address_and_quota(sdr, settings):
     response = sdr.client.get("/inbox")
     assert response.status_code == 200, response.text
-    assert response.json() == {
-        "address": "sdr@acme.agentcal.localhost",
-        "quota": {"daily_limit": settings.INBOX_DAILY_SEND_LIMIT, "sent_today": 0},
-    }
+    body = response.json()
+    assert body["address"] == "sdr@acme.agentcal.localhost"
+    # The full quota report is tested in test_quotas.py.
+    assert body["quota"]["daily_limit"] == settings.INBOX_DAILY_SEND_LIMIT
+    assert body["quota"]["sent_today"] == 0
 
 
 def test_an_agent_reads_its_threads_and_messages(sdr):

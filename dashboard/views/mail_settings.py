@@ -1,0 +1,104 @@
+"""The workspace's mail settings: where its agents' mail is received (the inbound domain and the MX record
+to publish for it) and the inbound webhook's URL and signing secret.
+
+Every member can read the page; only owners and admins change the domain or generate a secret (each
+change audited by inboxes.mail_settings). A new secret is rendered once, in the response to the POST
+that made it, and kept nowhere else in the clear.
+"""
+
+from __future__ import annotations
+
+from django import forms
+from django.conf import settings
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.cache import add_never_cache_headers
+from django.views.decorators.http import require_http_methods, require_POST
+
+from dashboard.access import page_context, workspace_page
+from dashboard.http import DashboardRequest
+from inboxes.addresses import workspace_domain
+from inboxes.mail_settings import (
+    MAX_DOMAIN_LENGTH,
+    InboundDomainInvalid,
+    InboundDomainTaken,
+    default_inbound_domain,
+    inbound_domain_set,
+    inbound_webhook_secret_issue,
+)
+from workspaces.models import Agent, Workspace
+
+
+class InboundDomainForm(forms.Form):
+    # Blank means the default domain; the rules live in inboxes.mail_settings.
+    inbound_domain = forms.CharField(max_length=MAX_DOMAIN_LENGTH, required=False, strip=True)
+
+
+@require_http_methods(["GET", "HEAD", "POST"])
+def mail_settings(request: HttpRequest, workspace_slug: str) -> HttpResponse:
+    """GET shows the settings; POST sets the inbound domain (owners and admins)."""
+    if request.method == "POST":
+        return _domain_update(request, workspace_slug)
+    return _mail_settings(request, workspace_slug)
+
+
+@workspace_page()
+def _mail_settings(request: DashboardRequest, workspace: Workspace) -> HttpResponse:
+    return _render(request, workspace)
+
+
+@workspace_page(manage=True)
+def _domain_update(request: DashboardRequest, workspace: Workspace) -> HttpResponse:
+    form = InboundDomainForm(request.POST)
+    if form.is_valid():
+        try:
+            domain = inbound_domain_set(actor=request.actor, domain=form.cleaned_data["inbound_domain"])
+        except (InboundDomainInvalid, InboundDomainTaken) as exc:
+            form.add_error("inbound_domain", exc.detail)
+        else:
+            messages.success(request, f"Agents now receive mail at …@{domain}.")
+            return redirect("dashboard:mail_settings", workspace.slug)
+    return _render(request, workspace, form=form, status=400)
+
+
+@require_POST
+@workspace_page(manage=True)
+def webhook_secret_issue(request: DashboardRequest, workspace: Workspace) -> HttpResponse:
+    rotated = bool(workspace.inbound_webhook_secret)
+    secret = inbound_webhook_secret_issue(workspace=workspace, actor=request.actor)
+    response = _render(request, workspace, new_secret={"value": secret, "rotated": rotated}, status=201)
+    # The one response that carries the secret: no browser or proxy may keep a copy.
+    add_never_cache_headers(response)
+    return response
+
+
+def _render(
+    request: DashboardRequest,
+    workspace: Workspace,
+    *,
+    form: InboundDomainForm | None = None,
+    new_secret: dict[str, object] | None = None,
+    status: int = 200,
+) -> HttpResponse:
+    domain = workspace_domain(workspace)
+    example_agent = Agent.objects.filter(workspace=workspace, is_active=True).order_by("name", "id").first()
+    webhook_path = reverse("inbound-mail", args=[workspace.public_id])
+    context = page_context(
+        request,
+        "mail",
+        domain=domain,
+        default_domain=default_inbound_domain(workspace),
+        custom_domain=workspace.inbound_domain,
+        example_address=f"{example_agent.slug if example_agent else 'agent'}@{domain}",
+        mx_host=settings.INBOUND_MX_HOST,
+        smtp_port=settings.INBOUND_SMTP_PORT,
+        webhook_url=settings.INBOUND_WEBHOOK_BASE_URL + webhook_path,
+        has_secret=bool(workspace.inbound_webhook_secret),
+        new_secret=new_secret,
+        max_message_bytes=settings.INBOUND_MAX_MESSAGE_BYTES,
+        form=form or InboundDomainForm(initial={"inbound_domain": workspace.inbound_domain}),
+        can_manage=request.membership.can_manage,
+    )
+    return render(request, "dashboard/settings/mail.html", context, status=status)

@@ -1,0 +1,158 @@
+"""Review first: an agent whose inbox is set to "review first" never sends on its own. Each message it writes
+is stored as a draft (status `awaiting_approval`, no delivery) and becomes an approval request whose
+evidence is the draft; it goes out only when a person approves it in the dashboard.
+
+The steps, each its own transaction:
+1. inboxes.sending stores the draft under the agent's quota claim (drafts count, see inboxes.quotas) and
+   checks here that it fits an approval's evidence (review_check).
+2. review_request opens the approval (approvals.services.approval_request, which notifies the owners),
+   then writes its id on the draft while holding the approval's row lock, so a decision made in between
+   is applied here rather than lost.
+3. When the approval ends, approvals sends `approval_ended` inside the deciding transaction; review_ended
+   (connected in inboxes.apps) turns the draft into a queued message whose delivery is enqueued on commit
+   (approved), or discards it for good (denied, expired, cancelled). Both are a conditional update from
+   `awaiting_approval`, so each happens once, and both are audited with the decision.
+
+A process that dies between 1 and 2 leaves a draft with no approval: it is never sent, and counts against
+the agent's quotas until it leaves their windows.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import partial
+from typing import Any
+
+from django.db import transaction
+from django.db.models.functions import Now
+
+from agentcal.errors import InvalidRequest
+from approvals.models import SUMMARY_MAX_CHARS, Approval, ApprovalStatus
+from approvals.services import EVIDENCE_MAX_BYTES, approval_request
+from audit.events import AuditEvent
+from audit.models import Outcome
+from audit.services import audit_record
+from inboxes.models import Message, MessageStatus
+from inboxes.sending import _enqueue_delivery
+from workspaces.actor import Actor
+
+SUMMARY_PREFIX = "Send email: "
+
+
+def review_summary(subject: str) -> str:
+    """The approval's one-line summary: "Send email: <subject>", whitespace (any line break) collapsed."""
+    summary = SUMMARY_PREFIX + (" ".join(subject.split()) or "(no subject)")
+    if len(summary) > SUMMARY_MAX_CHARS:
+        summary = summary[: SUMMARY_MAX_CHARS - 1] + "…"
+    return summary
+
+
+def review_evidence(message: Message) -> dict[str, Any]:
+    """The draft as the person deciding sees it: exactly what would be sent."""
+    evidence: dict[str, Any] = {
+        "message": message.public_id,
+        "to": [a["address"] for a in message.to],
+        "cc": [a["address"] for a in message.cc],
+        "subject": message.subject,
+        "text": message.text,
+        "in_reply_to": message.in_reply_to or None,
+    }
+    if message.html:
+        evidence["html"] = message.html
+    if message.invite_booking_id:
+        evidence["invite"] = {"booking_id": message.invite_booking_id, "event": message.calendar_event}
+    return evidence
+
+
+def review_check(message: Message) -> None:
+    """Refuse a draft too large to show as an approval's evidence (checked before anything is stored)."""
+    if len(json.dumps(review_evidence(message)).encode()) > EVIDENCE_MAX_BYTES:
+        detail = (
+            f"This agent's mail is reviewed before it is sent, and a draft for review may be at most "
+            f"{EVIDENCE_MAX_BYTES // 1024} KiB (text and html together)."
+        )
+        raise InvalidRequest(detail, errors={"text": [detail]})
+
+
+def review_request(*, message: Message, actor: Actor) -> Message:
+    """Open the approval the stored draft waits for, and link it to the draft."""
+    try:
+        approval = approval_request(
+            actor=actor, summary=review_summary(message.subject), evidence=review_evidence(message)
+        )
+    except Exception:
+        # No approval, so nobody could ever release the draft: it is discarded, never sent.
+        with transaction.atomic(durable=True):
+            _discard(message, actor=actor, reason="approval_not_created", approval_id=None)
+        raise
+    with transaction.atomic(durable=True):
+        # The approval's row lock orders this against a decision: one that comes later waits for the link
+        # and then finds the draft; one that came first found no draft, and is applied here.
+        status = Approval.objects.select_for_update().values_list("status", flat=True).get(pk=approval.pk)
+        Message.objects.filter(pk=message.pk).update(approval_id=approval.public_id)
+        message.approval_id = approval.public_id
+        if status != ApprovalStatus.PENDING:
+            approval.refresh_from_db()
+            _settle(message, approval)
+            message.refresh_from_db(fields=["status"])
+    return message
+
+
+def review_ended(sender: Any, *, approval: Approval, **kwargs: Any) -> None:
+    """Receiver of approvals.services.approval_ended: release or discard the draft the approval gates."""
+    if approval.hold_id is not None or not isinstance(approval.evidence, dict):
+        return  # an approval for a booking, or not ours
+    message_public_id = approval.evidence.get("message")
+    if not isinstance(message_public_id, str):
+        return
+    # The approval's id on the draft proves the pair: evidence alone is whatever the agent wrote.
+    message = (
+        Message.objects.filter(
+            public_id=message_public_id, agent_id=approval.agent_id, approval_id=approval.public_id
+        )
+        .select_related("thread")
+        .first()
+    )
+    if message is not None:
+        _settle(message, approval)
+
+
+def _settle(message: Message, approval: Approval) -> None:
+    actor = Actor(workspace=approval.workspace, agent=approval.agent, user_email=approval.decided_by_email)
+    if approval.status != ApprovalStatus.APPROVED:
+        _discard(message, actor=actor, reason=f"approval_{approval.status}", approval_id=approval.public_id)
+        return
+    released = Message.objects.filter(pk=message.pk, status=MessageStatus.AWAITING_APPROVAL).update(
+        status=MessageStatus.QUEUED, next_attempt_at=Now()
+    )
+    if released != 1:
+        return  # settled already
+    audit_record(
+        event_type=AuditEvent.INBOX_MESSAGE_QUEUED,
+        outcome=Outcome.SUCCESS,
+        actor=actor,
+        details={
+            "agent": approval.agent.public_id,
+            "message": message.public_id,
+            "approval_id": approval.public_id,
+            "recipients": len(message.to) + len(message.cc),
+        },
+    )
+    transaction.on_commit(partial(_enqueue_delivery, message.pk))
+
+
+def _discard(message: Message, *, actor: Actor, reason: str, approval_id: str | None) -> None:
+    discarded = Message.objects.filter(pk=message.pk, status=MessageStatus.AWAITING_APPROVAL).update(
+        status=MessageStatus.DISCARDED, last_error=reason
+    )
+    if discarded != 1:
+        return
+    # No message.failed: nothing failed to deliver. The agent hears of the decision as approval.denied,
+    # approval.expired or approval.cancelled, and the message reads `discarded`.
+    audit_record(
+        event_type=AuditEvent.INBOX_MESSAGE_DISCARDED,
+        outcome=Outcome.REJECTED,
+        actor=actor,
+        failure_reason=reason,
+        details={"agent": actor.agent_public_id, "message": message.public_id, "approval_id": approval_id},
+    )
