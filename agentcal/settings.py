@@ -120,6 +120,9 @@ STATIC_URL = "static/"
 WHITENOISE_USE_FINDERS = True
 # Only for deployments that run collectstatic (e.g. to put the files behind a CDN).
 STATIC_ROOT = env_str("STATIC_ROOT") or None
+# Files the service stores (attachments of agents' mail) go through Django's storage API: on disk here by
+# default, never served directly (only by permission-checked views); STORAGES may name another backend.
+MEDIA_ROOT = env_str("MEDIA_ROOT") or str(embedded.data_dir() / "media")
 
 # --- Dashboard sign-in (passkeys, magic links) ----------------------------------------------------
 # The public base URL people reach the dashboard at (links in emails; the WebAuthn origin).

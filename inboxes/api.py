@@ -27,16 +27,13 @@ from agentcal.api.views import AgentAPIView
 from agentcal.errors import NotFound
 from agentcal.pagination import paginate
 from inboxes.addresses import agent_address
+from inboxes.attachments import attachment_response
 from inboxes.html import sanitize_html
 from inboxes.invites import InviteFlag
 from inboxes.models import Attachment, Direction, Message, Thread
 from inboxes.quotas import quota_usage
 from inboxes.sending import MAX_RECIPIENTS, message_reply, message_send
 from workspaces.models import Agent, Scope
-
-# Attachment types served as themselves; anything else is downloaded as application/octet-stream so a
-# browser never renders (or runs) what a stranger sent.
-SAFE_ATTACHMENT_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp", "application/pdf"})
 
 
 class AddressOutput(OutputSerializer):
@@ -215,9 +212,7 @@ def _messages(agent: Agent) -> Any:
     return (
         Message.objects.filter(agent=agent)
         .select_related("thread")
-        .prefetch_related(
-            Prefetch("attachments", queryset=Attachment.objects.defer("content").order_by("pk"))
-        )
+        .prefetch_related(Prefetch("attachments", queryset=Attachment.objects.order_by("pk")))
     )
 
 
@@ -356,16 +351,9 @@ class AttachmentDownloadView(AgentAPIView):
     def get(self, request: Request, message_id: str, attachment_id: str) -> HttpResponse:
         message = message_for(_agent(self), message_id)
         attachment = Attachment.objects.filter(message=message, public_id=attachment_id).first()
-        if attachment is None or attachment.content is None:
+        if attachment is None or not attachment.file:
             raise NotFound(f"No stored attachment {attachment_id} on message {message_id}.")
-        content_type = attachment.content_type.lower()
-        if content_type not in SAFE_ATTACHMENT_TYPES:
-            content_type = "application/octet-stream"
-        return _download(
-            bytes(attachment.content),
-            content_type=content_type,
-            filename=attachment.filename or attachment.public_id,
-        )
+        return attachment_response(attachment)
 
 
 class QueuedOutput(OutputSerializer):

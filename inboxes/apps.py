@@ -9,7 +9,10 @@ class InboxesConfig(AppConfig):
 
     def ready(self) -> None:
         from approvals.services import approval_ended
+        from inboxes.attachments import connect_signals
         from inboxes.review import review_ended
+
+        connect_signals()
 
         # A review-first draft goes out, or is discarded, with the decision on its approval.
         approval_ended.connect(review_ended, dispatch_uid="inboxes.review_ended")

@@ -165,8 +165,9 @@ class Attachment(models.Model):
     filename = models.CharField(max_length=500, blank=True)
     content_type = models.CharField(max_length=255)
     size = models.PositiveBigIntegerField()
-    # Null when skipped (over INBOUND_MAX_ATTACHMENT_BYTES); the raw message still holds it.
-    content = models.BinaryField(null=True)
+    # In the default storage (inboxes/attachments.py); empty when skipped (over
+    # INBOUND_MAX_ATTACHMENT_BYTES): the raw message still holds it.
+    file = models.FileField(max_length=255, blank=True)
     skipped = models.BooleanField(default=False)
 
     def __str__(self) -> str:

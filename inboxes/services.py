@@ -24,9 +24,10 @@ from audit.events import AuditEvent
 from audit.models import Outcome
 from audit.services import audit_record
 from inboxes.addresses import resolve_recipient
+from inboxes.attachments import attachments_store
 from inboxes.bounces import bounce_in
 from inboxes.invites import invite_received
-from inboxes.models import Attachment, InboundRaw, Message, Thread
+from inboxes.models import InboundRaw, Message, Thread
 from inboxes.parsing import ParsedMail, normalize_subject, parse_mail
 from inboxes.quotas import storage_full
 from webhooks.models import EventType
@@ -194,17 +195,7 @@ def _deliver(*, agent: Agent, row: InboundRaw, parsed: ParsedMail) -> Message:
         received_at=row.received_at,
         size=len(row.raw),
     )
-    Attachment.objects.bulk_create(
-        Attachment(
-            message=message,
-            filename=a.filename,
-            content_type=a.content_type,
-            size=a.size,
-            content=a.content,
-            skipped=a.skipped,
-        )
-        for a in parsed.attachments
-    )
+    attachments_store(message, parsed.attachments)
     if thread.last_message_at < row.received_at:
         Thread.objects.filter(pk=thread.pk).update(last_message_at=row.received_at)
     sender = parsed.from_address["address"] if parsed.from_address else ""

@@ -6,10 +6,13 @@ from a pool) against the real database: no mocks of the database anywhere.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import itertools
 import os
+import shutil
 import ssl
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -28,6 +31,10 @@ ALL_SCOPES = list(Scope.values)
 
 def pytest_configure(config: pytest.Config) -> None:
     from django.conf import settings
+
+    # Stored files (mail attachments) go to a folder of this test process's own, removed at its end.
+    settings.MEDIA_ROOT = tempfile.mkdtemp(prefix="agentcal-media-")
+    atexit.register(shutil.rmtree, settings.MEDIA_ROOT, ignore_errors=True)
 
     # A fast argon2 for tests (the production parameters cost ~50 ms per hash).
     settings.ARGON2_TIME_COST = 1

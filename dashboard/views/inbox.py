@@ -30,12 +30,13 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils.html import strip_tags
-from django.utils.http import content_disposition_header, urlencode
+from django.utils.http import urlencode
 
 from bookings.models import Reservation
 from dashboard.access import page_context, workspace_page
 from dashboard.http import DashboardRequest
 from inboxes.addresses import workspace_domain
+from inboxes.attachments import attachment_response
 from inboxes.html import sanitize_html
 from inboxes.models import Attachment, Direction, Message, MessageStatus, Thread
 from inboxes.quotas import quota_usage
@@ -45,9 +46,6 @@ THREADS_PER_PAGE = 25
 SNIPPET_CHARS = 140
 MAX_QUERY_CHARS = 200
 
-# Attachment types sent as themselves (still as downloads); anything else is application/octet-stream,
-# so no browser renders, sniffs or runs what a stranger sent. The same list as the agent API's.
-SAFE_ATTACHMENT_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp", "application/pdf"})
 
 # The thread page shows strangers' HTML, so it carries its own policy, whatever the installation's
 # CONTENT_SECURITY_POLICY says: no script but the dashboard's own files (no inline script, no on...=
@@ -67,8 +65,6 @@ THREAD_PAGE_POLICY = "; ".join(
         "frame-ancestors 'none'",
     ]
 )
-# A download never runs as a page of the dashboard's origin, even if a browser decided to render it.
-DOWNLOAD_POLICY = "default-src 'none'; sandbox"
 
 AUTH_VERDICT_CLASS = {"pass": "pass", "fail": "fail", "softfail": "fail", "permerror": "fail"}
 STATUS_LABELS: dict[str, str] = {
@@ -375,9 +371,7 @@ def thread_view(
         raise Http404("No such thread")
     messages = (
         Message.objects.filter(agent=agent, thread=thread)
-        .prefetch_related(
-            Prefetch("attachments", queryset=Attachment.objects.defer("content").order_by("pk"))
-        )
+        .prefetch_related(Prefetch("attachments", queryset=Attachment.objects.order_by("pk")))
         .order_by("received_at", "pk")
     )
     views = [message_view(message) for message in messages]
@@ -404,15 +398,6 @@ def attachment_download(
     attachment = Attachment.objects.filter(
         public_id=attachment_id, message__public_id=message_id, message__agent=agent
     ).first()
-    if attachment is None or attachment.content is None:
+    if attachment is None or not attachment.file:
         raise Http404("No such attachment")
-    content_type = attachment.content_type.lower()
-    if content_type not in SAFE_ATTACHMENT_TYPES:
-        content_type = "application/octet-stream"
-    response = HttpResponse(bytes(attachment.content), content_type=content_type)
-    response["Content-Disposition"] = content_disposition_header(
-        as_attachment=True, filename=attachment.filename or attachment.public_id
-    )
-    response["X-Content-Type-Options"] = "nosniff"
-    response["Content-Security-Policy"] = DOWNLOAD_POLICY
-    return response
+    return attachment_response(attachment)

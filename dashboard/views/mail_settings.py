@@ -1,5 +1,6 @@
 """The workspace's mail settings: where its agents' mail is received (the inbound domain and the MX record
-to publish for it) and the inbound webhook's URL and signing secret.
+to publish for it), the inbound webhook's URL and signing secret, and how outgoing mail is signed (the
+DKIM record to publish).
 
 Every member can read the page; only owners and admins change the domain or generate a secret (each
 change audited by inboxes.mail_settings). A new secret is rendered once, in the response to the POST
@@ -20,6 +21,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from dashboard.access import page_context, workspace_page
 from dashboard.http import DashboardRequest
 from inboxes.addresses import workspace_domain
+from inboxes.dkim import signing_key
 from inboxes.mail_settings import (
     MAX_DOMAIN_LENGTH,
     InboundDomainInvalid,
@@ -98,6 +100,8 @@ def _render(
         has_secret=bool(workspace.inbound_webhook_secret),
         new_secret=new_secret,
         max_message_bytes=settings.INBOUND_MAX_MESSAGE_BYTES,
+        dkim=signing_key(),
+        relay_configured=settings.INBOX_RELAY_CONFIGURED,
         form=form or InboundDomainForm(initial={"inbound_domain": workspace.inbound_domain}),
         can_manage=request.membership.can_manage,
     )

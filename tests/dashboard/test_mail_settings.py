@@ -9,9 +9,12 @@ import hashlib
 import hmac
 import re
 import time
+from base64 import b64encode
 from io import StringIO
 
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 from django.core.management import CommandError, call_command
 from django.test import Client
 
@@ -79,7 +82,25 @@ def test_members_see_the_domain_mx_record_and_webhook_url_without_forms(team, se
     assert 'data-testid="secret-status">not set' in html
     assert "exec-assistant@acme.agentcal.localhost" in html  # an example address
     assert 'data-testid="domain-form"' not in html and 'data-testid="secret-form"' not in html
-    assert 'href="/w/acme/settings/mail" class="active">Mail</a>' in html  # the nav link
+    assert 'href="/w/acme/settings/mail" class="active">Mail setup</a>' in html  # the nav link
+
+
+def test_the_dkim_record_to_publish_is_shown_when_mail_is_signed(team, settings):
+    assert "not DKIM-signed" in text(signed_in(team.member).get(MAIL))
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    settings.INBOX_DKIM_SELECTOR = "s2026"
+    settings.INBOX_DKIM_PRIVATE_KEY = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+    html = text(signed_in(team.member).get(MAIL))
+    public = key.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    record = (
+        f's2026._domainkey.acme.agentcal.localhost. IN TXT "v=DKIM1; k=rsa; p={b64encode(public).decode()}"'
+    )
+    assert f'data-testid="dkim-record">{record}</code>' in html
 
 
 def test_managers_get_the_forms_and_outsiders_get_404(team):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from django.core.files.storage import default_storage
+
 from inboxes.models import Message
 from tests.inboxes.conftest import address_of, deliver_raw, mail
 
@@ -68,6 +70,20 @@ def test_attachments_download_as_attachments_and_only_safe_types_keep_their_type
     response = sdr.client.get(f"/inbox/messages/{message.public_id}/attachments/{png.public_id}")
     assert response.headers["content-type"] == "image/png"
     assert response.content == b"\x89PNG data"
+
+
+def test_attachments_are_files_in_storage_named_by_id_and_go_with_their_agent(
+    sdr, django_capture_on_commit_callbacks
+):
+    message = received(sdr)
+    html, png = message.attachments.order_by("pk")
+    # Stored through Django's storage API, under the attachment's id: the sender's filename names nothing.
+    assert html.file.name == f"inbox-attachments/{html.public_id}"
+    assert default_storage.open(png.file.name).read() == b"\x89PNG data"
+
+    with django_capture_on_commit_callbacks(execute=True):
+        sdr.agent.delete()  # with its messages and their attachments
+    assert not default_storage.exists(html.file.name) and not default_storage.exists(png.file.name)
 
 
 def test_another_agents_mail_is_not_found(sdr, exec_assistant, outsider):
