@@ -388,6 +388,8 @@ CELERY_BEAT_SCHEDULE["inboxes-deliver-pending"] = {
     "task": "inboxes.deliver_pending",
     "schedule": float(INBOX_DELIVER_PENDING_SECONDS),
 }
+# Review-first drafts left without their approval by a crash are linked to it, or discarded, this often.
+CELERY_BEAT_SCHEDULE["inboxes-repair-reviews"] = {"task": "inboxes.repair_reviews", "schedule": 60.0}
 # Raw messages accepted but not parsed (the worker crashed, the broker was down) are picked up this often.
 INBOUND_PARSE_PENDING_SECONDS = env_int("INBOUND_PARSE_PENDING_SECONDS", 30, minimum=1)
 CELERY_BEAT_SCHEDULE["inboxes-parse-pending"] = {

@@ -13,13 +13,14 @@ The steps, each its own transaction:
    (approved), or discards it for good (denied, expired, cancelled). Both are a conditional update from
    `awaiting_approval`, so each happens once, and both are audited with the decision.
 
-A process that dies between 1 and 2 leaves a draft with no approval: it is never sent, and counts against
-the agent's quotas until it leaves their windows.
+A process that dies between 1 and 2 leaves a draft with no approval; the periodic reviews_repair links
+the approval if it was opened, and discards the draft otherwise.
 """
 
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from functools import partial
 from typing import Any
 
@@ -37,6 +38,9 @@ from inboxes.sending import _enqueue_delivery
 from workspaces.actor import Actor
 
 SUMMARY_PREFIX = "Send email: "
+# A draft still without its approval this long after it was stored was left by a process that died.
+REPAIR_AFTER_SECONDS = 300
+REPAIR_BATCH = 100
 
 
 def review_summary(subject: str) -> str:
@@ -86,16 +90,51 @@ def review_request(*, message: Message, actor: Actor) -> Message:
             _discard(message, actor=actor, reason="approval_not_created", approval_id=None)
         raise
     with transaction.atomic(durable=True):
-        # The approval's row lock orders this against a decision: one that comes later waits for the link
-        # and then finds the draft; one that came first found no draft, and is applied here.
-        status = Approval.objects.select_for_update().values_list("status", flat=True).get(pk=approval.pk)
-        Message.objects.filter(pk=message.pk).update(approval_id=approval.public_id)
-        message.approval_id = approval.public_id
-        if status != ApprovalStatus.PENDING:
-            approval.refresh_from_db()
-            _settle(message, approval)
-            message.refresh_from_db(fields=["status"])
+        _link(message, approval)
     return message
+
+
+def _link(message: Message, approval: Approval) -> None:
+    # The approval's row lock orders this against a decision: one that comes later waits for the link
+    # and then finds the draft; one that came first found no draft, and is applied here.
+    status = Approval.objects.select_for_update().values_list("status", flat=True).get(pk=approval.pk)
+    Message.objects.filter(pk=message.pk).update(approval_id=approval.public_id)
+    message.approval_id = approval.public_id
+    if status != ApprovalStatus.PENDING:
+        approval.refresh_from_db()
+        _settle(message, approval)
+        message.refresh_from_db(fields=["status"])
+
+
+def reviews_repair(*, limit: int = REPAIR_BATCH) -> int:
+    """Drafts a process left between storing them and linking their approval (it died, or the database
+    went away): link the approval if it was opened — settling it at once if it was decided meanwhile —
+    otherwise discard the draft, which frees its share of the quotas. Returns how many it repaired."""
+    stale = (
+        Message.objects.filter(
+            status=MessageStatus.AWAITING_APPROVAL,
+            approval_id__isnull=True,
+            received_at__lt=Now() - timedelta(seconds=REPAIR_AFTER_SECONDS),
+        )
+        .select_related("agent__workspace", "thread")
+        .order_by("pk")[:limit]
+    )
+    repaired = 0
+    for message in stale:
+        approval = (
+            Approval.objects.filter(agent=message.agent, hold_id=None, evidence__message=message.public_id)
+            .select_related("workspace", "agent")
+            .order_by("pk")
+            .first()
+        )
+        with transaction.atomic(durable=True):
+            if approval is not None:
+                _link(message, approval)
+            else:
+                actor = Actor(workspace=message.agent.workspace, agent=message.agent)
+                _discard(message, actor=actor, reason="approval_not_created", approval_id=None)
+        repaired += 1
+    return repaired
 
 
 def review_ended(sender: Any, *, approval: Approval, **kwargs: Any) -> None:

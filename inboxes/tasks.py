@@ -7,6 +7,7 @@ import smtplib
 from celery import shared_task
 
 from inboxes.invites import invites_cancel_ended
+from inboxes.review import reviews_repair
 from inboxes.sending import message_attempt_failed, message_deliver, messages_deliver_pending
 from inboxes.services import inbound_parse, inbound_parse_pending
 
@@ -50,3 +51,9 @@ def deliver_pending() -> int:
 def cancel_ended_invites() -> int:
     """Periodic: send the CANCEL for invites whose booking is no longer committed."""
     return invites_cancel_ended()
+
+
+@shared_task(name="inboxes.repair_reviews", ignore_result=True)
+def repair_reviews() -> int:
+    """Periodic: review-first drafts a crash left without their approval."""
+    return reviews_repair()

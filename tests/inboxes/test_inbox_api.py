@@ -83,7 +83,7 @@ def test_attachments_are_files_in_storage_named_by_id_and_go_with_their_agent(
 
     with django_capture_on_commit_callbacks(execute=True):
         sdr.agent.delete()  # with its messages and their attachments
-    assert not default_storage.exists(html.file.name) and not default_storage.exists(png.file.name)
+    assert not any(default_storage.exists(str(a.file.name)) for a in (html, png))
 
 
 def test_another_agents_mail_is_not_found(sdr, exec_assistant, outsider):

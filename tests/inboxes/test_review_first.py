@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from django.db.models import F
+from django.utils import timezone
 
 from approvals import services as approval_services
 from approvals.models import Approval
@@ -189,3 +190,29 @@ def test_the_summary_is_one_line_of_at_most_200_characters():
     assert review.review_summary("a\u2028b\x85c") == "Send email: a b c"
     long = review.review_summary("x" * 500)
     assert len(long) == 200 and long.endswith("…")
+
+
+def test_drafts_a_crash_left_without_their_approval_are_linked_or_discarded_by_the_repair(reviewed, owner):  # noqa: F811
+    """A process may die between storing a draft and linking its approval: the repair links the approval
+    it opened (applying a decision made meanwhile) or, if none was opened, discards the draft."""
+    decided, orphaned = draft(reviewed, subject="Decided meanwhile"), draft(reviewed, subject="Never asked")
+    stale = timezone.now() - timedelta(seconds=review.REPAIR_AFTER_SECONDS + 1)
+    Message.objects.filter(public_id__in=[decided["id"], orphaned["id"]]).update(
+        approval_id=None, received_at=stale
+    )
+    # The person denied the first before its link was written: the decision found no draft to settle.
+    approval_decide(
+        approval_id=decided["approval_id"], workspace=reviewed.agent.workspace, user=owner, approve=False
+    )
+    assert Message.objects.get(public_id=decided["id"]).status == MessageStatus.AWAITING_APPROVAL
+    # The second's approval was never opened.
+    Approval.objects.filter(public_id=orphaned["approval_id"]).update(evidence={})
+
+    assert review.reviews_repair() == 2
+    first, second = (
+        Message.objects.get(public_id=decided["id"]),
+        Message.objects.get(public_id=orphaned["id"]),
+    )
+    assert (first.status, first.approval_id) == (MessageStatus.DISCARDED, decided["approval_id"])
+    assert (second.status, second.last_error) == (MessageStatus.DISCARDED, "approval_not_created")
+    assert review.reviews_repair() == 0
