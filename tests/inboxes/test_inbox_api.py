@@ -79,7 +79,7 @@ def test_attachments_are_files_in_storage_named_by_id_and_go_with_their_agent(
     html, png = message.attachments.order_by("pk")
     # Stored through Django's storage API, under the attachment's id: the sender's filename names nothing.
     assert html.file.name == f"inbox-attachments/{html.public_id}"
-    assert default_storage.open(png.file.name).read() == b"\x89PNG data"
+    assert default_storage.open(str(png.file.name)).read() == b"\x89PNG data"
 
     with django_capture_on_commit_callbacks(execute=True):
         sdr.agent.delete()  # with its messages and their attachments
