@@ -330,7 +330,8 @@ CELERY_BEAT_SCHEDULE.update(
     }
 )
 # --- Inboxes --------------------------------------------------------------------------------------
-# An agent's address is `<agent slug>@<workspace slug>.<INBOUND_DOMAIN_SUFFIX>`.
+# An agent's address is `<agent slug>@<workspace inbound domain>`; a workspace without a domain of its own
+# (mail setup page) has `<workspace slug>.<INBOUND_DOMAIN_SUFFIX>`.
 INBOUND_DOMAIN_SUFFIX = (env_str("INBOUND_DOMAIN_SUFFIX", "agentcal.localhost") or "").lower().strip(".")
 INBOUND_SMTP_HOST = env_str("INBOUND_SMTP_HOST", "127.0.0.1") or "127.0.0.1"
 # Authentication-Results headers (SPF/DKIM/DMARC verdicts) count only when added by these hosts (their
@@ -340,7 +341,8 @@ INBOUND_TRUSTED_AUTHSERV_IDS = [name.lower() for name in env_list("INBOUND_TRUST
 INBOUND_SMTP_PORT = env_int("INBOUND_SMTP_PORT", 2525, minimum=1)
 # Bigger messages are refused (552) at the SMTP dialogue, never truncated.
 INBOUND_MAX_MESSAGE_BYTES = env_int("INBOUND_MAX_MESSAGE_BYTES", 10 * 1024 * 1024, minimum=1024)
-# Attachments are kept in the database up to this size; bigger ones are listed with `skipped: true`.
+# Attachments are stored (MEDIA_ROOT / STORAGES) up to this size; bigger ones are listed with `skipped: true`
+# (the raw message still holds them).
 INBOUND_MAX_ATTACHMENT_BYTES = env_int("INBOUND_MAX_ATTACHMENT_BYTES", 5 * 1024 * 1024, minimum=0)
 # Messages one peer address may start per minute (per listener process) before getting 421.
 INBOUND_MAX_MESSAGES_PER_MINUTE_PER_IP = env_int("INBOUND_MAX_MESSAGES_PER_MINUTE_PER_IP", 120, minimum=1)
@@ -364,7 +366,7 @@ INBOX_DAILY_SEND_LIMIT = env_int("INBOX_DAILY_SEND_LIMIT", 200, minimum=0)
 INBOX_DAILY_RECIPIENT_LIMIT = env_int("INBOX_DAILY_RECIPIENT_LIMIT", 500, minimum=0)
 # Inbound mail an agent may keep (the raw messages' bytes); when full, new mail is refused at RCPT (452).
 INBOX_STORAGE_LIMIT_BYTES = env_int("INBOX_STORAGE_LIMIT_BYTES", 1024 * 1024 * 1024, minimum=0)
-# Outbound mail to other domains goes through the EMAIL_* relay. Without one (the console backend of a
+# Outbound mail to other domains goes through the relay (EMAIL_URL or EMAIL_*). Without one (the console of a
 # local install) such messages are marked `not_sent_no_relay` rather than printed and called sent.
 INBOX_RELAY_CONFIGURED = env_bool("INBOX_RELAY_CONFIGURED", bool(EMAIL_URL or os.environ.get("EMAIL_HOST")))
 # Seconds before each retry of a message the relay refused or could not be reached for: with the first
