@@ -149,17 +149,22 @@ def authentication_results(headers: list[str], *, trusted: frozenset[str]) -> di
 
 
 def _decoded_text(part: Message, parsed: ParsedMail) -> str:
+    """The part's text with plain `\n` line ends (mail's CRLF is a transport detail agents need not see)."""
     try:
         if isinstance(part, EmailMessage):
             content: Any = part.get_content()
             if isinstance(content, str):
-                return clean(content, MAX_BODY_CHARS)
+                return clean(_lf(content), MAX_BODY_CHARS)
     except Exception as exc:  # an unknown charset, a broken transfer encoding
         parsed.problems.append(f"undecodable {part.get_content_type()} part: {type(exc).__name__}")
     payload = part.get_payload(decode=True)
     if isinstance(payload, bytes):
-        return clean(payload.decode("utf-8", errors="replace"), MAX_BODY_CHARS)
+        return clean(_lf(payload.decode("utf-8", errors="replace")), MAX_BODY_CHARS)
     return ""
+
+
+def _lf(text: str) -> str:
+    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def _read_parts(message: Message, parsed: ParsedMail, *, max_attachment_bytes: int) -> None:

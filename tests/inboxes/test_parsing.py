@@ -52,6 +52,14 @@ def test_authentication_results_are_read_per_method_from_trusted_hosts_only():
     }
 
 
+def test_text_comes_with_plain_line_ends_whatever_the_wire_had():
+    raw = mail("sdr@acme.agentcal.localhost", body="Tuesday?\nOr Wednesday?\n").as_bytes()
+    crlf = raw.replace(b"\n", b"\r\n")
+    parsed = parse_mail(crlf, max_attachment_bytes=1000)
+    assert parsed.text == "Tuesday?\nOr Wednesday?\n"
+    assert parsed.reply_text == "Tuesday?\nOr Wednesday?"
+
+
 def test_html_and_attachments_are_read_and_oversize_ones_skipped():
     message = mail("sdr@acme.agentcal.localhost", body="plain body\n")
     message.add_alternative("<p>html body</p>", subtype="html")
