@@ -43,6 +43,10 @@ class ApiKeyAuthentication(BaseAuthentication):
         return 'Bearer realm="agentcal"'
 
 
+# In `required_scopes`: any valid key may call it (what an agent may learn about itself).
+ANY_SCOPE = "*"
+
+
 class HasRequiredScope(BasePermission):
     """Views declare `required_scopes = {"GET": Scope.X, "POST": Scope.Y}`; a method not listed is refused."""
 
@@ -55,7 +59,7 @@ class HasRequiredScope(BasePermission):
         if required is None:
             # A method the view does not implement: let DRF answer 405 rather than a misleading 403.
             return request.method == "OPTIONS" or not hasattr(view, method.lower())
-        if required not in actor.scopes:
+        if required != ANY_SCOPE and required not in actor.scopes:
             raise InsufficientScope(
                 f"This endpoint needs the `{required}` scope.", required_scope=str(required)
             )

@@ -8,9 +8,11 @@ from bookings import api as bookings
 from inboxes import api as inboxes
 from sync import api as sync
 from webhooks import api as webhooks
+from workspaces.api import MeView
 
 urlpatterns = [
     path("health", HealthView.as_view(), name="health"),
+    path("me", MeView.as_view(), name="me"),
     path(
         "schema", SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[]), name="schema"
     ),

@@ -1,0 +1,70 @@
+"""`GET /v1/me`: who the calling key is — its agent, workspace, scopes and priorities — so a client (the
+MCP server, an agent framework) can offer exactly the tools the key may use without probing for them."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from agentcal.api.fields import OutputSerializer
+from agentcal.api.views import AgentAPIView
+from agentcal.clock import isoformat_z
+from workspaces.authentication import ANY_SCOPE
+from workspaces.models import ApiKey
+
+
+class MeAgentOutput(OutputSerializer):
+    id = serializers.CharField()
+    name = serializers.CharField()
+    slug = serializers.CharField()
+    priority = serializers.IntegerField(
+        help_text="What the agent's requests carry unless they ask for another."
+    )
+    max_priority = serializers.IntegerField(help_text="The most the agent may ask for.")
+
+
+class MeWorkspaceOutput(OutputSerializer):
+    id = serializers.CharField()
+    slug = serializers.CharField()
+    name = serializers.CharField()
+
+
+class MeKeyOutput(OutputSerializer):
+    prefix = serializers.CharField(help_text="The key's public prefix (as in the audit trail).")
+    scopes = serializers.ListField(child=serializers.CharField(), help_text="What this key may do.")
+    expires_at = serializers.CharField(allow_null=True)
+
+
+class MeOutput(OutputSerializer):
+    agent = MeAgentOutput()
+    workspace = MeWorkspaceOutput()
+    key = MeKeyOutput()
+
+
+class MeView(AgentAPIView):
+    required_scopes = {"GET": ANY_SCOPE}
+
+    @extend_schema(responses={200: MeOutput})
+    def get(self, request: Request) -> Response:
+        actor = self.actor
+        key = request.auth
+        assert isinstance(key, ApiKey) and actor.agent is not None
+        agent, workspace = actor.agent, actor.workspace
+        body = {
+            "agent": {
+                "id": agent.public_id,
+                "name": agent.name,
+                "slug": agent.slug,
+                "priority": agent.priority,
+                "max_priority": agent.max_priority,
+            },
+            "workspace": {"id": workspace.public_id, "slug": workspace.slug, "name": workspace.name},
+            "key": {
+                "prefix": key.prefix,
+                "scopes": sorted(actor.scopes),
+                "expires_at": isoformat_z(key.expires_at) if key.expires_at else None,
+            },
+        }
+        return Response(MeOutput(body).data)
