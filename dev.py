@@ -23,6 +23,9 @@ ROOT = Path(__file__).resolve().parent
 VENV = Path(os.environ.get("AGENTCAL_VENV", ROOT / ".venv"))
 PYTHON = VENV / "bin" / "python"
 STAMP = VENV / ".agentcal-installed"
+# The client libraries and the MCP server built on them (their own distributions, not the server's
+# dependencies), installed editable so the suite (tests/clients) tests them as they are in the tree.
+CLIENTS = ("clients/python", "clients/mcp")
 
 
 def ensure_environment() -> None:
@@ -31,13 +34,17 @@ def ensure_environment() -> None:
     if not PYTHON.exists():
         print(f"creating virtual environment in {VENV}", flush=True)
         venv.EnvBuilder(with_pip=True).create(VENV)
-    wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    # Reinstall whenever any of the projects' pyproject.toml changes (their dependencies may have).
+    wanted = hashlib.sha256(
+        b"".join((ROOT / project / "pyproject.toml").read_bytes() for project in (".", *CLIENTS))
+    ).hexdigest()
     if STAMP.exists() and STAMP.read_text() == wanted:
         return
     print("installing dependencies (first run only)", flush=True)
     pip = [str(PYTHON), "-m", "pip", "--disable-pip-version-check", "-q"]
     subprocess.run([*pip, "install", "--upgrade", "pip"], check=True)
-    subprocess.run([*pip, "install", "-e", f"{ROOT}[dev]"], check=True)
+    editable_clients = [arg for client in CLIENTS for arg in ("-e", str(ROOT / client))]
+    subprocess.run([*pip, "install", "-e", f"{ROOT}[dev]", *editable_clients], check=True)
     STAMP.write_text(wanted)
 
 

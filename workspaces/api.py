@@ -10,7 +10,6 @@ from rest_framework.response import Response
 
 from agentcal.api.fields import OutputSerializer
 from agentcal.api.views import AgentAPIView
-from agentcal.clock import isoformat_z
 from workspaces.authentication import ANY_SCOPE
 from workspaces.models import ApiKey
 
@@ -34,7 +33,7 @@ class MeWorkspaceOutput(OutputSerializer):
 class MeKeyOutput(OutputSerializer):
     prefix = serializers.CharField(help_text="The key's public prefix (as in the audit trail).")
     scopes = serializers.ListField(child=serializers.CharField(), help_text="What this key may do.")
-    expires_at = serializers.CharField(allow_null=True)
+    expires_at = serializers.DateTimeField(allow_null=True, help_text="Null for a key that does not expire.")
 
 
 class MeOutput(OutputSerializer):
@@ -64,7 +63,7 @@ class MeView(AgentAPIView):
             "key": {
                 "prefix": key.prefix,
                 "scopes": sorted(actor.scopes),
-                "expires_at": isoformat_z(key.expires_at) if key.expires_at else None,
+                "expires_at": key.expires_at,
             },
         }
         return Response(MeOutput(body).data)

@@ -1,0 +1,336 @@
+"""The asyncio client's namespaces: the same methods as resources.py (the same calls from _calls.py), as
+coroutines; list methods return async iterators."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Sequence
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from agentcal_client import _calls
+from agentcal_client._calls import PageCalls
+from agentcal_client._transport import AsyncTransport
+from agentcal_client.errors import ApprovalWaitTimeout
+from agentcal_client.models import (
+    Approval,
+    AuditRecord,
+    Availability,
+    Booking,
+    Calendar,
+    Hold,
+    Inbox,
+    Message,
+    Model,
+    QueuedMessage,
+    Thread,
+    ThreadDetail,
+)
+
+M = TypeVar("M", bound=Model)
+
+
+async def iterate(transport: AsyncTransport, pages: PageCalls[M]) -> AsyncIterator[M]:
+    """Every item of a listing, fetching each next page only when the previous one is used up."""
+    cursor: str | None = None
+    while True:
+        page = await transport.run(pages(cursor))
+        for item in page.results:
+            yield item
+        if page.next_cursor is None:
+            return
+        cursor = page.next_cursor
+
+
+class _Namespace:
+    def __init__(self, transport: AsyncTransport) -> None:
+        self._transport = transport
+
+
+class AsyncCalendars(_Namespace):
+    def list(self, *, limit: int | None = None) -> AsyncIterator[Calendar]:
+        return iterate(self._transport, _calls.calendars_list(limit=limit))
+
+    async def get(self, calendar_id: str) -> Calendar:
+        return await self._transport.run(_calls.calendar_get(calendar_id))
+
+    async def create(
+        self,
+        name: str,
+        *,
+        timezone: str | None = None,
+        slot_minutes: int | None = None,
+        hold_ttl_seconds: int | None = None,
+        bump_window_seconds: int | None = None,
+        max_booking_minutes: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> Calendar:
+        call = _calls.calendar_create(
+            name=name,
+            timezone=timezone,
+            slot_minutes=slot_minutes,
+            hold_ttl_seconds=hold_ttl_seconds,
+            bump_window_seconds=bump_window_seconds,
+            max_booking_minutes=max_booking_minutes,
+        )
+        return await self._transport.run(call, idempotency_key=idempotency_key)
+
+    async def update(
+        self,
+        calendar_id: str,
+        *,
+        name: str | None = None,
+        timezone: str | None = None,
+        slot_minutes: int | None = None,
+        hold_ttl_seconds: int | None = None,
+        bump_window_seconds: int | None = None,
+        max_booking_minutes: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> Calendar:
+        call = _calls.calendar_update(
+            calendar_id,
+            name=name,
+            timezone=timezone,
+            slot_minutes=slot_minutes,
+            hold_ttl_seconds=hold_ttl_seconds,
+            bump_window_seconds=bump_window_seconds,
+            max_booking_minutes=max_booking_minutes,
+        )
+        return await self._transport.run(call, idempotency_key=idempotency_key)
+
+    async def availability(
+        self, calendar_id: str, start: datetime, end: datetime, *, duration: timedelta | None = None
+    ) -> Availability:
+        return await self._transport.run(_calls.availability(calendar_id, start, end, duration=duration))
+
+
+class AsyncHolds(_Namespace):
+    async def create(
+        self,
+        calendar_id: str,
+        start: datetime,
+        end: datetime,
+        *,
+        ttl_seconds: int | None = None,
+        priority: int | None = None,
+        title: str | None = None,
+        attendees: list[Any] | None = None,
+        metadata: dict[str, Any] | None = None,
+        also_calendars: Sequence[str] | None = None,
+        if_version: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> Hold:
+        call = _calls.hold_create(
+            calendar_id,
+            start,
+            end,
+            ttl_seconds=ttl_seconds,
+            priority=priority,
+            title=title,
+            attendees=attendees,
+            metadata=metadata,
+            also_calendars=also_calendars,
+            if_version=if_version,
+        )
+        return await self._transport.run(call, idempotency_key=idempotency_key)
+
+    async def get(self, hold_id: str) -> Hold:
+        return await self._transport.run(_calls.hold_get(hold_id))
+
+    async def heartbeat(
+        self,
+        hold_id: str,
+        hold_token: str,
+        *,
+        ttl_seconds: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> Hold:
+        call = _calls.hold_extend(hold_id, hold_token, ttl_seconds=ttl_seconds)
+        return await self._transport.run(call, idempotency_key=idempotency_key)
+
+    async def release(self, hold_id: str, hold_token: str, *, idempotency_key: str | None = None) -> Hold:
+        return await self._transport.run(
+            _calls.hold_release(hold_id, hold_token), idempotency_key=idempotency_key
+        )
+
+    async def commit(
+        self, hold: Hold, *, fencing_token: int | None = None, idempotency_key: str | None = None
+    ) -> Booking:
+        call = _calls.hold_commit(hold, fencing_token=fencing_token)
+        return await self._transport.run(call, idempotency_key=idempotency_key)
+
+
+class AsyncBookings(_Namespace):
+    async def commit(
+        self,
+        calendar_id: str,
+        start: datetime,
+        end: datetime,
+        *,
+        priority: int | None = None,
+        title: str | None = None,
+        attendees: list[Any] | None = None,
+        metadata: dict[str, Any] | None = None,
+        also_calendars: Sequence[str] | None = None,
+        if_version: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> Booking:
+        call = _calls.booking_commit(
+            calendar_id,
+            start,
+            end,
+            priority=priority,
+            title=title,
+            attendees=attendees,
+            metadata=metadata,
+            also_calendars=also_calendars,
+            if_version=if_version,
+        )
+        return await self._transport.run(call, idempotency_key=idempotency_key)
+
+    async def get(self, booking_id: str) -> Booking:
+        return await self._transport.run(_calls.booking_get(booking_id))
+
+    def list(
+        self,
+        calendar_id: str,
+        *,
+        start: datetime | None = None,
+        end: datetime | None = None,
+        status: str | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[Booking]:
+        pages = _calls.bookings_list(calendar_id, start=start, end=end, status=status, limit=limit)
+        return iterate(self._transport, pages)
+
+    async def cancel(self, booking_id: str, *, idempotency_key: str | None = None) -> Booking:
+        return await self._transport.run(_calls.booking_cancel(booking_id), idempotency_key=idempotency_key)
+
+
+class AsyncApprovals(_Namespace):
+    async def request(
+        self,
+        summary: str,
+        evidence: dict[str, Any],
+        *,
+        hold_id: str | None = None,
+        state: Any = None,
+        expires_in_seconds: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> Approval:
+        call = _calls.approval_request(
+            summary, evidence, hold_id=hold_id, state=state, expires_in_seconds=expires_in_seconds
+        )
+        return await self._transport.run(call, idempotency_key=idempotency_key)
+
+    async def get(self, approval_id: str) -> Approval:
+        return await self._transport.run(_calls.approval_get(approval_id))
+
+    def list(self, *, status: str | None = None, limit: int | None = None) -> AsyncIterator[Approval]:
+        return iterate(self._transport, _calls.approvals_list(status=status, limit=limit))
+
+    async def cancel(self, approval_id: str, *, idempotency_key: str | None = None) -> Approval:
+        return await self._transport.run(_calls.approval_cancel(approval_id), idempotency_key=idempotency_key)
+
+    async def wait(
+        self,
+        approval_id: str,
+        *,
+        timeout: float = 600.0,
+        poll_interval: float = 1.0,
+        max_poll_interval: float = 30.0,
+    ) -> Approval:
+        """Poll until a person decides (or the approval expires or is cancelled); returns it then.
+        Raises ApprovalWaitTimeout when `timeout` seconds pass with the approval still pending."""
+        started = time.monotonic()
+        deadline = started + timeout
+        interval = poll_interval
+        while True:
+            approval = await self.get(approval_id)
+            if not approval.pending:
+                return approval
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ApprovalWaitTimeout(approval, time.monotonic() - started)
+            await asyncio.sleep(min(interval, left))
+            interval = min(max_poll_interval, interval * 2)
+
+
+class AsyncInboxNamespace(_Namespace):
+    async def get(self) -> Inbox:
+        return await self._transport.run(_calls.inbox_get())
+
+    def threads(self, *, limit: int | None = None) -> AsyncIterator[Thread]:
+        return iterate(self._transport, _calls.inbox_threads(limit=limit))
+
+    async def thread(self, thread_id: str) -> ThreadDetail:
+        return await self._transport.run(_calls.inbox_thread(thread_id))
+
+    def messages(
+        self, *, thread: str | None = None, since: datetime | None = None, limit: int | None = None
+    ) -> AsyncIterator[Message]:
+        return iterate(self._transport, _calls.inbox_messages(thread=thread, since=since, limit=limit))
+
+    async def message(self, message_id: str) -> Message:
+        return await self._transport.run(_calls.inbox_message(message_id))
+
+    async def raw(self, message_id: str) -> bytes:
+        return await self._transport.run(_calls.inbox_raw(message_id))
+
+    async def attachment(self, message_id: str, attachment_id: str) -> bytes:
+        return await self._transport.run(_calls.inbox_attachment(message_id, attachment_id))
+
+    async def reply(
+        self,
+        message_id: str,
+        text: str,
+        *,
+        html: str | None = None,
+        reply_all: bool = False,
+        idempotency_key: str | None = None,
+    ) -> QueuedMessage:
+        call = _calls.inbox_reply(message_id, text, html=html, reply_all=reply_all)
+        return await self._transport.run(call, idempotency_key=idempotency_key)
+
+    async def send(
+        self,
+        to: Sequence[str],
+        subject: str,
+        text: str,
+        *,
+        cc: Sequence[str] | None = None,
+        html: str | None = None,
+        invite_booking_id: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> QueuedMessage:
+        call = _calls.inbox_send(to, subject, text, cc=cc, html=html, invite_booking_id=invite_booking_id)
+        return await self._transport.run(call, idempotency_key=idempotency_key)
+
+
+class AsyncAudit(_Namespace):
+    def list(
+        self,
+        *,
+        event_type: str | None = None,
+        agent: str | None = None,
+        calendar: str | None = None,
+        outcome: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        overlaps_start: datetime | None = None,
+        overlaps_end: datetime | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[AuditRecord]:
+        pages = _calls.audit_list(
+            event_type=event_type,
+            agent=agent,
+            calendar=calendar,
+            outcome=outcome,
+            since=since,
+            until=until,
+            overlaps_start=overlaps_start,
+            overlaps_end=overlaps_end,
+            limit=limit,
+        )
+        return iterate(self._transport, pages)

@@ -1,0 +1,215 @@
+"""`AgentCal` and `AsyncAgentCal`: the entry points. Both take the same settings and offer the same
+namespaces and helpers; the async one's methods are coroutines."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from agentcal_client import _calls, _slots
+from agentcal_client._transport import DEFAULT_BASE_URL, AsyncTransport, Settings, SyncTransport, api_base_url
+from agentcal_client.async_resources import (
+    AsyncApprovals,
+    AsyncAudit,
+    AsyncBookings,
+    AsyncCalendars,
+    AsyncHolds,
+    AsyncInboxNamespace,
+)
+from agentcal_client.models import Hold, Identity, Slot
+from agentcal_client.resources import Approvals, Audit, Bookings, Calendars, Holds, InboxNamespace
+from agentcal_client.sessions import AsyncHoldSession, HoldSession
+
+
+def _settings(
+    api_key: str | None, base_url: str | None, timeout: float, max_retries: int, retry_deadline: float
+) -> Settings:
+    key = api_key or os.environ.get("AGENTCAL_API_KEY")
+    if not key:
+        raise ValueError("no API key: pass api_key= or set AGENTCAL_API_KEY")
+    if max_retries < 0 or timeout <= 0 or retry_deadline < 0:
+        raise ValueError("timeout must be positive, max_retries and retry_deadline not negative")
+    url = base_url or os.environ.get("AGENTCAL_BASE_URL") or DEFAULT_BASE_URL
+    return Settings(
+        api_key=key,
+        base_url=api_base_url(url),
+        timeout=timeout,
+        max_retries=max_retries,
+        retry_deadline=retry_deadline,
+    )
+
+
+class AgentCal:
+    """The AgentCal API for one agent (one API key).
+
+    >>> client = AgentCal()  # AGENTCAL_API_KEY, AGENTCAL_BASE_URL
+    >>> slot = client.find_free_slot(["cal_a", "cal_b"], timedelta(minutes=30), start, end)
+    >>> with client.hold("cal_a", slot.start_time, slot.end_time, also_calendars=["cal_b"]) as session:
+    ...     booking = session.commit()
+    """
+
+    def __init__(
+        self,
+        api_key: str | None = None,
+        *,
+        base_url: str | None = None,
+        timeout: float = 10.0,
+        max_retries: int = 3,
+        retry_deadline: float = 60.0,
+        http_client: httpx.Client | None = None,
+    ) -> None:
+        settings = _settings(api_key, base_url, timeout, max_retries, retry_deadline)
+        self._transport = SyncTransport(settings, http_client)
+        self.calendars = Calendars(self._transport)
+        self.holds = Holds(self._transport)
+        self.bookings = Bookings(self._transport)
+        self.approvals = Approvals(self._transport)
+        self.inbox = InboxNamespace(self._transport)
+        self.audit = Audit(self._transport)
+
+    @property
+    def base_url(self) -> str:
+        return self._transport.settings.base_url
+
+    def close(self) -> None:
+        self._transport.close()
+
+    def __enter__(self) -> AgentCal:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def me(self) -> Identity:
+        """Who this key is: its agent (and priorities), workspace, and scopes."""
+        return self._transport.run(_calls.me())
+
+    def find_free_slot(
+        self, calendars: Sequence[str], duration: timedelta, start: datetime, end: datetime
+    ) -> Slot | None:
+        """The earliest span of `duration` in [start, end) free in every calendar, or None. Reading is
+        not reserving: hold the slot next (a SlotConflict then means someone was faster)."""
+        _slots.check_search(calendars, duration, start, end)
+        free = [self.calendars.availability(calendar, start, end).free_slots for calendar in calendars]
+        return _slots.first_fit(free, duration)
+
+    def hold(
+        self,
+        calendar_id: str,
+        start: datetime,
+        end: datetime,
+        *,
+        priority: int | None = None,
+        ttl_seconds: int | None = None,
+        title: str | None = None,
+        attendees: list[Any] | None = None,
+        metadata: dict[str, Any] | None = None,
+        also_calendars: Sequence[str] | None = None,
+    ) -> HoldSession:
+        """A hold kept alive while the `with` block runs, released when it ends uncommitted
+        (see agentcal_client.sessions)."""
+
+        def create() -> Hold:
+            return self.holds.create(
+                calendar_id,
+                start,
+                end,
+                ttl_seconds=ttl_seconds,
+                priority=priority,
+                title=title,
+                attendees=attendees,
+                metadata=metadata,
+                also_calendars=also_calendars,
+            )
+
+        return HoldSession(self._transport, create, ttl_seconds=ttl_seconds)
+
+
+class AsyncAgentCal:
+    """The asyncio twin of AgentCal: the same arguments, namespaces and helpers, as coroutines."""
+
+    def __init__(
+        self,
+        api_key: str | None = None,
+        *,
+        base_url: str | None = None,
+        timeout: float = 10.0,
+        max_retries: int = 3,
+        retry_deadline: float = 60.0,
+        http_client: httpx.AsyncClient | None = None,
+    ) -> None:
+        settings = _settings(api_key, base_url, timeout, max_retries, retry_deadline)
+        self._transport = AsyncTransport(settings, http_client)
+        self.calendars = AsyncCalendars(self._transport)
+        self.holds = AsyncHolds(self._transport)
+        self.bookings = AsyncBookings(self._transport)
+        self.approvals = AsyncApprovals(self._transport)
+        self.inbox = AsyncInboxNamespace(self._transport)
+        self.audit = AsyncAudit(self._transport)
+
+    @property
+    def base_url(self) -> str:
+        return self._transport.settings.base_url
+
+    async def aclose(self) -> None:
+        await self._transport.aclose()
+
+    async def __aenter__(self) -> AsyncAgentCal:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def me(self) -> Identity:
+        """Who this key is: its agent (and priorities), workspace, and scopes."""
+        return await self._transport.run(_calls.me())
+
+    async def find_free_slot(
+        self, calendars: Sequence[str], duration: timedelta, start: datetime, end: datetime
+    ) -> Slot | None:
+        """The earliest span of `duration` in [start, end) free in every calendar, or None."""
+        _slots.check_search(calendars, duration, start, end)
+        answers = await asyncio.gather(
+            *(self.calendars.availability(calendar, start, end) for calendar in calendars)
+        )
+        return _slots.first_fit([answer.free_slots for answer in answers], duration)
+
+    def hold(
+        self,
+        calendar_id: str,
+        start: datetime,
+        end: datetime,
+        *,
+        priority: int | None = None,
+        ttl_seconds: int | None = None,
+        title: str | None = None,
+        attendees: list[Any] | None = None,
+        metadata: dict[str, Any] | None = None,
+        also_calendars: Sequence[str] | None = None,
+    ) -> AsyncHoldSession:
+        """`async with client.hold(...) as session:` — see AgentCal.hold."""
+
+        async def create() -> Hold:
+            return await self.holds.create(
+                calendar_id,
+                start,
+                end,
+                ttl_seconds=ttl_seconds,
+                priority=priority,
+                title=title,
+                attendees=attendees,
+                metadata=metadata,
+                also_calendars=also_calendars,
+            )
+
+        return AsyncHoldSession(self._transport, create, ttl_seconds=ttl_seconds)

@@ -1,0 +1,243 @@
+"""The MCP server as an MCP host uses it: the official `mcp` client library talking to the `agentcal-mcp`
+process over stdio, and to the streamable HTTP app on a real socket, in front of the real AgentCal
+(pytest-django's live server, real PostgreSQL).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from datetime import datetime
+from typing import Any
+
+import httpx
+import httpx2
+import pytest
+import uvicorn
+from agentcal_mcp.gateway import Gateway
+from agentcal_mcp.server import http_app
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.types import CallToolResult
+
+from bookings.models import Reservation
+from tests.conftest import Persona, audit_rows, create_calendar, slot
+
+READ_TOOLS = {
+    "list_calendars",
+    "find_free_slots",
+    "get_booking",
+    "list_bookings",
+    "get_approval",
+    "list_inbox_messages",
+    "read_message",
+    "query_audit",
+}
+WRITE_TOOLS = {
+    "hold_slot",
+    "extend_hold",
+    "release_hold",
+    "commit_booking",
+    "cancel_booking",
+    "request_approval",
+    "reply_to_message",
+    "send_invite",
+}
+READ_ONLY_SCOPES = ["calendars:read", "bookings:read", "approvals:read", "inbox:read", "audit:read"]
+
+
+@pytest.fixture
+def mcp_url(live_server: Any) -> Iterator[str]:
+    """`agentcal-mcp --http` (the same app) in a thread, on a free port, in front of the live server."""
+    # Connection: close — the test live server serves keep-alive connections slowly (tests/conftest.py).
+    to_agentcal = httpx.AsyncClient(headers={"Connection": "close"}, timeout=30)
+    gateway = Gateway(base_url=live_server.url, api_key=None, http_client=to_agentcal)
+    server = uvicorn.Server(uvicorn.Config(http_app(gateway), log_level="warning"))
+    listening = socket.socket()
+    listening.bind(("127.0.0.1", 0))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listening]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "the MCP HTTP server did not start"
+        time.sleep(0.01)
+    yield f"http://127.0.0.1:{listening.getsockname()[1]}/mcp"
+    server.should_exit = True
+    thread.join(10)
+    listening.close()
+
+
+@asynccontextmanager
+async def http_session(url: str, key: str) -> AsyncIterator[Client]:
+    async with (
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=30) as http,
+        Client(streamable_http_client(url, http_client=http)) as client,
+    ):
+        yield client
+
+
+async def tool_names(client: Client) -> set[str]:
+    return {tool.name for tool in (await client.list_tools()).tools}
+
+
+def content(result: CallToolResult) -> dict[str, Any]:
+    assert result.structured_content is not None, result.content
+    return result.structured_content
+
+
+def overlaps(one: dict[str, str], other: dict[str, str]) -> bool:
+    def at(value: str) -> datetime:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+    return at(one["start_time"]) < at(other["end_time"]) and at(other["start_time"]) < at(one["end_time"])
+
+
+def test_over_stdio_an_agent_finds_holds_and_commits_a_slot(sdr: Persona, live_server: Any) -> None:
+    calendar = create_calendar(sdr)["id"]
+    window = slot(hours_ahead=24, minutes=120)
+    process = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "agentcal_mcp"],
+        env={"AGENTCAL_API_KEY": sdr.raw_key, "AGENTCAL_BASE_URL": live_server.url},
+    )
+
+    async def session() -> tuple[set[str], CallToolResult, CallToolResult, CallToolResult]:
+        async with Client(process) as client:
+            tools = await tool_names(client)
+            found = await client.call_tool(
+                "find_free_slots",
+                {
+                    "calendars": [calendar],
+                    "duration_minutes": 30,
+                    "window_start": window["start_time"],
+                    "window_end": window["end_time"],
+                },
+            )
+            first_slot = content(found)["slots"][0]
+            held = await client.call_tool("hold_slot", {"calendar": calendar, **first_slot, "title": "Intro"})
+            hold = content(held)["hold"]
+            committed = await client.call_tool(
+                "commit_booking", {"hold_id": hold["id"], "hold_token": hold["hold_token"]}
+            )
+            return tools, found, held, committed
+
+    tools, found, held, committed = asyncio.run(session())
+
+    assert tools == READ_TOOLS | WRITE_TOOLS
+    assert content(found)["outcome"] == "found"
+    assert content(found)["slots"][0]["start_time"] == window["start_time"].replace("Z", "") + "Z"
+    assert content(held)["outcome"] == "held"
+    assert "commit_booking" in content(held)["next_step"]
+    assert not committed.is_error
+    booking = content(committed)["booking"]
+    assert content(committed)["outcome"] == "committed"
+    assert booking["status"] == "committed"
+    reservation = Reservation.objects.get(booking_id=booking["id"])
+    assert reservation.agent_id == sdr.agent.pk
+    assert reservation.hold_id == content(held)["hold"]["id"]
+    assert reservation.title == "Intro"
+    assert [row.event_type for row in audit_rows(reservation_public_id=booking["id"])]
+
+
+def test_over_http_each_session_acts_as_its_own_agent_and_the_loser_gets_alternatives(
+    sdr: Persona, make_agent: Any, mcp_url: str
+) -> None:
+    rival = make_agent("rival", priority=100, max_priority=100)
+    calendar = create_calendar(sdr)["id"]
+    span = slot(hours_ahead=30, minutes=30)
+
+    async def race() -> dict[str, CallToolResult]:
+        async with (
+            http_session(mcp_url, sdr.raw_key) as first,
+            http_session(mcp_url, rival.raw_key) as second,
+        ):
+            held = await first.call_tool("hold_slot", {"calendar": calendar, **span})
+            results = {
+                "held": held,
+                "lost_hold": await second.call_tool("hold_slot", {"calendar": calendar, **span}),
+                "lost_commit": await second.call_tool("commit_booking", {"calendar": calendar, **span}),
+                "wrong_token": await first.call_tool(
+                    "commit_booking", {"hold_id": content(held)["hold"]["id"], "hold_token": "hlt_not_it"}
+                ),
+            }
+            results["committed"] = await first.call_tool(
+                "commit_booking",
+                {"hold_id": content(held)["hold"]["id"], "hold_token": content(held)["hold"]["hold_token"]},
+            )
+            return results
+
+    results = asyncio.run(race())
+
+    assert content(results["held"])["outcome"] == "held"
+    for lost in (results["lost_hold"], results["lost_commit"]):
+        # A conflict is an ordinary result the model acts on, not an error string.
+        assert not lost.is_error
+        conflict = content(lost)
+        assert conflict["outcome"] == "conflict"
+        assert conflict["next_step"] == "hold one of the alternatives; do not retry the same slot"
+        assert conflict["held_by_priority"] == 100
+        assert conflict["conflicting"]["agent_id"] == sdr.id
+        assert conflict["alternatives"]
+        assert not any(overlaps(alternative, span) for alternative in conflict["alternatives"])
+    wrong = results["wrong_token"]
+    assert wrong.is_error
+    assert content(wrong)["outcome"] == "error"
+    assert content(wrong)["error"] == "not_found"
+    assert "hold_token" in content(wrong)["next_step"]
+    assert content(results["committed"])["outcome"] == "committed"
+    # Each session acted as its own key's agent: the winner's booking, and the rival's refusals audited.
+    assert Reservation.objects.get(calendar__public_id=calendar).agent_id == sdr.agent.pk
+    assert not Reservation.objects.filter(agent=rival.agent).exists()
+    conflicts = audit_rows(agent_public_id=rival.id, failure_reason="slot_conflict")
+    assert [row.event_type for row in conflicts] == ["calendar.hold.rejected", "calendar.commit.rejected"]
+
+
+def test_a_read_only_key_is_offered_no_write_tools(make_agent: Any, mcp_url: str) -> None:
+    reader = make_agent("reader", scopes=READ_ONLY_SCOPES)
+    writer = make_agent("writer", scopes=["bookings:read", "bookings:write"])
+
+    async def sessions() -> tuple[set[str], set[str], CallToolResult]:
+        async with (
+            http_session(mcp_url, reader.raw_key) as read_only,
+            http_session(mcp_url, writer.raw_key) as booker,
+        ):
+            # A tool the listing hid is still refused by AgentCal when called by name.
+            refused = await read_only.call_tool(
+                "hold_slot", {"calendar": "cal_none", **slot(hours_ahead=30, minutes=30)}
+            )
+            return await tool_names(read_only), await tool_names(booker), refused
+
+    reader_tools, writer_tools, refused = asyncio.run(sessions())
+
+    assert reader_tools == READ_TOOLS
+    assert writer_tools == {
+        "find_free_slots",
+        "get_booking",
+        "list_bookings",
+        "hold_slot",
+        "extend_hold",
+        "release_hold",
+        "commit_booking",
+        "cancel_booking",
+    }
+    assert refused.is_error
+    assert content(refused)["error"] == "insufficient_scope"
+
+
+def test_http_refuses_requests_without_a_valid_key(mcp_url: str) -> None:
+    request = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    headers = {"Accept": "application/json, text/event-stream"}
+    with httpx.Client(timeout=30) as http:
+        missing = http.post(mcp_url, json=request, headers=headers)
+        bad = http.post(mcp_url, json=request, headers={**headers, "Authorization": "Bearer avs_live_nope"})
+
+    for response in (missing, bad):
+        assert response.status_code == 401
+        assert response.headers["content-type"] == "application/problem+json"
+        assert response.headers["www-authenticate"].startswith("Bearer")
+        assert response.json()["error"] == "unauthenticated"
