@@ -8,6 +8,7 @@ the children first, then the embedded servers.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shutil
 import signal
@@ -78,6 +79,21 @@ def run(args: argparse.Namespace) -> int:
         # Agents' inboxes: the SMTP listener (INBOUND_SMTP_HOST / INBOUND_SMTP_PORT).
         "smtp": [python, "-m", "django", "inbound_smtp"],
     }
+    # The MCP server over streamable HTTP, when installed (clients/mcp; a checkout's .venv has it): each
+    # request acts as the agent whose key it carries, against this server. --mcp-port 0 leaves it out.
+    if args.mcp_port and importlib.util.find_spec("agentcal_mcp") is not None:
+        commands["mcp"] = [
+            python,
+            "-m",
+            "agentcal_mcp",
+            "--http",
+            "--host",
+            args.host,
+            "--port",
+            str(args.mcp_port),
+            "--base-url",
+            f"http://127.0.0.1:{args.port}",
+        ]
     children: dict[str, subprocess.Popen[bytes]] = {}
     stopping = False
 
@@ -90,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
     for name, command in commands.items():
         children[name] = subprocess.Popen(command)
     print(f"AgentCal is up: http://{bind}/v1/health  (Ctrl-C stops everything)", flush=True)
+    if "mcp" in commands:
+        print(f"MCP server (streamable HTTP): http://{args.host}:{args.mcp_port}/mcp", flush=True)
     exit_code = 0
     while not stopping:
         for name, child in children.items():
@@ -122,6 +140,12 @@ def main(argv: list[str] | None = None) -> int:
         "--workers", type=int, default=None, help="gunicorn workers (default 2 x cores + 1)"
     )
     run_parser.add_argument("--celery-concurrency", type=int, default=2)
+    run_parser.add_argument(
+        "--mcp-port",
+        type=int,
+        default=int(os.environ.get("MCP_PORT", "8765")),
+        help="the MCP server's HTTP port when agentcal-mcp is installed (0: do not start it)",
+    )
     manage_parser = commands.add_parser("manage", help="run a Django management command")
     manage_parser.add_argument("rest", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
