@@ -48,6 +48,13 @@ WEBHOOK_SECONDS = Histogram(
 WEBHOOK_FAILURES = Counter(
     "agentcal_webhook_delivery_failures_total", "Failed delivery attempts.", ["reason"]
 )
+# Inbound-webhook requests refused without an audit row (the rest are audited), before their signature
+# was checked: over their peer's request rate, or past its budget of audited refusals.
+INBOUND_WEBHOOK_UNAUDITED = Counter(
+    "agentcal_inbound_webhook_unaudited_refusals_total",
+    "Inbound-webhook requests refused without an audit row (rate_limited, over_audit_budget).",
+    ["reason"],
+)
 
 # From the upstream change (its LAST-MODIFIED, or a push's arrival) to its busy block being enforced.
 SYNC_LAG_SECONDS = Histogram(

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 from pathlib import Path
 from urllib.parse import urlparse
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 from agentcal import embedded
 from agentcal.env import email_url_settings, env_bool, env_int, env_list, env_str, env_url
@@ -352,6 +354,30 @@ INBOUND_MAX_MESSAGES_PER_MINUTE_PER_IP = env_int("INBOUND_MAX_MESSAGES_PER_MINUT
 INBOUND_WEBHOOK_TOLERANCE_SECONDS = env_int("INBOUND_WEBHOOK_TOLERANCE_SECONDS", 300, minimum=10)
 # Messages one workspace's webhook may deliver per minute (per web process) before getting 429.
 INBOUND_WEBHOOK_MAX_MESSAGES_PER_MINUTE = env_int("INBOUND_WEBHOOK_MAX_MESSAGES_PER_MINUTE", 600, minimum=1)
+# Requests one peer address may make to one workspace's webhook per minute (per web process), checked
+# before the signature: over it the answer is 429 and no audit row is written.
+INBOUND_WEBHOOK_MAX_REQUESTS_PER_MINUTE_PER_IP = env_int(
+    "INBOUND_WEBHOOK_MAX_REQUESTS_PER_MINUTE_PER_IP", 600, minimum=1
+)
+# Requests refused before their signature was verified that are audited, per peer address and minute
+# (whichever workspace id they name); the rest are only counted (agentcal_inbound_webhook_unaudited_*).
+INBOUND_WEBHOOK_AUDITED_REFUSALS_PER_MINUTE_PER_IP = env_int(
+    "INBOUND_WEBHOOK_AUDITED_REFUSALS_PER_MINUTE_PER_IP", 60, minimum=1
+)
+# A workspace's own inbound domain is used once a TXT record `_agentcal.<domain>` proves it
+# (inboxes/mail_settings.py). Looked up through the system's resolver, or through this server ("ip" or
+# "ip:port", "[v6]:port": split-horizon DNS, tests); an answer slower than the timeout is a failure.
+INBOUND_DOMAIN_DNS_SERVER = (env_str("INBOUND_DOMAIN_DNS_SERVER", "") or "").strip()
+if INBOUND_DOMAIN_DNS_SERVER:
+    try:
+        _dns_server = urlparse("//" + INBOUND_DOMAIN_DNS_SERVER)
+        ipaddress.ip_address(_dns_server.hostname or "")
+        _dns_server.port  # noqa: B018 (raises ValueError when not a port)
+    except ValueError as exc:
+        raise ImproperlyConfigured(
+            f"INBOUND_DOMAIN_DNS_SERVER={INBOUND_DOMAIN_DNS_SERVER!r}: expected an IP address, maybe :port"
+        ) from exc
+INBOUND_DOMAIN_DNS_TIMEOUT_SECONDS = env_int("INBOUND_DOMAIN_DNS_TIMEOUT_SECONDS", 5, minimum=1)
 # What the mail settings page tells a workspace to publish: the MX host for its inbound domain, and the
 # base URL of its inbound webhook. Both default to the dashboard's host.
 INBOUND_MX_HOST = (env_str("INBOUND_MX_HOST") or urlparse(DASHBOARD_BASE_URL).hostname or "localhost").lower()

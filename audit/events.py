@@ -74,5 +74,21 @@ class AuditEvent(models.TextChoices):
     API_KEY_ROTATED = "api_key.rotated"
     # A workspace's mail settings, changed by an owner or admin (or by ops with a management command).
     WORKSPACE_INBOUND_DOMAIN_UPDATED = "workspace.inbound_domain.updated"
+    # A domain of the workspace's own asked for (pending until its DNS record is found), and each attempt
+    # to verify it: the domain taken into use, or refused (no record, wrong token, taken meanwhile).
+    WORKSPACE_INBOUND_DOMAIN_REQUESTED = "workspace.inbound_domain.requested"
+    WORKSPACE_INBOUND_DOMAIN_VERIFIED = "workspace.inbound_domain.verified"
+    WORKSPACE_INBOUND_DOMAIN_VERIFY_REJECTED = "workspace.inbound_domain.verify.rejected"
     WORKSPACE_INBOUND_SECRET_CREATED = "workspace.inbound_webhook_secret.created"
     WORKSPACE_INBOUND_SECRET_ROTATED = "workspace.inbound_webhook_secret.rotated"
+    # The workspace's team, changed by an owner on the dashboard (a member leaving is a removal of their
+    # own): invitations sent, sent again, withdrawn and accepted (the invitee acting, by the emailed
+    # link); roles changed; members removed; and the refusals that would have left no owner.
+    TEAM_INVITATION_CREATED = "team.invitation.created"
+    TEAM_INVITATION_RESENT = "team.invitation.resent"
+    TEAM_INVITATION_REVOKED = "team.invitation.revoked"
+    TEAM_INVITATION_ACCEPTED = "team.invitation.accepted"
+    TEAM_MEMBER_ROLE_CHANGED = "team.member.role_changed"
+    TEAM_MEMBER_ROLE_CHANGE_REJECTED = "team.member.role_change.rejected"
+    TEAM_MEMBER_REMOVED = "team.member.removed"
+    TEAM_MEMBER_REMOVE_REJECTED = "team.member.remove.rejected"

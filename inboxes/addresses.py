@@ -1,7 +1,9 @@
 """Agents' addresses: `<agent slug>@<workspace inbound domain>`, matched case-insensitively.
 
-A workspace's inbound domain is its own setting (a domain whose MX points at AgentCal) or, by default,
-`<workspace slug>.<INBOUND_DOMAIN_SUFFIX>`.
+A workspace's inbound domain is a domain of its own, once proven by DNS (inboxes.mail_settings), or, by
+default, `<workspace slug>.<INBOUND_DOMAIN_SUFFIX>`. A domain still waiting for its proof
+(`inbound_domain_pending`) is never looked at here: it receives no mail, names no address and signs
+nothing, so claiming someone else's domain gains nothing.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from workspaces.models import Agent, Workspace
 
 
 def workspace_domain(workspace: Workspace) -> str:
+    # `inbound_domain` is set only by a verification (constraint workspace_inbound_domain_verified).
     return (workspace.inbound_domain or f"{workspace.slug}.{settings.INBOUND_DOMAIN_SUFFIX}").lower()
 
 
@@ -35,6 +38,7 @@ def resolve_recipient(address: str) -> Recipient:
     domain = domain.lower().rstrip(".")
     if not at or not local or not domain:
         return Recipient(agent=None, workspace=None, foreign=True)
+    # Only a proven domain: a pending one is someone's claim, and mail to it is for whoever owns it.
     workspace = Workspace.objects.filter(inbound_domain=domain).first()
     if workspace is None:
         workspace_slug = domain.removesuffix("." + settings.INBOUND_DOMAIN_SUFFIX)

@@ -133,10 +133,14 @@ class CalendarEventOutput(OutputSerializer):
         choices=InviteFlag.choices,
         allow_null=True,
         help_text="`malformed`: the .ics could not be read (`problem` says why). `cancelled_by_organizer`: a "
-        "CANCEL for the linked hold or booking, which stays as it is until the agent acts. A REPLY "
-        "recorded but not applied to the booking: `sender_not_attendee` (the mail is not from the "
-        "attendee answering), `sender_unverified` (DMARC failed), `not_invited`, `outdated_sequence` "
-        "(it answers an earlier version), `not_an_answer` (not accepted, declined or tentative).",
+        "CANCEL for the linked hold or booking from the invite's organizer, authenticated; the booking "
+        "stays as it is until the agent acts. `not_organizer`: a CANCEL from someone else (for an invite "
+        "the agent sent: from anyone). `sender_unverified`: the sender's address is not authenticated "
+        "(no DMARC pass or DKIM signature of its domain from a trusted receiving server): a REPLY is not "
+        "applied, a CANCEL not taken as the organizer's. A REPLY recorded but not applied to the booking "
+        "for another reason: `sender_not_attendee` (the mail is not from the attendee answering), "
+        "`not_invited`, `outdated_sequence` (it answers an earlier version), `not_an_answer` (not "
+        "accepted, declined or tentative).",
     )
     problem = serializers.CharField(allow_null=True)
 

@@ -5,6 +5,11 @@ The relay accepting a message is not delivery: the receiving side may refuse it 
 When such a report names recipients that failed and returns the headers of one of the agent's sent
 messages, that message is marked failed (`message.failed`, with the recipients and status codes) — the
 report itself still lands in the inbox like any other mail.
+
+Anyone can write a mail that looks like a report and quotes a Message-ID the agent once sent them. So a
+report counts only when it arrived with a null envelope sender (`MAIL FROM:<>`), as every real one does
+(RFC 3464 section 2, RFC 5321 section 4.5.5: so that a report is never answered by another), and only
+for the failed addresses that were recipients of the message it names (inboxes.sending.message_bounced).
 """
 
 from __future__ import annotations
@@ -36,6 +41,12 @@ class Bounce:
         return (
             "; ".join(f"{r.address}: {r.status} {r.diagnostic}".strip() for r in self.recipients) or "bounced"
         )
+
+
+def null_sender(envelope_from: str) -> bool:
+    """Whether an InboundRaw's envelope sender is the null reverse-path: recorded as "" or as "<>" (which
+    is what aiosmtpd, behind our SMTP listener, makes of `MAIL FROM:<>`)."""
+    return envelope_from.strip() in ("", "<>")
 
 
 def bounce_in(raw: bytes) -> Bounce | None:

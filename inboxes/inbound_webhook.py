@@ -15,10 +15,22 @@ An unknown workspace, one without a secret, and a wrong signature get the same 4
 hold a workspace's secret learns nothing, not even whether the workspace exists (its public id is in
 the URL, and ids must not be probeable).
 
-Recipients: the `AgentCal-Envelope-To` request header (comma-separated) when the sender knows the
-envelope, otherwise the message's To, Cc and Delivered-To addresses at this workspace's domains
-(others in those headers are simply other people's copies). Each goes through the recipient check;
-the refused ones are audited as SMTP refusals are, and if none is left the answer is 422.
+Nobody without the secret can fill the audit log. Before the signature is checked, each peer address
+has a budget of requests per workspace id (INBOUND_WEBHOOK_MAX_REQUESTS_PER_MINUTE_PER_IP, keyed by the
+id as written, so it does not tell a real workspace from a made-up one): over it the answer is 429 and
+nothing is written. A request refused before it proved its signature is audited only within its peer's
+budget of audited refusals (INBOUND_WEBHOOK_AUDITED_REFUSALS_PER_MINUTE_PER_IP, whatever the workspace
+id, so made-up ids do not multiply it); a real workspace and a made-up one spend it alike, so the time
+taken does not tell them apart either. Refusals without a row are counted in
+agentcal_inbound_webhook_unaudited_refusals_total.
+
+Recipients come only from the signed message, never from request headers (which the signature does not
+cover: whoever could alter a request in transit could send it to any agent): the addresses at this
+workspace's domains in Delivered-To, else X-Original-To (where mail providers and MTAs write the
+envelope recipient), else To and Cc (others in those headers are simply other people's copies). An
+`AgentCal-Envelope-To` header, read by earlier versions, is refused with 400 rather than silently
+ignored. Each recipient goes through the recipient check; the refused ones are audited as SMTP refusals
+are, and if none is left the answer is 422.
 """
 
 from __future__ import annotations
@@ -42,6 +54,7 @@ from django.views.decorators.http import require_POST
 
 from agentcal.errors import AgentCalError, PayloadTooLarge, ServiceUnavailable
 from agentcal.ids import is_public_id
+from agentcal.metrics import INBOUND_WEBHOOK_UNAUDITED
 from agentcal.sealing import SealedSecretUnreadable
 from agentcal.text import is_storable, storable_text
 from audit.events import AuditEvent
@@ -51,7 +64,7 @@ from inboxes.addresses import workspace_domain
 from inboxes.mail_settings import default_inbound_domain, inbound_webhook_secret
 from inboxes.models import InboundRaw, InboundWebhookDelivery
 from inboxes.services import InboundRefusal, inbound_recipient_refusal, inbound_store
-from inboxes.smtp import RateLimiter
+from inboxes.smtp import MAX_RECIPIENTS_PER_MESSAGE, RateLimiter
 from webhooks.signing import signature
 from workspaces.models import Workspace
 
@@ -59,13 +72,16 @@ logger = logging.getLogger(__name__)
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
 ACCEPTED_CONTENT_TYPES = frozenset({"message/rfc822", "application/octet-stream"})
-ENVELOPE_TO_HEADER = "AgentCal-Envelope-To"
-ENVELOPE_FROM_HEADER = "AgentCal-Envelope-From"
+# Not covered by the signature, so not read; refused so that a sender still relying on it finds out.
+UNSIGNED_ENVELOPE_HEADER = "AgentCal-Envelope-To"
+# Where the recipients are looked for, in this order: the first that names any at this workspace's
+# domains gives them all.
+RECIPIENT_HEADERS = (("Delivered-To",), ("X-Original-To",), ("To", "Cc"))
 # Standard Webhooks ids are short (`msg_…`); the column holds 255.
 MAX_WEBHOOK_ID_LENGTH = 255
 MAX_ADDRESS_LENGTH = 320
-# As many as an SMTP server must accept for one message (RFC 5321 §4.5.3.1.8).
-MAX_RECIPIENTS = 100
+# As many as the SMTP listener takes for one message.
+MAX_RECIPIENTS = MAX_RECIPIENTS_PER_MESSAGE
 # When every recipient is refused for now only (a full inbox): the retry SMTP senders typically wait.
 DEFERRED_RETRY_AFTER_SECONDS = 300
 # Verifying against this when the workspace is unknown (or has no secret) costs what a real check
@@ -111,6 +127,10 @@ class InboundRateLimited(AgentCalError):
     status, code, title = 429, "rate_limited", "Too many messages for this workspace; retry later"
 
 
+class PeerRateLimited(InboundRateLimited):
+    title = "Too many requests from this address; retry later"
+
+
 @csrf_exempt  # a mail provider's server calls it; the signature is the check
 @require_POST
 def inbound_mail(request: HttpRequest, workspace_id: str) -> HttpResponse:
@@ -128,14 +148,21 @@ def inbound_mail(request: HttpRequest, workspace_id: str) -> HttpResponse:
 
 
 def _receive(request: HttpRequest, workspace_id: str) -> HttpResponse:
-    workspace = (
-        Workspace.objects.filter(public_id=workspace_id).first() if is_public_id(workspace_id) else None
-    )
+    well_formed = is_public_id(workspace_id)
+    peer = request.META.get("REMOTE_ADDR", "")
+    if not _peer_limiter().allow(f"{workspace_id if well_formed else '-'} {peer}"):
+        INBOUND_WEBHOOK_UNAUDITED.labels("rate_limited").inc()
+        per_minute = settings.INBOUND_WEBHOOK_MAX_REQUESTS_PER_MINUTE_PER_IP
+        raise PeerRateLimited(f"Over {per_minute} requests a minute from this address.")
+    workspace = Workspace.objects.filter(public_id=workspace_id).first() if well_formed else None
     try:
         body = _read_body(request)
         _verify(workspace, request, body)
     except AgentCalError as error:
-        _audit_rejected(request, workspace, error)
+        if _refusal_audit_limiter().allow(peer):
+            _audit_rejected(request, workspace, error)
+        else:
+            INBOUND_WEBHOOK_UNAUDITED.labels("over_audit_budget").inc()
         raise
     assert workspace is not None  # _verify refuses an unknown workspace
     webhook_id = request.headers["webhook-id"]
@@ -147,16 +174,21 @@ def _receive(request: HttpRequest, workspace_id: str) -> HttpResponse:
         if not _workspace_limiter().allow(workspace.public_id):
             per_minute = settings.INBOUND_WEBHOOK_MAX_MESSAGES_PER_MINUTE
             raise InboundRateLimited(f"Over {per_minute} messages a minute to this workspace.")
-        recipients = _recipients(request, headers, workspace)
+        if UNSIGNED_ENVELOPE_HEADER in request.headers:
+            raise InvalidEnvelope(
+                f"{UNSIGNED_ENVELOPE_HEADER} is not read: the signature does not cover it. Put the envelope "
+                "recipient in the message's Delivered-To (or X-Original-To) header instead."
+            )
+        recipients = _recipients(headers, workspace)
         if not recipients:
             raise UnknownRecipient(
-                "The message names no recipient at this workspace's domain; send AgentCal-Envelope-To."
+                "The message names no recipient at this workspace's domain; put the envelope recipient "
+                "in its Delivered-To header."
             )
     except AgentCalError as error:
         _audit_rejected(request, workspace, error)
         raise
-    sender = _envelope_from(request, headers)
-    peer = request.META.get("REMOTE_ADDR", "")
+    sender = _envelope_from(headers)
     accepted: list[str] = []
     refused: dict[str, InboundRefusal] = {}
     for address in recipients:
@@ -238,6 +270,8 @@ def _problem(error: AgentCalError, *, retry_after: int | None = None) -> JsonRes
     response = JsonResponse(error.problem(), status=error.status, content_type=PROBLEM_CONTENT_TYPE)
     if retry_after is not None:
         response["Retry-After"] = str(retry_after)
+    elif isinstance(error, PeerRateLimited):
+        response["Retry-After"] = str(math.ceil(60 / settings.INBOUND_WEBHOOK_MAX_REQUESTS_PER_MINUTE_PER_IP))
     elif isinstance(error, InboundRateLimited):
         response["Retry-After"] = str(math.ceil(60 / settings.INBOUND_WEBHOOK_MAX_MESSAGES_PER_MINUTE))
     elif isinstance(error, RecipientsDeferred):
@@ -340,22 +374,24 @@ def _audit_rejected(request: HttpRequest, workspace: Workspace | None, error: Ag
 # --- The envelope ------------------------------------------------------------------------------------------
 
 
-def _recipients(request: HttpRequest, headers: Any, workspace: Workspace) -> list[str]:
-    """The envelope's recipients as given, else the message's own at this workspace's domains; lowercased,
-    each once."""
-    given = request.headers.get(ENVELOPE_TO_HEADER)
-    if given is not None:
-        addresses = [address for _, address in getaddresses([given]) if address]
-        if not addresses:
-            raise InvalidEnvelope(f"{ENVELOPE_TO_HEADER} names no address.")
-    else:
-        ours = {workspace_domain(workspace), default_inbound_domain(workspace)}
-        named = [*headers.get_all("To", []), *headers.get_all("Cc", []), *headers.get_all("Delivered-To", [])]
+def _recipients(headers: Any, workspace: Workspace) -> list[str]:
+    """The message's recipients at this workspace's domains, from the first of RECIPIENT_HEADERS that
+    names any; lowercased, each once.
+
+    The envelope recipient first: a provider calls once per recipient, each time with the same To and Cc,
+    so reading those as well would deliver each copy to every agent they name (and a Bcc is only ever in
+    Delivered-To)."""
+    ours = {workspace_domain(workspace), default_inbound_domain(workspace)}
+    addresses: list[str] = []
+    for names in RECIPIENT_HEADERS:
+        values = [str(value) for name in names for value in headers.get_all(name, [])]
         addresses = [
             address
-            for _, address in getaddresses([str(value) for value in named])
+            for _, address in getaddresses(values)
             if address.rpartition("@")[2].lower().rstrip(".") in ours
         ]
+        if addresses:
+            break
     unique = list(dict.fromkeys(address.strip().lower() for address in addresses))
     if len(unique) > MAX_RECIPIENTS:
         raise InvalidEnvelope(f"At most {MAX_RECIPIENTS} recipients per message.")
@@ -365,14 +401,14 @@ def _recipients(request: HttpRequest, headers: Any, workspace: Workspace) -> lis
     return unique
 
 
-def _envelope_from(request: HttpRequest, headers: Any) -> str:
-    """Who sent it: the envelope sender when given, else Return-Path, else From (for the record only;
-    nothing is decided by it)."""
-    for value in (
-        request.headers.get(ENVELOPE_FROM_HEADER),
-        headers.get("Return-Path"),
-        headers.get("From"),
-    ):
+def _envelope_from(headers: Any) -> str:
+    """Who sent it: Return-Path (where MTAs write the envelope sender), else From; from the signed message
+    as the recipients are. A null Return-Path (`<>`) is kept as `<>`, as the SMTP listener records
+    `MAIL FROM:<>`: it marks a delivery report, which may fail one of the agent's sent messages."""
+    return_path = headers.get("Return-Path")
+    if return_path is not None and str(return_path).strip() == "<>":
+        return "<>"
+    for value in (return_path, headers.get("From")):
         parsed = getaddresses([str(value)]) if value else []
         address = parsed[0][1] if parsed else ""
         if address and is_storable(address):
@@ -382,14 +418,28 @@ def _envelope_from(request: HttpRequest, headers: Any) -> str:
 
 # --- Rate ---------------------------------------------------------------------------------------------------
 
-_limiter: RateLimiter | None = None
+# In this process (as the SMTP listener's per peer address), each made again when its setting changes.
+_limiters: dict[str, RateLimiter] = {}
+
+
+def _limiter_for(setting: str) -> RateLimiter:
+    per_minute: int = getattr(settings, setting)
+    limiter = _limiters.get(setting)
+    if limiter is None or limiter.capacity != per_minute:
+        limiter = _limiters[setting] = RateLimiter(per_minute)
+    return limiter
 
 
 def _workspace_limiter() -> RateLimiter:
-    """One token bucket per workspace, in this process (as the SMTP listener's per peer address); made
-    again when the setting changes."""
-    global _limiter
-    per_minute = settings.INBOUND_WEBHOOK_MAX_MESSAGES_PER_MINUTE
-    if _limiter is None or _limiter.capacity != per_minute:
-        _limiter = RateLimiter(per_minute)
-    return _limiter
+    """One token bucket per workspace: the messages it may be sent."""
+    return _limiter_for("INBOUND_WEBHOOK_MAX_MESSAGES_PER_MINUTE")
+
+
+def _peer_limiter() -> RateLimiter:
+    """One token bucket per workspace id (as written) and peer address, for every request, signed or not."""
+    return _limiter_for("INBOUND_WEBHOOK_MAX_REQUESTS_PER_MINUTE_PER_IP")
+
+
+def _refusal_audit_limiter() -> RateLimiter:
+    """One token bucket per peer address: the refusals before the signature that are audited."""
+    return _limiter_for("INBOUND_WEBHOOK_AUDITED_REFUSALS_PER_MINUTE_PER_IP")

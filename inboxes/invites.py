@@ -7,10 +7,23 @@ the message's `calendar_event`:
 
 - REQUEST and CANCEL link to the booking whose invite the agent sent (the UID is ours), else to the
   agent's live hold or committed booking with exactly the invite's span. A CANCEL is flagged
-  `cancelled_by_organizer` and audited; it never cancels anything itself: the agent decides.
+  `cancelled_by_organizer` (and audited) only when it comes from the invite's ORGANIZER, authenticated;
+  it never cancels anything itself: the agent decides. For the agent's own invite the agent is the
+  organizer, so a CANCEL of it from anyone else is flagged `not_organizer`, as is one whose sender is not
+  its ORGANIZER; an unauthenticated organizer's is `sender_unverified`. Each stays linked, for the agent
+  to see.
 - REPLY to an invite the agent sent records the attendee's answer and writes it into the booking's
   `attendees` entry for that address, but only when the attendee answering is the sender of the mail
-  (anyone can write any ATTENDEE line); otherwise it is recorded, not applied, and flagged.
+  (anyone can write any ATTENDEE line) and that sender is authenticated; otherwise it is recorded, not
+  applied, and flagged.
+
+Authenticated (`sender_authenticated`) means the From address is known to be the sender's, not only
+claimed: a receiving server we trust (INBOUND_TRUSTED_AUTHSERV_IDS, its Authentication-Results) found
+DMARC passing, or a valid DKIM signature of the From address's domain; or the mail never came from
+outside at all — one of this installation's agents wrote it and our own local delivery put it in the
+inbox (InboundRaw.local_delivery, set only by that code path, never by anything in the bytes). With no
+trusted server configured, no stranger's mail is authenticated: answers and cancellations from outside
+are shown, flagged, and change nothing.
 
 Out: `invite_request` (inside message_send's transaction) keeps one BookingInvite per booking — its UID,
 SEQUENCE and the attendees so far — and gives the message its `calendar_event`; at delivery
@@ -23,20 +36,24 @@ message in the invite's thread: the agent's quotas and review-first apply to it 
 
 from __future__ import annotations
 
+import email.parser
+import email.policy
 import logging
+import re
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, time
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 import icalendar
+from django.conf import settings
 from django.core.mail import EmailMultiAlternatives
 from django.db import models, transaction
-from django.db.models import Exists, F, OuterRef
+from django.db.models import Exists, F, OuterRef, Q
 from django.db.models.functions import Now
 
 from agentcal.clock import isoformat_z
 from agentcal.errors import BookingNotLive, NotFound, QuotaExceeded
-from agentcal.text import storable_text
+from agentcal.text import one_line, storable_text
 from audit.events import AuditEvent
 from audit.models import Outcome
 from audit.services import audit_record
@@ -46,6 +63,7 @@ from inboxes.addresses import agent_address, workspace_domain
 from inboxes.models import (
     BookingInvite,
     Direction,
+    InboundRaw,
     InviteResponse,
     Message,
     MessageStatus,
@@ -68,6 +86,8 @@ MAX_ADDRESS_CHARS = 320
 # failed attempt means another writer changed the row just then; the answer stays recorded anyway).
 ATTENDEE_UPDATE_ATTEMPTS = 5
 SWEEP_BATCH = 200
+# The longest a CANCEL refused over the agent's send quota waits before the sweep tries it again.
+QUOTA_RETRY_SECONDS = 3600
 # PARTSTAT values a REPLY may apply to a booking: an answer, not a delegation or a "not yet".
 ANSWERS = frozenset({PartStat.ACCEPTED, PartStat.DECLINED, PartStat.TENTATIVE})
 
@@ -76,10 +96,15 @@ class InviteFlag(models.TextChoices):
     """What `calendar_event.flag` says about an invite (null when there is nothing to say)."""
 
     MALFORMED = "malformed"  # the .ics could not be read; `problem` says why
-    CANCELLED_BY_ORGANIZER = "cancelled_by_organizer"  # a CANCEL for the linked hold/booking
+    # A CANCEL for the linked hold/booking from the invite's organizer, authenticated.
+    CANCELLED_BY_ORGANIZER = "cancelled_by_organizer"
+    # A CANCEL from someone who is not the invite's organizer (for the agent's own invite: anyone).
+    NOT_ORGANIZER = "not_organizer"
+    # The mail's From is not authenticated (sender_authenticated): a REPLY is not applied, a CANCEL not
+    # taken as the organizer's.
+    SENDER_UNVERIFIED = "sender_unverified"
     # A REPLY recorded but not applied to the booking:
     SENDER_NOT_ATTENDEE = "sender_not_attendee"  # the mail's From is not the attendee answering
-    SENDER_UNVERIFIED = "sender_unverified"  # the receiving server's DMARC check failed
     NOT_INVITED = "not_invited"  # the attendee answering was never sent the invite
     OUTDATED_SEQUENCE = "outdated_sequence"  # it answers an earlier version of the invite
     NOT_AN_ANSWER = "not_an_answer"  # PARTSTAT is not accepted, declined or tentative
@@ -226,37 +251,62 @@ def calendar_event(invite: CalendarInvite, *, linked: str | None, flag: str | No
 # --- Receiving -------------------------------------------------------------------------------------------
 
 
+def sender_authenticated(*, raw: InboundRaw, sender: str, auth_results: dict[str, str]) -> bool:
+    """Whether the mail's From address (`sender`) is known to be its sender's, not only claimed (see the
+    module docstring). SPF alone does not count: it vouches for the envelope sender, not for From."""
+    if raw.local_delivery:
+        return True
+    if not sender:
+        return False
+    if auth_results.get("dmarc") == "pass":
+        return True
+    domain = sender.rpartition("@")[2].lower()
+    # DKIM proves who signed, which may be any domain: only a signature of the From address's own domain
+    # (or of a domain it belongs to, as DMARC's relaxed alignment allows) says anything about From.
+    return any(domain == signer or domain.endswith(f".{signer}") for signer in _dkim_signers(bytes(raw.raw)))
+
+
+_DKIM_PASS = re.compile(r"^\s*dkim\s*=\s*pass\b(.*)$", re.IGNORECASE)
+_SIGNER = re.compile(r"\bheader\.(?:d\s*=\s*|i\s*=\s*[^\s;@]*@)([a-z0-9.-]+)", re.IGNORECASE)
+
+
+def _dkim_signers(raw: bytes) -> set[str]:
+    """The domains (header.d, or header.i's) whose DKIM signature a trusted receiving server found valid,
+    from its Authentication-Results (RFC 8601); the same trust rule as inboxes.parsing."""
+    trusted = frozenset(settings.INBOUND_TRUSTED_AUTHSERV_IDS)
+    try:
+        headers = email.parser.BytesHeaderParser(policy=email.policy.compat32).parsebytes(raw)
+        values = [" ".join(str(v).split()) for v in headers.get_all("Authentication-Results") or []]
+    except Exception:  # a stranger's bytes: unreadable headers vouch for nothing
+        return set()
+    signers: set[str] = set()
+    for value in values:
+        authserv_id, _, results = value.partition(";")
+        names = authserv_id.split()
+        if names and names[0].lower() in trusted:
+            for result in results.split(";"):
+                passed = _DKIM_PASS.match(result)
+                if passed:
+                    signers.update(d.lower().strip(".") for d in _SIGNER.findall(passed.group(1)))
+    return signers - {""}
+
+
 def invite_received(
-    *, agent: Agent, message: Message, invite: CalendarInvite | None, auth_results: dict[str, str]
+    *, agent: Agent, message: Message, invite: CalendarInvite | None, sender_verified: bool
 ) -> dict[str, Any] | None:
     """Link a delivered message's invite (inside the delivery's transaction) and store the result as its
-    `calendar_event`; returns it (None: the message has no calendar data)."""
+    `calendar_event`; returns it (None: the message has no calendar data). `sender_verified`: whether
+    the mail's From is authenticated (sender_authenticated)."""
     if invite is None:
         return None
     if invite.problem:
         event = calendar_event(invite, linked=None, flag=InviteFlag.MALFORMED)
     elif invite.method == "REPLY":
-        event = _reply_received(agent=agent, message=message, invite=invite, auth_results=auth_results)
-    elif invite.method in ("REQUEST", "CANCEL"):
-        linked = _linked(agent=agent, invite=invite, message=message)
-        cancelled = invite.method == "CANCEL" and linked is not None
-        event = calendar_event(
-            invite, linked=linked, flag=InviteFlag.CANCELLED_BY_ORGANIZER if cancelled else None
-        )
-        if cancelled:
-            audit_record(
-                event_type=AuditEvent.INBOX_INVITE_CANCELLED_BY_ORGANIZER,
-                outcome=Outcome.SUCCESS,
-                actor=None,
-                workspace_id=agent.workspace_id,
-                reservation_public_id=linked or "",
-                details={
-                    "agent": agent.public_id,
-                    "message": message.public_id,
-                    "uid": invite.uid,
-                    "organizer": (invite.organizer or {}).get("email", ""),
-                },
-            )
+        event = _reply_received(agent=agent, message=message, invite=invite, sender_verified=sender_verified)
+    elif invite.method == "REQUEST":
+        event = calendar_event(invite, linked=_linked(agent=agent, invite=invite, message=message), flag=None)
+    elif invite.method == "CANCEL":
+        event = _cancel_received(agent=agent, message=message, invite=invite, sender_verified=sender_verified)
     else:  # PUBLISH, COUNTER, none at all: shown as it is, linked to nothing
         event = calendar_event(invite, linked=None, flag=None)
     Message.objects.filter(pk=message.pk).update(calendar_event=event)
@@ -264,14 +314,55 @@ def invite_received(
     return event
 
 
+def _cancel_received(
+    *, agent: Agent, message: Message, invite: CalendarInvite, sender_verified: bool
+) -> dict[str, Any]:
+    linked = _linked(agent=agent, invite=invite, message=message)
+    if linked is None:
+        return calendar_event(invite, linked=None, flag=None)
+    sender = (message.from_address or {}).get("address", "").lower()
+    organizer = (invite.organizer or {}).get("email", "")
+    if _own_booking(agent=agent, uid=invite.uid) is not None:
+        # The agent sent this invite: it is the organizer, and nobody else can cancel its meeting. (Every
+        # attendee has the UID, and the ORGANIZER line is the sender's to write.)
+        flag = InviteFlag.NOT_ORGANIZER
+    elif not sender or sender != organizer:
+        flag = InviteFlag.NOT_ORGANIZER
+    elif not sender_verified:
+        flag = InviteFlag.SENDER_UNVERIFIED
+    else:
+        flag = InviteFlag.CANCELLED_BY_ORGANIZER
+    event = calendar_event(invite, linked=linked, flag=flag)
+    if flag != InviteFlag.CANCELLED_BY_ORGANIZER:
+        logger.info("CANCEL in %s linked to %s but not the organizer's: %s", message.public_id, linked, flag)
+        return event
+    audit_record(
+        event_type=AuditEvent.INBOX_INVITE_CANCELLED_BY_ORGANIZER,
+        outcome=Outcome.SUCCESS,
+        actor=None,
+        workspace_id=agent.workspace_id,
+        reservation_public_id=linked,
+        details={
+            "agent": agent.public_id,
+            "message": message.public_id,
+            "uid": invite.uid,
+            "organizer": organizer,
+        },
+    )
+    return event
+
+
+def _own_booking(*, agent: Agent, uid: str | None) -> str | None:
+    """The booking whose invite the agent sent with this UID, if any."""
+    return BookingInvite.objects.filter(uid=uid, agent=agent).values_list("booking_id", flat=True).first()
+
+
 def _linked(*, agent: Agent, invite: CalendarInvite, message: Message) -> str | None:
     """The agent's hold or booking an invite is about: the booking whose invite the agent sent (our
     UID), else its live hold or committed booking with exactly the invite's span (a committed booking
     before a hold), else — for a CANCEL, whose time may since have moved — what an earlier invite with
     this UID was linked to."""
-    own = (
-        BookingInvite.objects.filter(uid=invite.uid, agent=agent).values_list("booking_id", flat=True).first()
-    )
+    own = _own_booking(agent=agent, uid=invite.uid)
     if own is not None:
         return own
     if invite.start is not None and invite.end is not None:
@@ -310,7 +401,7 @@ def _current_id(public_id: str) -> str:
 
 
 def _reply_received(
-    *, agent: Agent, message: Message, invite: CalendarInvite, auth_results: dict[str, str]
+    *, agent: Agent, message: Message, invite: CalendarInvite, sender_verified: bool
 ) -> dict[str, Any]:
     booking_invite = BookingInvite.objects.filter(uid=invite.uid, agent=agent).first()
     if booking_invite is None:
@@ -322,7 +413,7 @@ def _reply_received(
     if responder is None:
         flag = InviteFlag.SENDER_NOT_ATTENDEE
         responder = invite.attendees[0] if invite.attendees else None
-    elif auth_results.get("dmarc") == "fail":
+    elif not sender_verified:
         flag = InviteFlag.SENDER_UNVERIFIED
     elif responder["email"] not in invited:
         flag = InviteFlag.NOT_INVITED
@@ -562,23 +653,37 @@ def invite_attach(outgoing: EmailMultiAlternatives, message: Message) -> None:
 
 def invites_cancel_ended() -> int:
     """Periodic: send the CANCEL for every invite whose booking is no longer committed (cancelled,
-    bumped, gone). Returns how many were sent."""
+    bumped, gone), in batches by id. Returns how many were sent.
+
+    An agent over a send quota holds up only its own CANCELs: at its first refusal all of its due ones
+    wait (`next_try_at`) and the rest of the run passes them by, so every other agent's still go out."""
     committed = Reservation.objects.filter(
         booking_id=OuterRef("booking_id"), status=ReservationStatus.COMMITTED
     )
-    ended = list(
+    due = (
         BookingInvite.objects.filter(cancelled_at__isnull=True)
+        .filter(Q(next_try_at__isnull=True) | Q(next_try_at__lte=Now()))
         .filter(~Exists(committed))
-        .order_by("pk")
-        .values_list("pk", flat=True)[:SWEEP_BATCH]
     )
     sent = 0
-    for invite_pk in ended:
-        try:
-            sent += invite_cancel(invite_pk)
-        except QuotaExceeded:
-            # The agent is over a send quota: this CANCEL waits for the next sweep.
-            logger.info("CANCEL for invite %s waits: the agent is over a send quota", invite_pk)
+    refused_agents: set[int] = set()
+    after = 0
+    while batch := list(due.filter(pk__gt=after).order_by("pk").values_list("pk", "agent_id")[:SWEEP_BATCH]):
+        after = batch[-1][0]
+        for invite_pk, agent_id in batch:
+            if agent_id in refused_agents:
+                continue
+            try:
+                sent += invite_cancel(invite_pk)
+            except QuotaExceeded as exc:
+                refused_agents.add(agent_id)
+                # The quota's own answer when it has one, but no later than an hour: a limit of 0 names no
+                # time, and a person may raise a limit at any moment.
+                wait = min(exc.retry_after_seconds or QUOTA_RETRY_SECONDS, QUOTA_RETRY_SECONDS)
+                waiting = due.filter(agent_id=agent_id).update(next_try_at=Now() + timedelta(seconds=wait))
+                logger.info(
+                    "%s CANCEL(s) of agent %s wait %ss: over its %s quota", waiting, agent_id, wait, exc.quota
+                )
     return sent
 
 
@@ -609,7 +714,8 @@ def invite_cancel(invite_pk: int) -> bool:
             return False
         sequence = invite.sequence + 1
         parent = invite.last_message
-        subject = f"Cancelled: {invite.summary}".replace("\r", " ").replace("\n", " ")
+        # The summary is the booking's title: any text, and a header must be one line.
+        subject = one_line(f"Cancelled: {invite.summary}")
         if parent is not None:
             thread = parent.thread
         else:  # the message that carried the invite is gone: the CANCEL starts a thread of its own

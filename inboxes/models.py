@@ -26,6 +26,10 @@ class InboundRaw(models.Model):
     # Only the recipients accepted at RCPT (each an existing agent's address), lowercased.
     envelope_to = ArrayField(models.CharField(max_length=320))
     peer_ip = models.GenericIPAddressField(null=True, blank=True)
+    # Built by this installation's own local delivery (inboxes.sending) from one of its agents' outbound
+    # messages, never received from outside: its From header is the sending agent's, written by us. Only
+    # that code path sets it; nothing in the bytes can.
+    local_delivery = models.BooleanField(default=False)
     received_at = models.DateTimeField(db_default=Now())
     parsed_at = models.DateTimeField(null=True, blank=True)
     # What could not be read (MIME defects, undecodable parts); the message is still parsed as far as it goes.
@@ -223,6 +227,9 @@ class BookingInvite(models.Model):
     )
     created_at = models.DateTimeField(db_default=Now())
     cancelled_at = models.DateTimeField(null=True, blank=True)
+    # The CANCEL sweep leaves the invite alone until then: its CANCEL was refused over the agent's send
+    # quota, and trying again at once would be refused again (and keep other agents' CANCELs waiting).
+    next_try_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [

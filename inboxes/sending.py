@@ -5,6 +5,9 @@ Delivery splits the recipients. Addresses of this installation's agents are deli
 inboxes through the receiving path (an InboundRaw row, parsed like any other), once, on the first attempt.
 Everything else goes through Django's email backend, the relay configured by the EMAIL_* settings; a
 refusal or a network error is retried on INBOX_SEND_RETRY_SCHEDULE, then the message is marked failed.
+Any other error (a message that cannot be written, a bug) would fail every time: it fails the message at
+once (inboxes.tasks.deliver). Every header value written is one line (agentcal.text.is_one_line): refused
+where an agent gives it, collapsed where we derive it (a reply's subject, a display name).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import logging
 import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import timedelta
 from functools import partial
 from typing import Any
@@ -31,6 +34,7 @@ from django.utils import timezone
 from agentcal import broker
 from agentcal.clock import isoformat_z
 from agentcal.errors import InvalidRequest, QuotaExceeded
+from agentcal.text import is_one_line, one_line
 from audit.events import AuditEvent
 from audit.models import Outcome
 from audit.services import audit_record
@@ -59,8 +63,9 @@ NO_AUTH = {"spf": "none", "dkim": "none", "dmarc": "none"}
 
 
 def header_safe(value: str) -> bool:
-    """No CR or LF: a header value that contains one could start a header of its own."""
-    return "\r" not in value and "\n" not in value
+    """One line (agentcal.text.is_one_line): a header value with a line break in it could start a
+    header of its own."""
+    return is_one_line(value)
 
 
 def valid_address(value: str) -> bool:
@@ -109,7 +114,7 @@ def message_send(
     that booking's calendar invite (inboxes.invites; NotFound, BookingNotLive)."""
     _check_recipients([*to, *cc])
     if not header_safe(subject):
-        raise InvalidRequest("The subject may not contain CR or LF.")
+        raise InvalidRequest("The subject must be one line (no line breaks).")
     actor = actor or Actor(workspace=agent.workspace, agent=agent)
     with _quota_refusal_audited(actor), transaction.atomic(durable=True):
         invite = None
@@ -167,8 +172,9 @@ def message_reply(
     subject = parent.subject
     if not subject.lower().startswith("re:"):
         subject = f"Re: {subject}"
-    # Inbound subjects are parsed (unfolded); still, nothing with a line break reaches a header.
-    subject = subject.replace("\r", " ").replace("\n", " ")
+    # A stranger's subject may hold any line break the email package would write as a new header line
+    # (\v, U+2028, ...): collapsed to one line, as it will be sent.
+    subject = one_line(subject)
     actor = actor or Actor(workspace=agent.workspace, agent=agent)
     with _quota_refusal_audited(actor), transaction.atomic(durable=True):
         message = _queue(
@@ -254,7 +260,7 @@ def _queue(
         message_id=message_id,
         in_reply_to=parent.message_id if parent else "",
         references=references,
-        from_address={"name": agent.name, "address": agent_address(agent)},
+        from_address={"name": one_line(agent.name), "address": agent_address(agent)},
         to=_entries(to),
         cc=_entries(cc),
         subject=subject,
@@ -346,10 +352,12 @@ def _build(message: Message, envelope: list[str]) -> _Outgoing:
         headers["In-Reply-To"] = f"<{message.in_reply_to}>"
     if message.references:
         headers["References"] = " ".join(f"<{r}>" for r in message.references)
+    # Each is one line already when stored; made so again here, because a line break in a header value
+    # makes the email package write a header line of its own or fail to write the message at all.
     outgoing = _Outgoing(
-        subject=message.subject,
+        subject=one_line(message.subject),
         body=message.text,
-        from_email=email.utils.formataddr((sender["name"], sender["address"])),
+        from_email=email.utils.formataddr((one_line(sender["name"]), sender["address"])),
         to=[a["address"] for a in message.to],
         cc=[a["address"] for a in message.cc],
         headers=headers,
@@ -395,6 +403,8 @@ def message_deliver(message_pk: int) -> MessageStatus | None:
                 envelope_from=agent_address(message.agent),
                 envelope_to=sorted(set(local)),
                 peer_ip=None,
+                # Built here from the agent's own message: its From is the agent's, not a claim.
+                local_delivery=True,
             ).pk
     if raw_id is not None:
         # If this fails the row stays unparsed and the periodic inbound_parse_pending delivers it.
@@ -443,8 +453,18 @@ def message_attempt_failed(message_pk: int, error: str) -> int | None:
     return delay
 
 
+def message_attempt_broken(message_pk: int, error: str) -> None:
+    """An attempt failed for a reason other than the relay (the message cannot be built, a bug): trying
+    again would fail the same way, so the message is marked failed now, with the error."""
+    message = Message.objects.select_related("agent", "thread").filter(pk=message_pk).first()
+    if message is not None:
+        _finish(message, MessageStatus.FAILED, error=error)
+
+
 def message_bounced(*, agent: Agent, bounce: Bounce) -> Message | None:
-    """A bounce report came back for one of the agent's sent messages: mark it failed (once)."""
+    """A bounce report came back for one of the agent's sent messages: mark it failed (once). Only when
+    an address it reports failed was one the message was sent to: a report about other addresses (or
+    made up to fail the message) says nothing about this one's delivery."""
     message = (
         Message.objects.select_related("agent", "thread")
         .filter(
@@ -457,6 +477,12 @@ def message_bounced(*, agent: Agent, bounce: Bounce) -> Message | None:
     )
     if message is None:
         return None
+    sent_to = {a["address"].lower() for a in (*message.to, *message.cc)}
+    failed = [r for r in bounce.recipients if r.address.lower() in sent_to]
+    if not failed:
+        logger.info("bounce report for %s names none of its recipients; ignored", message.public_id)
+        return None
+    bounce = replace(bounce, recipients=failed)
     _finish(message, MessageStatus.FAILED, error=f"Bounced: {bounce.summary()}", bounce=bounce)
     return message
 

@@ -25,8 +25,8 @@ from audit.models import Outcome
 from audit.services import audit_record
 from inboxes.addresses import resolve_recipient
 from inboxes.attachments import attachments_store
-from inboxes.bounces import bounce_in
-from inboxes.invites import invite_received
+from inboxes.bounces import bounce_in, null_sender
+from inboxes.invites import invite_received, sender_authenticated
 from inboxes.models import InboundRaw, Message, Thread
 from inboxes.parsing import ParsedMail, normalize_subject, parse_mail
 from inboxes.quotas import storage_full
@@ -200,7 +200,11 @@ def _deliver(*, agent: Agent, row: InboundRaw, parsed: ParsedMail) -> Message:
         Thread.objects.filter(pk=thread.pk).update(last_message_at=row.received_at)
     sender = parsed.from_address["address"] if parsed.from_address else ""
     calendar_event = invite_received(
-        agent=agent, message=message, invite=parsed.invite, auth_results=parsed.auth_results
+        agent=agent,
+        message=message,
+        invite=parsed.invite,
+        sender_verified=parsed.invite is not None
+        and sender_authenticated(raw=row, sender=sender, auth_results=parsed.auth_results),
     )
     announced = {
         "id": message.public_id,
@@ -230,7 +234,9 @@ def _deliver(*, agent: Agent, row: InboundRaw, parsed: ParsedMail) -> Message:
             "from": sender,
         },
     )
-    bounce = bounce_in(bytes(row.raw))
+    # Delivery status notifications come with a null envelope sender (RFC 5321 4.5.5, RFC 3464): only such
+    # mail can fail one of the agent's sent messages.
+    bounce = bounce_in(bytes(row.raw)) if null_sender(row.envelope_from) else None
     if bounce is not None:
         from inboxes.sending import message_bounced  # inboxes.sending imports this module
 

@@ -1,5 +1,5 @@
 """The inbound SMTP listener's handler (aiosmtpd): who may receive mail here, how fast a peer may send,
-and the moment a message is accepted.
+how many recipients one message may name, and the moment a message is accepted.
 
 aiosmtpd runs the dialogue on an asyncio loop in its own thread; every database call goes to a worker
 thread (sync_to_async, thread_sensitive=False) and closes its connection when done, so the listener
@@ -25,12 +25,18 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# A peer this long silent is forgotten (its bucket would be full again anyway).
-BUCKET_IDLE_SECONDS = 600.0
+# Buckets kept before full ones are forgotten (a full bucket is the same as none).
+MAX_BUCKETS = 10_000
+# RCPT commands one message may have, accepted or refused: each costs a lookup (and a refused one an
+# audit row), so a client naming a hundred thousand must not cost as many. A hundred is the least RFC 5321
+# lets a server take (§4.5.3.1.8); the client sends the rest in another transaction.
+MAX_RECIPIENTS_PER_MESSAGE = 100
+TOO_MANY_RECIPIENTS = "452 4.5.3 Too many recipients"
 
 
 class RateLimiter:
-    """A token bucket per peer IP, in this process's memory: `per_minute` messages, refilled smoothly."""
+    """A token bucket per key (a peer IP, ...), in this process's memory: `per_minute` messages, refilled
+    smoothly."""
 
     def __init__(self, per_minute: int) -> None:
         self.capacity = float(per_minute)
@@ -41,8 +47,8 @@ class RateLimiter:
     def allow(self, ip: str) -> bool:
         now = time.monotonic()
         with self._lock:
-            if len(self._buckets) > 10_000:
-                self._forget_idle(now)
+            if len(self._buckets) > MAX_BUCKETS:
+                self._forget_full(now)
             tokens, at = self._buckets.get(ip, (self.capacity, now))
             tokens = min(self.capacity, tokens + (now - at) * self.refill_per_second)
             if tokens < 1.0:
@@ -51,10 +57,12 @@ class RateLimiter:
             self._buckets[ip] = (tokens - 1.0, now)
             return True
 
-    def _forget_idle(self, now: float) -> None:
-        for ip, (_, at) in list(self._buckets.items()):
-            if now - at > BUCKET_IDLE_SECONDS:
-                del self._buckets[ip]
+    def _forget_full(self, now: float) -> None:
+        # Keys may be many (a webhook's keys include the workspace id from the URL, any id a client makes
+        # up), but only those that used their bucket within the last refill are kept.
+        for key, (tokens, at) in list(self._buckets.items()):
+            if tokens + (now - at) * self.refill_per_second >= self.capacity:
+                del self._buckets[key]
 
 
 def _with_own_connection(function: Callable[..., T]) -> Callable[..., T]:
@@ -93,6 +101,10 @@ class InboundHandler:
     async def handle_RCPT(  # noqa: N802
         self, server: Any, session: Any, envelope: Any, address: str, rcpt_options: list[str]
     ) -> str:
+        # Counted on the envelope: a new transaction (after DATA, or RSET) starts a new one.
+        envelope.rcpt_attempts = getattr(envelope, "rcpt_attempts", 0) + 1
+        if envelope.rcpt_attempts > MAX_RECIPIENTS_PER_MESSAGE:
+            return TOO_MANY_RECIPIENTS
         try:
             refusal = await _in_thread(
                 inbound_recipient_refusal, address, sender=envelope.mail_from or "", peer=_peer_ip(session)

@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+import logging
 import smtplib
 
 from celery import shared_task
+from django.db import InterfaceError, OperationalError
 
 from inboxes.invites import invites_cancel_ended
 from inboxes.review import reviews_repair
-from inboxes.sending import message_attempt_failed, message_deliver, messages_deliver_pending
+from inboxes.sending import (
+    message_attempt_broken,
+    message_attempt_failed,
+    message_deliver,
+    messages_deliver_pending,
+)
 from inboxes.services import inbound_parse, inbound_parse_pending
+
+logger = logging.getLogger(__name__)
 
 # What the relay (or the way to it) may answer with: worth another attempt later.
 RELAY_ERRORS = (smtplib.SMTPException, OSError)
+# The database out of reach: nothing can be recorded now; the message stays queued for the sweep.
+DATABASE_UNREACHABLE = (OperationalError, InterfaceError)
 
 
 @shared_task(name="inboxes.parse_inbound", ignore_result=True)
@@ -36,6 +47,13 @@ def deliver(self: object, message_pk: int) -> None:
         countdown = message_attempt_failed(message_pk, f"{type(exc).__name__}: {exc}")
         if countdown is not None:
             raise self.retry(exc=exc, countdown=countdown) from exc  # type: ignore[attr-defined]
+    except DATABASE_UNREACHABLE:
+        raise
+    except Exception as exc:
+        # Anything else (a message that cannot be built, a bug) fails the same way every time: retried,
+        # or left queued for the sweep, it would be tried forever. It fails now, and says why.
+        logger.exception("delivering message %s failed for good", message_pk)
+        message_attempt_broken(message_pk, f"{type(exc).__name__}: {exc}")
 
 
 @shared_task(name="inboxes.deliver_pending", ignore_result=True)

@@ -7,6 +7,7 @@ from functools import partial
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import F, Q
+from django.db.models.functions import Lower
 
 from agentcal.ids import new_public_id
 
@@ -35,8 +36,15 @@ class Workspace(models.Model):
     name = models.CharField(max_length=200)
     # The tier's audit window: older rows are never returned, whether or not the purge has run.
     audit_retention_days = models.PositiveIntegerField(default=90)
-    # The domain of the agents' mail addresses; blank means `<slug>.<INBOUND_DOMAIN_SUFFIX>`.
+    # The domain of the agents' mail addresses, proven ours by DNS (inboxes.mail_settings); blank means
+    # `<slug>.<INBOUND_DOMAIN_SUFFIX>`. Only this one receives mail and signs outgoing mail.
     inbound_domain = models.CharField(max_length=253, blank=True, default="")
+    inbound_domain_verified_at = models.DateTimeField(null=True, blank=True)
+    # A domain asked for but not yet proven: it takes over `inbound_domain` once `_agentcal.<domain>` has a
+    # TXT record `agentcal-verification=<token>`. Several workspaces may ask for the same domain; the
+    # first to prove it gets it.
+    inbound_domain_pending = models.CharField(max_length=253, blank=True, default="")
+    inbound_domain_token = models.CharField(max_length=64, blank=True, default="")
     # The HMAC key of the inbound-mail webhook (sealed like upstream credentials); blank until generated.
     inbound_webhook_secret = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
@@ -48,6 +56,16 @@ class Workspace(models.Model):
                 fields=["inbound_domain"],
                 condition=~Q(inbound_domain=""),
                 name="workspace_inbound_domain_unique",
+            ),
+            # A custom domain receives mail only once proven: resolve_recipient trusts `inbound_domain`.
+            models.CheckConstraint(
+                condition=Q(inbound_domain="") | Q(inbound_domain_verified_at__isnull=False),
+                name="workspace_inbound_domain_verified",
+            ),
+            # The TXT record to look for is known for every pending domain.
+            models.CheckConstraint(
+                condition=Q(inbound_domain_pending="") | ~Q(inbound_domain_token=""),
+                name="workspace_inbound_domain_pending_has_token",
             ),
         ]
 
@@ -79,6 +97,9 @@ class Agent(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["workspace", "slug"], name="agent_slug_unique_per_workspace"),
+            # The slug is the local part of the agent's mail address, which is matched without regard to
+            # case: lowercase only, so two agents ("Sales", "sales") can never share an address.
+            models.CheckConstraint(condition=Q(slug=Lower("slug")), name="agent_slug_lowercase"),
             models.CheckConstraint(
                 condition=Q(priority__gte=MIN_PRIORITY)
                 & Q(max_priority__lte=MAX_PRIORITY)

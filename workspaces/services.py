@@ -91,9 +91,11 @@ def agent_create(
     max_priority: int | None = None,
 ) -> Agent:
     """A blank slug is derived from the name (with a numeric suffix when taken); a slug given explicitly
-    must be free, else AgentSlugTaken."""
+    must be free, else AgentSlugTaken. Slugs are lowercase (the `agent_slug_lowercase` constraint): the
+    slug is the local part of the agent's mail address, which is matched without regard to case."""
     ceiling = priority if max_priority is None else max_priority
     _check_priorities(priority, ceiling)
+    slug = slug.lower()
     if slug and Agent.objects.filter(workspace=actor.workspace, slug=slug).exists():
         raise AgentSlugTaken(slug)
     chosen = slug or _free_slug(actor.workspace, slugify(name))

@@ -16,6 +16,7 @@ from rest_framework import serializers
 from rest_framework.utils.serializer_helpers import BindingDict
 
 from agentcal.errors import InvalidRange
+from agentcal.text import LINE_BREAKS, is_one_line
 
 MAX_JSON_FIELD_BYTES = 16 * 1024
 # PostgreSQL's timestamptz takes offsets up to ±15:59:59 (RFC 3339's syntax allows ±23:59).
@@ -102,13 +103,13 @@ class OutboundUrlField(serializers.CharField):
 
 
 class OneLineField(serializers.CharField):
-    """Text without line breaks (as Python's str.splitlines() counts them)."""
+    """Text without line breaks (agentcal.text.is_one_line, the rule for mail headers too)."""
 
-    PATTERN = "^[^\n\r\v\f\u001c\u001d\u001e\u0085\u2028\u2029]*$"
+    PATTERN = f"^[^{LINE_BREAKS}]*$"
 
     def to_internal_value(self, data: Any) -> str:
         value = super().to_internal_value(data)
-        if value.splitlines() != [value]:
+        if not is_one_line(value):
             raise serializers.ValidationError("Must be one line (no line breaks).")
         return value
 

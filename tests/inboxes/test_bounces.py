@@ -1,20 +1,43 @@
 """A relay accepting a message is not delivery: a bounce report (RFC 3464) that comes back to the agent's
-address for one of its sent messages marks that message failed and says why."""
+address for one of its sent messages marks that message failed and says why — when it came as reports
+do, with a null envelope sender, and names a recipient of that message. Anything else that looks like a
+report fails nothing."""
 
 from __future__ import annotations
+
+import smtplib
 
 import pytest
 
 from audit.models import AuditRecord
 from inboxes.bounces import bounce_in
 from inboxes.models import Message
-from tests.inboxes.conftest import address_of, deliver_raw
+from tests.inboxes.conftest import address_of, deliver_raw, smtp_port  # noqa: F401 (fixture)
 from tests.inboxes.test_sending import final_status, queued, sink  # noqa: F401 (fixture)
 from webhooks.models import OutboxEvent
 
 
-def delivery_report(*, to: str, original_id: str, action: str = "failed", status: str = "5.1.1") -> bytes:
-    """A non-delivery report as Postfix writes it (headers abridged)."""
+def delivery_report(
+    *,
+    to: str,
+    original_id: str,
+    action: str = "failed",
+    status: str = "5.1.1",
+    failed: tuple[str, ...] = ("nobody@example.com",),
+) -> bytes:
+    """A non-delivery report as Postfix writes it (headers abridged), one block per failed address."""
+    blocks = "".join(
+        f"""
+Final-Recipient: rfc822; {address}
+Original-Recipient: rfc822;{address}
+Action: {action}
+Status: {status}
+Remote-MTA: dns; mx.example.com
+Diagnostic-Code: smtp; 550 5.1.1 <{address}>: Recipient address
+    rejected: User unknown in local recipient table
+"""
+        for address in failed
+    )
     return f"""\
 From: MAILER-DAEMON@mx.example.com (Mail Delivery System)
 To: {to}
@@ -40,15 +63,7 @@ Content-Type: message/delivery-status
 
 Reporting-MTA: dns; mx.example.com
 Arrival-Date: Tue,  1 Dec 2026 10:15:00 +0000 (UTC)
-
-Final-Recipient: rfc822; nobody@example.com
-Original-Recipient: rfc822;nobody@example.com
-Action: {action}
-Status: {status}
-Remote-MTA: dns; mx.example.com
-Diagnostic-Code: smtp; 550 5.1.1 <nobody@example.com>: Recipient address
-    rejected: User unknown in local recipient table
-
+{blocks}
 --4F1C2.1764583700/mx.example.com
 Content-Description: Undelivered Message Headers
 Content-Type: text/rfc822-headers
@@ -107,3 +122,77 @@ def test_only_a_failure_report_naming_the_original_is_a_bounce() -> None:
     )
     assert bounce_in(b"From: ana@example.com\r\nSubject: Undelivered Mail\r\n\r\nnot a report\r\n") is None
     assert bounce_in(b"Content-Type: multipart/report; report-type=delivery-status\r\n\r\n\x00\xff") is None
+
+
+def sent_message(persona, sink) -> Message:  # noqa: F811
+    """A message to nobody@ and bo@, handed to the relay (the sink)."""
+    from inboxes.sending import message_deliver
+
+    message_id = queued(
+        persona.client.post(
+            "/inbox/send",
+            json={"to": ["nobody@example.com"], "cc": ["bo@example.org"], "subject": "Tuesday", "text": "Hi"},
+        )
+    )
+    message = Message.objects.get(public_id=message_id)
+    message_deliver(message.pk)
+    message.refresh_from_db()
+    assert message.status == "sent"
+    return message
+
+
+def test_a_report_over_smtp_with_a_null_sender_fails_the_message(sdr, sink, smtp_port):  # noqa: F811
+    """`MAIL FROM:<>`, as every real report comes: what the listener records for it counts as null."""
+    from inboxes.models import InboundRaw
+    from inboxes.services import inbound_parse
+
+    sent = sent_message(sdr, sink)
+    report = delivery_report(to=address_of(sdr), original_id=sent.message_id)
+    with smtplib.SMTP("127.0.0.1", smtp_port, timeout=10) as client:
+        client.sendmail("", [address_of(sdr)], report)
+    inbound_parse(InboundRaw.objects.latest("pk").pk)
+
+    sent.refresh_from_db()
+    assert sent.status == "failed" and "nobody@example.com: 5.1.1" in sent.last_error
+
+
+@pytest.mark.parametrize(
+    ("envelope_sender", "failed"),
+    [
+        # Anyone the agent wrote to knows the Message-ID; a real report never has a sender to answer.
+        ("eve@example.net", ("nobody@example.com",)),
+        ("MAILER-DAEMON@mx.example.com", ("nobody@example.com",)),
+        # A null sender, but about an address the message never went to.
+        ("", ("someone-else@example.com",)),
+    ],
+)
+def test_a_report_not_sent_as_reports_are_or_about_other_addresses_fails_nothing(
+    sdr,
+    sink,  # noqa: F811
+    envelope_sender,
+    failed,
+):
+    sent = sent_message(sdr, sink)
+    (report,) = deliver_raw(
+        delivery_report(to=address_of(sdr), original_id=sent.message_id, failed=failed),
+        [address_of(sdr)],
+        sender=envelope_sender,
+    )
+
+    assert report.subject == "Undelivered Mail Returned to Sender"  # still delivered, as mail
+    sent.refresh_from_db()
+    assert (sent.status, sent.last_error) == ("sent", "")
+    assert not OutboxEvent.objects.filter(event_type="message.failed").exists()
+
+
+def test_only_the_failed_recipients_of_the_message_are_reported(sdr, sink):  # noqa: F811
+    sent = sent_message(sdr, sink)
+    failed = ("someone-else@example.com", "Bo@Example.org")
+    report = delivery_report(to=address_of(sdr), original_id=sent.message_id, failed=failed)
+    deliver_raw(report, [address_of(sdr)], sender="")
+
+    sent.refresh_from_db()
+    assert sent.status == "failed"
+    assert "someone-else" not in sent.last_error
+    (event,) = OutboxEvent.objects.filter(event_type="message.failed")
+    assert [r["address"] for r in event.payload["message"]["bounced"]] == ["Bo@Example.org"]

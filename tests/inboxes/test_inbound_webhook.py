@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 from django.db import connection, transaction
+from prometheus_client import REGISTRY
 
 from agentcal.ids import new_public_id
 from audit.models import AuditRecord
@@ -115,28 +116,63 @@ def test_a_signed_message_is_stored_parsed_by_the_worker_and_announced(sdr, post
     assert event.agent_id == sdr.agent.pk and event.payload["message"]["id"] == message.public_id
 
 
-def test_the_envelope_header_names_the_recipients_and_the_refused_ones_are_audited(
+def test_delivered_to_names_the_recipients_and_the_refused_ones_are_audited(
     sdr, exec_assistant, outsider, post
 ):
-    envelope = ", ".join(
-        [address_of(sdr), "ghost@acme.agentcal.localhost", address_of(outsider), address_of(exec_assistant)]
-    )
+    """Providers write the envelope recipient into Delivered-To: a Bcc'd agent is reached, and the To
+    and Cc (here another agent) are other people's copies, not recipients of this delivery."""
+    message = mail(f"Other <{address_of(exec_assistant)}>", Cc="Bo <bo@example.org>")
+    for address in (address_of(sdr), "ghost@acme.agentcal.localhost", address_of(outsider)):
+        message["Delivered-To"] = address
 
-    response = post(bytes(mail("undisclosed-recipients:;")), AgentCal_Envelope_To=envelope)
+    response = post(bytes(message))
+
+    assert response.status_code == 202, response.text
+    # The outsider's address is not at acme's domains, so it is not acme's recipient at all.
+    assert response.json()["recipients"] == [address_of(sdr)]
+    assert response.json()["refused"] == ["ghost@acme.agentcal.localhost"]
+    (delivered,) = inbound_parse(InboundRaw.objects.get().pk)
+    assert delivered.agent_id == sdr.agent.pk
+    refused = AuditRecord.objects.get(event_type="inbox.message.refused")
+    assert refused.failure_reason == "unknown_recipient"
+    assert refused.details["recipient"] == "ghost@acme.agentcal.localhost"
+    assert refused.workspace_id == sdr.agent.workspace_id
+
+
+def test_x_original_to_names_the_recipient_when_there_is_no_delivered_to(sdr, exec_assistant, post):
+    message = mail(address_of(exec_assistant), X_Original_To=address_of(sdr))
+
+    response = post(bytes(message))
+
+    assert response.status_code == 202, response.text
+    assert response.json()["recipients"] == [address_of(sdr)]
+
+
+def test_without_envelope_headers_the_to_and_cc_at_this_workspace_are_the_recipients(
+    sdr, exec_assistant, outsider, post
+):
+    message = mail(f"{address_of(sdr)}, {address_of(outsider)}", Cc=address_of(exec_assistant))
+
+    response = post(bytes(message))
 
     assert response.status_code == 202, response.text
     assert response.json()["recipients"] == [address_of(sdr), address_of(exec_assistant)]
-    assert response.json()["refused"] == sorted(["ghost@acme.agentcal.localhost", address_of(outsider)])
-    messages = inbound_parse(InboundRaw.objects.get().pk)
-    assert {m.agent_id for m in messages} == {sdr.agent.pk, exec_assistant.agent.pk}
-    refusals = {
-        row.details["recipient"]: row
-        for row in AuditRecord.objects.filter(event_type="inbox.message.refused")
-    }
-    assert refusals["ghost@acme.agentcal.localhost"].failure_reason == "unknown_recipient"
-    # Another workspace's agent: acme's secret may not deliver into globex's inboxes.
-    assert refusals[address_of(outsider)].failure_reason == "relay_denied"
-    assert {row.workspace_id for row in refusals.values()} == {sdr.agent.workspace_id}
+    assert response.json()["refused"] == []
+
+
+def test_an_unsigned_envelope_header_cannot_send_a_signed_message_to_another_agent(sdr, exec_assistant, post):
+    """The headers of the request are not signed: whoever can change a request in transit (or replays a
+    captured one) must not be able to choose its recipient. The old AgentCal-Envelope-To header is
+    refused, not obeyed, and not silently dropped either."""
+    raw = bytes(mail(address_of(sdr)))
+
+    redirected = post(raw, msg_id="msg_redirected", AgentCal_Envelope_To=address_of(exec_assistant))
+
+    body = problem(redirected, 400, "invalid_envelope")
+    assert "Delivered-To" in body["detail"]
+    assert not InboundRaw.objects.exists()
+    assert not Message.objects.filter(agent=exec_assistant.agent).exists()
+    assert [row.failure_reason for row in rejections()] == ["invalid_envelope"]
 
 
 def test_a_retried_webhook_id_is_answered_the_same_and_stored_once(sdr, post):
@@ -323,3 +359,66 @@ def test_a_workspace_over_its_rate_is_told_when_to_retry(sdr, post, settings):
     problem(limited, 429, "rate_limited")
     assert limited.headers["retry-after"] == "30"
     assert InboundRaw.objects.count() == 2
+
+
+# --- Floods from anyone -------------------------------------------------------------------------------------
+
+
+def unaudited(reason: str) -> float:
+    """The live server runs in this process: its counters are this process's."""
+    value = REGISTRY.get_sample_value("agentcal_inbound_webhook_unaudited_refusals_total", {"reason": reason})
+    return value or 0.0
+
+
+def test_a_peer_over_its_rate_is_refused_before_the_signature_and_not_audited(
+    sdr, outsider, post, hooks, settings
+):
+    """Without the secret nobody can fill the audit log: past the peer's budget for the workspace, requests
+    are refused unread (signed or not) and only counted."""
+    settings.INBOUND_WEBHOOK_MAX_REQUESTS_PER_MINUTE_PER_IP = 3
+    raw = bytes(mail(address_of(sdr)))
+    url = f"/inbound-mail/{sdr.agent.workspace.public_id}"
+    limited_before = unaudited("rate_limited")
+
+    answers = [
+        hooks.post(url, content=raw, headers={"content-type": "message/rfc822"}).status_code for _ in range(5)
+    ]
+    signed = post(raw)
+
+    assert answers == [401, 401, 401, 429, 429]
+    assert problem(signed, 429, "rate_limited")["title"].startswith("Too many requests from this address")
+    assert signed.headers["retry-after"] == "20"
+    assert not InboundRaw.objects.exists()
+    assert [row.failure_reason for row in rejections()] == ["invalid_signature"] * 3
+    assert unaudited("rate_limited") - limited_before == 3
+    # The budget is per workspace: another one's webhook still answers this peer.
+    globex = outsider.agent.workspace
+    other = hooks.post(
+        f"/inbound-mail/{globex.public_id}", content=raw, headers={"content-type": "message/rfc822"}
+    )
+    assert other.status_code == 401
+
+
+def test_refusals_past_a_peers_audit_budget_are_counted_not_audited(sdr, post, settings):
+    """Made-up workspace ids each get a request budget of their own, so the audited refusals have one per
+    peer, whatever the id: spent alike by a real workspace and a made-up one, which also take the same
+    time (both write a row, or neither)."""
+    settings.INBOUND_WEBHOOK_AUDITED_REFUSALS_PER_MINUTE_PER_IP = 2
+    raw = bytes(mail(address_of(sdr)))
+    before = unaudited("over_audit_budget")
+
+    made_up = [post(raw, workspace=Workspace(public_id=new_public_id("ws"))) for _ in range(3)]
+    real = post(raw, secret="whsec_" + "A" * 44)
+
+    assert [answer.status_code for answer in [*made_up, real]] == [401] * 4
+    assert [row.workspace_id for row in rejections()] == [None, None]
+    assert unaudited("over_audit_budget") - before == 2
+    assert post(raw).status_code == 202  # a signed request is not held back by others' refusals
+
+
+def test_a_delivery_report_through_the_webhook_keeps_its_null_return_path(sdr, post):
+    """A provider relays a bounce with `Return-Path: <>`: it is recorded as the null sender (as SMTP's
+    `MAIL FROM:<>`), so the report can fail the agent's sent message."""
+    raw = b"Return-Path: <>\r\n" + bytes(mail(address_of(sdr), sender="MAILER-DAEMON@mx.example.com"))
+    assert post(raw).status_code == 202
+    assert InboundRaw.objects.get().envelope_from == "<>"

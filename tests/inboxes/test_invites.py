@@ -1,7 +1,10 @@
 """Calendar invites in agents' mail: .ics invites received over real SMTP (or stored as the listener
 stores them) link to the agent's holds and bookings; attendees' replies update the booking only when the
-attendee is the sender; invites sent with a booking reach a real local relay as METHOD:REQUEST, and the
-CANCEL for a booking that ended goes out once, however many sweeps race for it."""
+attendee is the sender and the sender is authenticated (a trusted receiving server's DMARC or aligned
+DKIM verdict, or our own local delivery); a CANCEL is the organizer's only when it comes from the
+organizer, authenticated, and never for the agent's own invite; invites sent with a booking reach a real
+local relay as METHOD:REQUEST, and the CANCEL for a booking that ended goes out once, however many sweeps
+race for it, and an agent over its send quota never holds up another agent's."""
 
 from __future__ import annotations
 
@@ -15,9 +18,11 @@ from zoneinfo import ZoneInfo
 import icalendar
 import pytest
 from django.db.models import F
+from django.db.models.functions import Now
 
 from audit.models import AuditRecord
 from bookings.models import Reservation
+from inboxes import invites
 from inboxes.invites import invite_cancel, invites_cancel_ended
 from inboxes.models import BookingInvite, InboundRaw, InviteResponse, Message, MessageStatus
 from inboxes.sending import message_deliver
@@ -28,8 +33,22 @@ from tests.inboxes import test_sending
 from tests.inboxes.conftest import address_of, deliver_raw, mail
 from tests.webhooks.conftest import wait_until
 from webhooks.models import OutboxEvent
+from workspaces.models import Agent
 
 ANA = "ana@example.com"
+# What the installation's own MTA writes above a message whose From it checked (RFC 8601); it is believed
+# only from the authserv-ids in INBOUND_TRUSTED_AUTHSERV_IDS (the `trusted_mx` fixture).
+MX = "mx.acme.test"
+AUTHENTICATED = {
+    "Authentication_Results": f"{MX}; spf=pass smtp.mailfrom=example.com; dmarc=pass header.from=example.com"
+}
+
+
+@pytest.fixture
+def trusted_mx(settings: Any) -> None:
+    settings.INBOUND_TRUSTED_AUTHSERV_IDS = [MX]
+
+
 # The relay: a real local SMTP server collecting what it is given (as in test_sending).
 sink = test_sending.sink
 
@@ -91,9 +110,11 @@ def shown(persona, message: Message) -> dict[str, Any]:
     return response.json()
 
 
-def booking_with_invite(persona, calendar, *, attendees: list[Any]) -> tuple[dict[str, Any], Message]:
+def booking_with_invite(
+    persona, calendar, *, attendees: list[Any], title: str = "Intro call", hours_ahead: int = 26
+) -> tuple[dict[str, Any], Message]:
     """A committed booking and the message that sent its invite to Ana (queued, not delivered)."""
-    booking = created(commit(persona, calendar["id"], slot(26), title="Intro call", attendees=attendees))
+    booking = created(commit(persona, calendar["id"], slot(hours_ahead), title=title, attendees=attendees))
     response = persona.client.post(
         "/inbox/send",
         json={
@@ -139,7 +160,7 @@ def test_an_invite_sent_over_smtp_for_a_held_span_links_to_the_hold(sdr, calenda
     assert event_of(other)["linked"] is None
 
 
-def test_an_attendees_reply_updates_the_booking(sdr, calendar):
+def test_an_attendees_reply_updates_the_booking(sdr, calendar, trusted_mx):
     booking, sent = booking_with_invite(
         sdr, calendar, attendees=[{"email": "Ana@Example.com", "name": "Ana"}, "bo@example.org"]
     )
@@ -154,7 +175,9 @@ def test_an_attendees_reply_updates_the_booking(sdr, calendar):
         attendees=((ANA, "ACCEPTED"),),
     )
     (message,) = deliver_raw(
-        invite_mail(address_of(sdr), reply, "REPLY", subject="Accepted: Intro call").as_bytes(),
+        invite_mail(
+            address_of(sdr), reply, "REPLY", subject="Accepted: Intro call", **AUTHENTICATED
+        ).as_bytes(),
         [address_of(sdr)],
     )
 
@@ -177,7 +200,7 @@ def test_an_attendees_reply_updates_the_booking(sdr, calendar):
     assert announced.payload["message_id"] == message.public_id
 
 
-def test_an_answer_never_overwrites_a_concurrent_change_to_the_attendees(sdr, calendar):
+def test_an_answer_never_overwrites_a_concurrent_change_to_the_attendees(sdr, calendar, trusted_mx):
     """Another writer holds the booking's row (and has changed its attendees) while the reply is applied:
     the reply's version-checked update waits, finds the row moved on, and merges into the new list."""
     from django.db import connection as db
@@ -186,7 +209,7 @@ def test_an_answer_never_overwrites_a_concurrent_change_to_the_attendees(sdr, ca
     booking, sent = booking_with_invite(sdr, calendar, attendees=[{"email": ANA}])
     start, end = span_of(booking)
     reply = ics("REPLY", uid=event_of(sent)["uid"], start=start, end=end, attendees=((ANA, "TENTATIVE"),))
-    raw = invite_mail(address_of(sdr), reply, "REPLY").as_bytes()
+    raw = invite_mail(address_of(sdr), reply, "REPLY", **AUTHENTICATED).as_bytes()
 
     def receive() -> None:
         try:
@@ -240,11 +263,70 @@ def test_a_reply_from_someone_else_is_recorded_but_not_applied(sdr, calendar):
     assert not OutboxEvent.objects.filter(event_type="booking.attendee_responded").exists()
 
 
-def test_an_organizers_cancel_is_flagged_and_the_booking_stays(sdr, calendar):
+@pytest.mark.parametrize(
+    "results",
+    [
+        pytest.param(None, id="no verdict"),
+        pytest.param(f"{MX}; dmarc=fail header.from=example.com", id="dmarc fail"),
+        pytest.param("mx.evil.test; dmarc=pass header.from=example.com", id="verdict of an untrusted server"),
+        pytest.param(f"{MX}; spf=pass smtp.mailfrom=example.com", id="spf alone"),
+        pytest.param(f"{MX}; dkim=pass header.d=evil.test; dmarc=none", id="dkim of another domain"),
+        pytest.param(f"{MX}; dkim=pass header.d=notexample.com", id="dkim of a lookalike domain"),
+        pytest.param(f"{MX}; dkim=fail header.d=example.com", id="dkim fail"),
+    ],
+)
+def test_a_forged_reply_is_recorded_but_never_applied(sdr, calendar, trusted_mx, results):
+    """From: Ana is what anyone can write: without a trusted server's word for it, her "declined"
+    changes nothing."""
+    booking, sent = booking_with_invite(sdr, calendar, attendees=[{"email": ANA}])
+    start, end = span_of(booking)
+    forged = ics("REPLY", uid=event_of(sent)["uid"], start=start, end=end, attendees=((ANA, "DECLINED"),))
+    headers = {"Authentication_Results": results} if results else {}
+    (message,) = deliver_raw(
+        invite_mail(address_of(sdr), forged, "REPLY", **headers).as_bytes(), [address_of(sdr)]
+    )
+
+    event = shown(sdr, message)["calendar_event"]
+    assert (event["linked"], event["flag"]) == (booking["id"], "sender_unverified")
+    assert sdr.client.get(f"/bookings/{booking['id']}").json()["attendees"] == [{"email": ANA}]
+    (response,) = InviteResponse.objects.all()
+    assert (response.partstat, response.applied, response.reason) == ("declined", False, "sender_unverified")
+    (audit,) = AuditRecord.objects.filter(event_type="calendar.booking.attendee_response.rejected")
+    assert audit.failure_reason == "sender_unverified"
+    assert not OutboxEvent.objects.filter(event_type="booking.attendee_responded").exists()
+
+
+@pytest.mark.parametrize(
+    "results",
+    [
+        pytest.param(f"{MX}; dkim=pass header.d=example.com header.s=s1", id="dkim of the from domain"),
+        pytest.param(f"{MX}; dkim=pass (2048-bit key) header.i=@example.com", id="dkim identity"),
+        pytest.param(
+            f"{MX}; dkim=fail header.d=x.test; dkim=pass header.d=Example.COM", id="second signature"
+        ),
+    ],
+)
+def test_a_reply_signed_by_the_senders_own_domain_is_applied(sdr, calendar, trusted_mx, results):
+    booking, sent = booking_with_invite(sdr, calendar, attendees=[{"email": ANA}])
+    start, end = span_of(booking)
+    reply = ics("REPLY", uid=event_of(sent)["uid"], start=start, end=end, attendees=((ANA, "DECLINED"),))
+    (message,) = deliver_raw(
+        invite_mail(address_of(sdr), reply, "REPLY", Authentication_Results=results).as_bytes(),
+        [address_of(sdr)],
+    )
+
+    assert event_of(message)["flag"] is None
+    attendees = sdr.client.get(f"/bookings/{booking['id']}").json()["attendees"]
+    assert attendees == [{"email": ANA, "response": "declined"}]
+
+
+def test_an_organizers_cancel_is_flagged_and_the_booking_stays(sdr, calendar, trusted_mx):
     booking = created(commit(sdr, calendar["id"], slot(28)))
     start, end = span_of(booking)
     cancel = ics("CANCEL", uid="evt-9@example.com", start=start, end=end, sequence=1)
-    (message,) = deliver_raw(invite_mail(address_of(sdr), cancel, "CANCEL").as_bytes(), [address_of(sdr)])
+    (message,) = deliver_raw(
+        invite_mail(address_of(sdr), cancel, "CANCEL", **AUTHENTICATED).as_bytes(), [address_of(sdr)]
+    )
 
     event = shown(sdr, message)["calendar_event"]
     assert (event["method"], event["linked"], event["flag"]) == (
@@ -255,6 +337,71 @@ def test_an_organizers_cancel_is_flagged_and_the_booking_stays(sdr, calendar):
     assert sdr.client.get(f"/bookings/{booking['id']}").json()["status"] == "committed"
     (audit,) = AuditRecord.objects.filter(event_type="inbox.invite.cancelled_by_organizer")
     assert audit.reservation_public_id == booking["id"] and audit.details["message"] == message.public_id
+
+
+@pytest.mark.parametrize(
+    ("case", "flag"),
+    [
+        # Every attendee of the agent's invite has its UID, and may write itself in as ORGANIZER.
+        ("an attendee of the agent's own invite", "not_organizer"),
+        ("someone other than the organizer", "not_organizer"),
+        ("the organizer, unauthenticated", "sender_unverified"),
+    ],
+)
+def test_a_cancel_not_from_its_authenticated_organizer_is_not_the_organizers(
+    sdr, calendar, trusted_mx, case, flag
+):
+    if case == "an attendee of the agent's own invite":
+        booking, sent = booking_with_invite(sdr, calendar, attendees=[{"email": ANA}])
+        uid, organizer, headers = event_of(sent)["uid"], ANA, AUTHENTICATED
+    else:
+        booking = created(commit(sdr, calendar["id"], slot(28)))
+        uid = "evt-9@example.com"
+        organizer, headers = ("bo@example.org", AUTHENTICATED) if case.startswith("someone") else (ANA, {})
+    start, end = span_of(booking)
+    cancel = ics("CANCEL", uid=uid, start=start, end=end, organizer=organizer, sequence=1)
+    (message,) = deliver_raw(
+        invite_mail(address_of(sdr), cancel, "CANCEL", **headers).as_bytes(), [address_of(sdr)]
+    )
+
+    event = shown(sdr, message)["calendar_event"]
+    assert (event["method"], event["linked"], event["flag"]) == ("CANCEL", booking["id"], flag)
+    assert sdr.client.get(f"/bookings/{booking['id']}").json()["status"] == "committed"
+    assert not AuditRecord.objects.filter(event_type="inbox.invite.cancelled_by_organizer").exists()
+
+
+def test_a_cancel_from_another_agent_delivered_here_is_the_organizers_and_the_same_mail_from_outside_is_not(
+    sdr, exec_assistant, calendar
+):
+    """No trusted server is configured: only our own local delivery vouches for the sender, and nothing
+    in the bytes can claim it."""
+    booking = created(commit(sdr, calendar["id"], slot(34), title="Handover"))
+    other_calendar = exec_assistant.client.post("/calendars", json={"name": "Assistant"}).json()
+    held = created(hold(exec_assistant, other_calendar["id"], slot(34), ttl_seconds=600))
+    response = sdr.client.post(
+        "/inbox/send",
+        json={
+            "to": [address_of(exec_assistant)],
+            "subject": "Handover",
+            "text": ".",
+            "invite": {"booking_id": booking["id"]},
+        },
+    )
+    assert message_deliver(Message.objects.get(public_id=response.json()["id"]).pk) == MessageStatus.SENT
+    assert sdr.client.delete(f"/bookings/{booking['id']}").status_code == 200
+    assert invites_cancel_ended() == 1
+    assert message_deliver(Message.objects.get(calendar_event__method="CANCEL").pk) == MessageStatus.SENT
+
+    received = Message.objects.get(agent=exec_assistant.agent, calendar_event__method="CANCEL")
+    assert received.raw is not None and received.raw.local_delivery
+    assert (event_of(received)["linked"], event_of(received)["flag"]) == (
+        held["id"],
+        "cancelled_by_organizer",
+    )
+
+    (copy,) = deliver_raw(bytes(received.raw.raw), [address_of(exec_assistant)], sender=address_of(sdr))
+    assert (event_of(copy)["linked"], event_of(copy)["flag"]) == (held["id"], "sender_unverified")
+    assert AuditRecord.objects.filter(event_type="inbox.invite.cancelled_by_organizer").count() == 1
 
 
 def test_a_malformed_invite_is_delivered_and_flagged(sdr):
@@ -412,6 +559,49 @@ def test_no_cancel_goes_out_for_an_invite_that_review_discarded(sdr, calendar):
     assert invites_cancel_ended() == 0
     assert BookingInvite.objects.get().cancelled_at is not None
     assert not Message.objects.filter(calendar_event__method="CANCEL").exists()
+
+
+def test_an_agent_over_its_send_quota_holds_up_only_its_own_cancels(
+    sdr, exec_assistant, calendar, monkeypatch
+):
+    # Small batches: the quota-refused agent's invites come first by id and would fill every one.
+    monkeypatch.setattr(invites, "SWEEP_BATCH", 2)
+    refused = [booking_with_invite(sdr, calendar, attendees=[], hours_ahead=h)[0] for h in (26, 27, 28)]
+    theirs, _ = booking_with_invite(exec_assistant, calendar, attendees=[], hours_ahead=29)
+    Agent.objects.filter(pk=sdr.agent.pk).update(inbox_burst_limit=0)  # sending switched off
+    for booking in refused:
+        assert sdr.client.delete(f"/bookings/{booking['id']}").status_code == 200
+    assert exec_assistant.client.delete(f"/bookings/{theirs['id']}").status_code == 200
+
+    assert invites_cancel_ended() == 1
+    (cancel,) = Message.objects.filter(calendar_event__method="CANCEL")
+    assert cancel.agent_id == exec_assistant.agent.pk
+    waiting = BookingInvite.objects.filter(agent=sdr.agent)
+    assert all(i.cancelled_at is None and i.next_try_at is not None for i in waiting)
+    pushed = sorted(i.next_try_at for i in waiting)
+    assert invites_cancel_ended() == 0  # not tried again before then
+    assert sorted(i.next_try_at for i in waiting) == pushed
+
+    # The limit raised, and the wait over: they go out.
+    Agent.objects.filter(pk=sdr.agent.pk).update(inbox_burst_limit=None)
+    BookingInvite.objects.filter(agent=sdr.agent).update(next_try_at=Now())
+    assert invites_cancel_ended() == 3
+    assert not BookingInvite.objects.filter(cancelled_at__isnull=True).exists()
+
+
+def test_a_cancel_for_a_title_with_line_breaks_goes_out_with_a_one_line_subject(sdr, calendar, sink):
+    booking, sent = booking_with_invite(sdr, calendar, attendees=[], title="Intro\x0bX-Evil: 1\x1ccall")
+    assert message_deliver(sent.pk) == MessageStatus.SENT
+    assert sdr.client.delete(f"/bookings/{booking['id']}").status_code == 200
+    assert invites_cancel_ended() == 1
+    cancel = Message.objects.get(calendar_event__method="CANCEL")
+    assert cancel.subject == "Cancelled: Intro X-Evil: 1 call"
+    assert message_deliver(cancel.pk) == MessageStatus.SENT
+
+    (_, (_, delivered)) = sink.received
+    assert delivered["Subject"] == "Cancelled: Intro X-Evil: 1 call"
+    assert "X-Evil" not in delivered
+    assert not any(line.startswith(b"X-Evil") for line in sink.raw[1].splitlines())
 
 
 @pytest.mark.parametrize("invite", [None, "bk_x", {"booking_id": 5}, {"booking_id": "x", "extra": 1}])

@@ -206,7 +206,7 @@ def test_drafts_a_crash_left_without_their_approval_are_linked_or_discarded_by_t
     )
     assert Message.objects.get(public_id=decided["id"]).status == MessageStatus.AWAITING_APPROVAL
     # The second's approval was never opened.
-    Approval.objects.filter(public_id=orphaned["approval_id"]).update(evidence={})
+    Approval.objects.filter(public_id=orphaned["approval_id"]).update(evidence={}, evidence_json="")
 
     assert review.reviews_repair() == 2
     first, second = (

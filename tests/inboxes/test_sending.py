@@ -254,3 +254,113 @@ def test_two_runs_of_one_delivery_hand_the_relay_the_message_once(sdr, sink):
         thread.join()
     assert len(sink.received) == 1
     assert sorted(str(r) for r in results).count(str(MessageStatus.SENT)) == 1
+
+
+def inbound_with_raw_subject(persona, encoded_subject: str) -> Message:
+    """A message from Ana whose Subject header is exactly `encoded_subject` on the wire."""
+    from tests.inboxes.conftest import deliver_raw
+
+    raw = (
+        f"From: Ana Lopez <ana@example.com>\r\nTo: {address_of(persona)}\r\nSubject: {encoded_subject}\r\n"
+        "Message-ID: <lunch@example.com>\r\nContent-Type: text/plain\r\n\r\nLunch?\r\n"
+    ).encode()
+    (message,) = deliver_raw(raw, [address_of(persona)])
+    return message
+
+
+@pytest.mark.parametrize(
+    ("encoded", "subject"),
+    [
+        # Encoded words decode to any character: here a vertical tab, a file separator, U+2028, then what
+        # would be a header of its own, or a line that is no header at all.
+        ("=?utf-8?q?Lunch=0BX-Evil:_1?=", "Re: Lunch X-Evil: 1"),
+        ("=?utf-8?q?Lunch=1Cbroken_header_line?=", "Re: Lunch broken header line"),
+        ("=?utf-8?q?Lunch=E2=80=A8X-Evil:_1?=", "Re: Lunch X-Evil: 1"),
+    ],
+)
+def test_a_reply_to_a_subject_with_any_line_break_goes_out_on_one_header_line(sdr, sink, encoded, subject):
+    from inboxes.sending import message_deliver
+
+    parent = inbound_with_raw_subject(sdr, encoded)
+    reply_id = queued(sdr.client.post(f"/inbox/messages/{parent.public_id}/reply", json={"text": "Yes."}))
+    reply = Message.objects.get(public_id=reply_id)
+    assert reply.subject == subject
+
+    assert message_deliver(reply.pk) == MessageStatus.SENT
+    ((_, sent),) = sink.received
+    assert sent["Subject"] == subject
+    assert "X-Evil" not in sent
+    headers = sink.raw[0].split(b"\r\n\r\n", 1)[0]
+    assert not any(line.startswith((b"X-Evil", b"broken")) for line in headers.splitlines())
+
+
+def test_an_agent_name_with_a_line_break_stays_in_the_from_header(sdr, sink):
+    from inboxes.sending import message_deliver
+    from workspaces.models import Agent
+
+    Agent.objects.filter(pk=sdr.agent.pk).update(name="Sales\x0bBcc: eve@example.net")
+    message_id = queued(
+        sdr.client.post("/inbox/send", json={"to": ["ana@example.com"], "subject": "Hi", "text": "x"})
+    )
+    assert message_deliver(Message.objects.get(public_id=message_id).pk) == MessageStatus.SENT
+
+    ((envelope, sent),) = sink.received
+    assert envelope == ["ana@example.com"]
+    assert sent["From"].addresses[0].display_name == "Sales Bcc: eve@example.net"
+    assert sent["From"].addresses[0].addr_spec == address_of(sdr)
+    assert "Bcc" not in sent
+
+
+@pytest.mark.parametrize("subject", ["Hi\x0bBcc: eve@example.net", "Hi\x1cX", "Hi\u2028X", "Hi\x85X"])
+def test_a_subject_with_any_line_break_is_refused(sdr, subject):
+    from agentcal.errors import InvalidRequest
+    from inboxes.sending import message_send
+
+    response = sdr.client.post(
+        "/inbox/send", json={"to": ["ana@example.com"], "subject": subject, "text": "x"}
+    )
+    assert response.status_code == 400, response.text
+    assert response.json()["errors"]["subject"]
+    # The same rule for a send that does not come through the API.
+    with pytest.raises(InvalidRequest):
+        message_send(agent=sdr.agent, to=["ana@example.com"], cc=[], subject=subject, text="x")
+    assert not Message.objects.exists()
+
+
+def test_a_message_that_cannot_be_built_fails_at_once_instead_of_staying_queued(sdr, sink):
+    """Not the relay's refusal: an attempt that fails the same way every time (here an invite whose
+    stored event cannot be written) marks the message failed, with the error, and nothing retries it."""
+    from inboxes.sending import messages_deliver_pending
+    from inboxes.tasks import deliver
+
+    message_id = queued(
+        sdr.client.post("/inbox/send", json={"to": ["ana@example.com"], "subject": "Hi", "text": "x"})
+    )
+    message = Message.objects.get(public_id=message_id)
+    unwritable = {
+        "method": "REQUEST",
+        "uid": "bk_gone@acme.agentcal.localhost",
+        "sequence": 0,
+        "start_time": "not a time",
+        "end_time": "not a time",
+        "summary": "Gone",
+        "organizer": {"email": address_of(sdr), "name": ""},
+        "attendees": [],
+        "linked": None,
+        "flag": None,
+        "problem": None,
+    }
+    Message.objects.filter(pk=message.pk).update(invite_booking_id="bk_gone", calendar_event=unwritable)
+
+    deliver.apply(args=(message.pk,))  # the task itself, run here
+
+    shown = sdr.client.get(f"/inbox/messages/{message_id}").json()
+    assert shown["status"] == "failed"
+    assert shown["attempts"] == 1
+    assert shown["last_error"].startswith("ValueError: Invalid isoformat string")
+    assert sink.received == []
+    event = OutboxEvent.objects.get(event_type="message.failed")
+    assert event.payload["message"]["id"] == message_id
+    assert AuditRecord.objects.filter(event_type="inbox.message.failed", details__message=message_id).exists()
+    Message.objects.filter(pk=message.pk).update(next_attempt_at="2000-01-01T00:00:00Z")
+    assert message.pk not in messages_deliver_pending()

@@ -4,6 +4,7 @@ threaded and announced; what is not for one of our agents is refused at RCPT."""
 from __future__ import annotations
 
 import smtplib
+import time
 
 import pytest
 from standardwebhooks import Webhook
@@ -11,6 +12,7 @@ from standardwebhooks import Webhook
 from audit.models import AuditRecord
 from inboxes.models import InboundRaw, Message, Thread
 from inboxes.services import inbound_parse
+from inboxes.smtp import MAX_BUCKETS, RateLimiter
 from tests.inboxes.conftest import address_of, mail
 from tests.webhooks.conftest import wait_until
 from webhooks.models import OutboxEvent
@@ -146,6 +148,36 @@ def test_a_peer_over_its_rate_is_told_to_come_back_later(sdr, start_listener):
         send(port, mail(address_of(sdr)))
     assert refused.value.smtp_code == 421
     assert InboundRaw.objects.count() == 2
+
+
+def test_a_message_names_at_most_a_hundred_recipients_and_the_rest_are_not_looked_up(sdr, smtp_port):
+    """Each RCPT costs a lookup, and a refused one an audit row: past a hundred (RFC 5321's minimum) the
+    answer is 452 without either, and the client sends the rest in another transaction."""
+    with smtplib.SMTP("127.0.0.1", smtp_port, timeout=10) as client:
+        client.ehlo()
+        client.mail("ana@example.com")
+        answers = [client.rcpt(f"ghost{n}@acme.agentcal.localhost")[0] for n in range(100)]
+        over = client.rcpt(address_of(sdr))
+        client.rset()
+        client.mail("ana@example.com")
+        next_message = client.rcpt(address_of(sdr))
+
+    assert answers == [550] * 100
+    assert over == (452, b"4.5.3 Too many recipients")
+    assert next_message[0] == 250
+    assert AuditRecord.objects.filter(event_type="inbox.message.refused").count() == 100
+
+
+def test_the_rate_limiter_forgets_buckets_that_have_refilled():
+    """Its keys may come from clients (a webhook's workspace id from the URL): memory holds only the
+    buckets in use."""
+    limiter = RateLimiter(per_minute=60_000)  # a spent token is back within a millisecond
+    for n in range(MAX_BUCKETS + 1):
+        assert limiter.allow(f"key-{n}")
+    time.sleep(0.01)
+
+    assert limiter.allow("one more")
+    assert len(limiter._buckets) == 1
 
 
 @pytest.mark.slow
