@@ -1,4 +1,4 @@
-"""Sign-in: single-use magic links (bootstrap and recovery) and passkeys (WebAuthn)."""
+"""Sign-in: single-use magic links (bootstrap, recovery and invitations) and passkeys (WebAuthn)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from webauthn.helpers.structs import (
     UserVerificationRequirement,
 )
 
-from accounts.models import MagicLink, Membership, Passkey, Role
+from accounts.models import Invitation, MagicLink, Membership, Passkey, Role
 from agentcal.errors import SignInFailed
 from workspaces.models import Workspace
 
@@ -53,18 +53,24 @@ def normalize_email(email: str) -> str:
     return email.strip().lower()
 
 
-@transaction.atomic
-def owner_create(*, email: str, workspace_slug: str, workspace_name: str | None = None) -> Membership:
-    """Create (or find) a person and make them an owner of the workspace (created when missing)."""
+def person_get_or_create(*, email: str) -> Any:
+    """The person with this address, created (without a password) when there is none."""
     email = normalize_email(email)
-    workspace, _ = Workspace.objects.get_or_create(
-        slug=workspace_slug, defaults={"name": workspace_name or workspace_slug}
-    )
-    user = User.objects.filter(email=email).first()
+    user = User.objects.filter(email__iexact=email).first()
     if user is None:
         user = User.objects.create_user(username=email, email=email)
         user.set_unusable_password()  # people never have passwords here
         user.save(update_fields=["password"])
+    return user
+
+
+@transaction.atomic
+def owner_create(*, email: str, workspace_slug: str, workspace_name: str | None = None) -> Membership:
+    """Create (or find) a person and make them an owner of the workspace (created when missing)."""
+    workspace, _ = Workspace.objects.get_or_create(
+        slug=workspace_slug, defaults={"name": workspace_name or workspace_slug}
+    )
+    user = person_get_or_create(email=email)
     membership, created = Membership.objects.get_or_create(
         user=user, workspace=workspace, defaults={"role": Role.OWNER}
     )
@@ -88,13 +94,17 @@ def _hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def magic_link_issue(*, email: str) -> str:
-    """Create a link for an existing person and return its raw token (used by create_owner)."""
+def magic_link_issue(
+    *, email: str, invitation: Invitation | None = None, ttl: timedelta | None = None
+) -> str:
+    """Create a link and return its raw token: for an existing person (create_owner), or one that
+    accepts `invitation` (accounts.team). Expires after `ttl`, by default MAGIC_LINK_TTL_SECONDS."""
     token = secrets.token_urlsafe(32)
     MagicLink.objects.create(
         email=normalize_email(email),
         token_hash=_hash(token),
-        expires_at=timezone.now() + timedelta(seconds=settings.MAGIC_LINK_TTL_SECONDS),
+        invitation=invitation,
+        expires_at=timezone.now() + (ttl or timedelta(seconds=settings.MAGIC_LINK_TTL_SECONDS)),
     )
     return token
 
@@ -152,16 +162,42 @@ def magic_links_purge(*, older_than: timedelta = timedelta(days=7)) -> int:
     return deleted
 
 
-def magic_link_redeem(*, token: str) -> Any:
-    """Use a link once (CAS on used_at, judged by the database clock) and return its person."""
-    used = MagicLink.objects.filter(token_hash=_hash(token), used_at__isnull=True, expires_at__gt=Now())
-    link = used.first()
-    if link is None or not used.filter(pk=link.pk).update(used_at=Now()):
-        raise SignInFailed("This sign-in link has expired or was already used. Ask for a new one.")
-    user = User.objects.filter(email=link.email, is_active=True).first()
+@dataclass(frozen=True)
+class MagicLinkSignIn:
+    user: Any
+    joined: Workspace | None = None  # the workspace whose invitation the link accepted
+
+
+def _live_links(token: str) -> Any:
+    return MagicLink.objects.filter(token_hash=_hash(token), used_at__isnull=True, expires_at__gt=Now())
+
+
+def magic_link_redeem(*, token: str) -> MagicLinkSignIn:
+    """Use a link once (CAS on used_at, judged by the database clock) and return its person. A link
+    sent with an invitation accepts it in the same transaction, creating the person if need be."""
+    from accounts.team import invitation_accept  # the team module builds on this one's links
+
+    expired = SignInFailed("This sign-in link has expired or was already used. Ask for a new one.")
+    with transaction.atomic(durable=True):
+        link = _live_links(token).first()
+        if link is None or not _live_links(token).filter(pk=link.pk).update(used_at=Now()):
+            raise expired
+        if link.invitation_id is not None:
+            membership = invitation_accept(invitation_id=link.invitation_id)
+            return MagicLinkSignIn(user=membership.user, joined=membership.workspace)
+        user = User.objects.filter(email=link.email, is_active=True).first()
     if user is None:
-        raise SignInFailed("This sign-in link has expired or was already used. Ask for a new one.")
-    return user
+        raise expired
+    return MagicLinkSignIn(user=user)
+
+
+def magic_link_invitation(*, token: str) -> Invitation | None:
+    """The pending invitation a live link would accept, to name it on the confirm page (using the
+    link is the POST's job: mail scanners fetch links)."""
+    link = _live_links(token).select_related("invitation__workspace").first()
+    if link is None or link.invitation is None or not link.invitation.is_pending:
+        return None
+    return link.invitation
 
 
 # --- Passkeys ------------------------------------------------------------------------------------------

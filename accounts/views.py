@@ -50,16 +50,22 @@ def magic_link_request(request: HttpRequest) -> HttpResponse:
 def magic_link_redeem(request: HttpRequest, token: str) -> HttpResponse:
     """GET shows a button; only the POST uses the link, so mail scanners that fetch links don't."""
     if request.method == "GET":
-        return render(request, "accounts/magic_link_confirm.html", {"token": token})
+        invitation = services.magic_link_invitation(token=token)
+        return render(request, "accounts/magic_link_confirm.html", {"token": token, "invitation": invitation})
     if request.method != "POST":
         return HttpResponse(status=405)
     try:
-        user = services.magic_link_redeem(token=token)
+        signed_in = services.magic_link_redeem(token=token)
     except SignInFailed as exc:
         return render(request, "accounts/sign_in.html", {"error": str(exc)}, status=400)
+    user = signed_in.user
     login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+    if signed_in.joined is not None:
+        messages.success(request, f"Welcome to {signed_in.joined.name}.")
     if not user.passkeys.exists():
         return redirect("accounts:passkeys")  # first sign-in: ask for a passkey
+    if signed_in.joined is not None:
+        return redirect("dashboard:approvals", signed_in.joined.slug)
     return redirect("dashboard:home")
 
 

@@ -272,11 +272,42 @@ class SignInFailed(AgentCalError):
     status, code, title = 400, "sign_in_failed", "Sign-in failed"
 
 
+# --- Teams (dashboard: invitations, roles, members) -----------------------------------------------------
+
+
+class TeamChangeNotAllowed(AgentCalError):
+    status, code, title = 403, "team_change_not_allowed", "Only the workspace's owners manage its team"
+
+
+class LastOwner(AgentCalError):
+    status, code, title = 409, "last_owner", "A workspace keeps at least one owner"
+
+
+class AlreadyMember(AgentCalError):
+    status, code, title = 409, "already_member", "This person is already a member of the workspace"
+
+
+class InvitationPending(AgentCalError):
+    status, code, title = 409, "invitation_pending", "This address already has a pending invitation"
+
+
+class InvitationNotPending(AgentCalError):
+    status, code, title = 409, "invitation_not_pending", "The invitation was already accepted or revoked"
+
+
+class InvitationThrottled(AgentCalError):
+    status, code, title = 429, "invitation_throttled", "Too many links sent to this address lately"
+
+
 # --- Approvals ----------------------------------------------------------------------------------------
 
 
 class NotAMember(AgentCalError):
     status, code, title = 403, "not_a_member", "You are not a member of this workspace"
+
+
+class RoleNotAllowed(AgentCalError):
+    status, code, title = 403, "role_not_allowed", "Your role in this workspace does not allow this"
 
 
 class ApprovalExists(AgentCalError):

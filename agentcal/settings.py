@@ -28,9 +28,21 @@ REDIS_URL = env_url("REDIS_URL", schemes=("redis", "rediss", "unix"))
 if REDIS_URL is None:
     REDIS_URL = os.environ["REDIS_URL"] = embedded.redis_url()
 
+_database = dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 60, minimum=0))
+# A transaction-mode pooler (PgBouncer `pool_mode = transaction`) between the app and PostgreSQL lends a
+# server connection for one transaction at a time, so nothing may rely on a session (docs/scaling.md).
+# The code keeps to that always (tests/test_architecture.py); this says what else must change with it.
+DB_TRANSACTION_POOLER = env_bool("DB_TRANSACTION_POOLER", False)
 DATABASES = {
     "default": {
-        **dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 60, minimum=0)),
+        **_database,
+        # Never prepare statements (psycopg would after 5 executions): a prepared statement lives on one
+        # server connection, which a pooler gives to someone else after the transaction. Django's default
+        # too, stated here because a pooler depends on it (and PgBouncer < 1.21 cannot track them).
+        "OPTIONS": {**_database.get("OPTIONS", {}), "prepare_threshold": None},
+        # `.iterator()` outside a transaction uses a cursor WITH HOLD, which lives on after its transaction:
+        # through a transaction pooler, read everything client-side instead.
+        "DISABLE_SERVER_SIDE_CURSORS": DB_TRANSACTION_POOLER,
         "CONN_HEALTH_CHECKS": True,
         "TEST": {"NAME": env_str("TEST_DATABASE_NAME", "test_agentcal")},
     }

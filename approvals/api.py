@@ -62,7 +62,8 @@ class ApprovalOutput(serializers.Serializer):
 
 
 def approval_payload(approval: Approval, now: datetime | None = None) -> dict[str, Any]:
-    return {**services.approval_data(approval, now=now), "evidence": approval.evidence}
+    # The agent reads its evidence back in the order it wrote it (jsonb would sort the keys).
+    return {**services.approval_data(approval, now=now), "evidence": approval.evidence_in_order}
 
 
 class ApprovalListQuery(PageQuery):

@@ -7,13 +7,15 @@ cancelled. Behaviour lives in approvals/services.py; the database keeps the inva
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from functools import partial
+from typing import Any
 
 from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
-from django.db.models.functions import Now
+from django.db.models.functions import Cast, Now
 
 from agentcal.ids import new_public_id
 from workspaces.models import Agent, Workspace
@@ -47,6 +49,12 @@ class Approval(models.Model):
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="approvals", db_index=False)
     summary = models.CharField(max_length=SUMMARY_MAX_CHARS)
     evidence = models.JSONField(default=dict)
+    # The same evidence as the agent sent it, serialized in its own key order. `evidence` is jsonb, which
+    # keeps an object's keys sorted (shortest first, then bytewise): the person deciding would read the
+    # agent's account re-shuffled ("to" before "subject" before "message"...). jsonb stays for queries
+    # (inboxes.review finds a draft's approval by `evidence__message`); this copy is what people read
+    # (`evidence_in_order`). Empty for approvals made before it was kept: their order is lost.
+    evidence_json = models.TextField(blank=True, default="")
     # Opaque agent data, echoed back in the approval and in its webhooks (so a stateless agent can
     # resume where it left off when the decision arrives).
     state = models.JSONField(null=True, blank=True)
@@ -102,6 +110,11 @@ class Approval(models.Model):
             models.CheckConstraint(
                 condition=Q(expires_at__gt=F("created_at")), name="approval_expires_after_creation"
             ),
+            # The ordered copy says exactly what `evidence` says: one cannot be written without the other.
+            models.CheckConstraint(
+                condition=Q(evidence_json="") | Q(evidence=Cast("evidence_json", models.JSONField())),
+                name="approval_evidence_json_matches",
+            ),
             # At most one pending approval gates a hold (a second request is 409 approval_exists):
             # two approvals could otherwise commit and release the same hold.
             models.UniqueConstraint(
@@ -127,6 +140,13 @@ class Approval(models.Model):
 
     def __str__(self) -> str:
         return f"{self.public_id} {self.status}"
+
+    @property
+    def evidence_in_order(self) -> Any:
+        """The evidence with every object's keys in the order the agent sent them."""
+        if self.evidence_json:
+            return json.loads(self.evidence_json)
+        return self.evidence
 
     def status_at(self, now: datetime) -> str:
         """The status as of `now` (the database's clock): a pending approval past its expiry is

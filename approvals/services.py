@@ -26,12 +26,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.db import DatabaseError, IntegrityError, connection, transaction
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, IntegrityError, connection, connections, transaction
 from django.db.models import Exists, F, OuterRef
 from django.db.models.functions import Now
 from django.dispatch import Signal
 
-from accounts.models import Membership
+from accounts.models import Membership, Permission
 from agentcal.clock import isoformat_z
 from agentcal.errors import (
     AgentCalError,
@@ -43,6 +43,7 @@ from agentcal.errors import (
     NotAMember,
     NotFound,
     NotOwner,
+    RoleNotAllowed,
 )
 from agentcal.ids import new_public_id
 from approvals import notifications
@@ -176,18 +177,28 @@ def _json_bytes(value: Any) -> int:
 
 @contextmanager
 def _hold_lock(hold_id: str) -> Iterator[None]:
-    """A session-level advisory lock on one hold, held across the pin and the insert (two transactions)."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", [_HOLD_LOCK_NAMESPACE, hold_id])
+    """An advisory lock on one hold, held across the pin and the insert (two transactions of this
+    connection's). It is transaction-scoped, taken in a transaction of a second connection that stays open
+    meanwhile: a session-level lock would outlive its holder behind a transaction-mode pooler (PgBouncer
+    lends a server connection for one transaction, so the lock would stay on whichever server connection
+    took it, and the unlock would run on another). The transaction's end releases it, also when this
+    process dies."""
+    locker = connections.create_connection(DEFAULT_DB_ALIAS)
     try:
+        locker.set_autocommit(False)
+        with locker.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [_HOLD_LOCK_NAMESPACE, hold_id])
         yield
     finally:
         try:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", [_HOLD_LOCK_NAMESPACE, hold_id])
+            locker.rollback()
         except DatabaseError:
-            # The connection is gone, and the session's locks with it.
-            logger.warning("could not release the approval lock for hold %s", hold_id, exc_info=True)
+            # The connection is gone, and its transaction's lock with it.
+            logger.warning(
+                "could not end the approval lock's transaction for hold %s", hold_id, exc_info=True
+            )
+        finally:
+            locker.close()
 
 
 def _pending_approval_for(hold_id: str) -> str | None:
@@ -230,6 +241,9 @@ def _approval_insert(
                 agent=actor.agent,
                 summary=summary,
                 evidence=evidence,
+                # Serialized as Django serializes `evidence` for jsonb, so the two are equal by construction
+                # (a check constraint holds them to it); this one keeps the agent's key order.
+                evidence_json=json.dumps(evidence),
                 state=state,
                 hold_id=hold_id,
                 expires_at=expires_at,
@@ -305,8 +319,11 @@ def _decide(*, approval_id: str, workspace: Workspace, user: User, approve: bool
     )
     if approval is None:
         raise NotFound(f"No approval {approval_id} in this workspace.")
-    if not user.is_active or not Membership.objects.filter(workspace=workspace, user=user).exists():
+    membership = Membership.objects.filter(workspace=workspace, user=user).first()
+    if not user.is_active or membership is None:
         raise NotAMember(f"{user.get_username()} is not a member of workspace {workspace.slug}.")
+    if not membership.may(Permission.DECIDE_APPROVALS):
+        raise RoleNotAllowed(f"A {membership.role} of workspace {workspace.slug} does not decide approvals.")
     email = user.email or user.get_username()
     # The requesting agent, with the deciding person recorded on it (audit rows name both).
     actor = Actor(workspace=workspace, agent=approval.agent, user_email=email)

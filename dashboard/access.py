@@ -1,4 +1,5 @@
-"""Who may see which workspace page. Every workspace page goes through `workspace_page`."""
+"""Who may see which workspace page. Every workspace page goes through `workspace_page`, which asks the
+permission table (accounts.roles) whether the member's role allows what the page needs."""
 
 from __future__ import annotations
 
@@ -11,18 +12,19 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponse
 
 from accounts.models import Membership
+from accounts.roles import Permission
 from dashboard.http import DashboardRequest
 from workspaces.actor import Actor
 
 View = Callable[..., HttpResponse]
 
 
-def workspace_page(*, manage: bool = False) -> Callable[[View], View]:
+def workspace_page(*, needs: Permission = Permission.READ) -> Callable[[View], View]:
     """Resolve `workspace_slug` to the signed-in person's membership.
 
-    Not a member → 404 (another workspace's existence is never revealed). `manage=True` pages need
-    the owner or admin role → 403 for members. Sets request.membership, request.workspace and
-    request.actor (for audited actions), and passes `workspace` on to the view.
+    Not a member → 404 (another workspace's existence is never revealed). A role without the permission
+    the page `needs` → 403. Sets request.membership, request.workspace and request.actor (for audited
+    actions), and passes `workspace` on to the view.
     """
 
     def decorate(view: View) -> View:
@@ -40,8 +42,8 @@ def workspace_page(*, manage: bool = False) -> Callable[[View], View]:
             )
             if membership is None:
                 raise Http404("No such workspace")
-            if manage and not membership.can_manage:
-                raise PermissionDenied("Only owners and admins can do this.")
+            if not membership.may(needs):
+                raise PermissionDenied(f"A {membership.role} may not do this here.")
             request.membership = membership
             request.workspace = membership.workspace
             request.actor = Actor(
@@ -58,13 +60,15 @@ def workspace_page(*, manage: bool = False) -> Callable[[View], View]:
 
 
 def page_context(request: DashboardRequest, section: str, **extra: Any) -> dict[str, Any]:
-    """What base.html needs on every workspace page."""
+    """What base.html needs on every workspace page. `can` answers templates' permission questions:
+    `{% if can.manage_workspace %}`, keyed by accounts.roles.Permission's values."""
     from approvals.selectors import pending_count
 
     workspace = request.workspace
     return {
         "workspace": workspace,
         "membership": request.membership,
+        "can": {permission.value: request.membership.may(permission) for permission in Permission},
         "section": section,
         "pending_count": pending_count(workspace),
         **extra,

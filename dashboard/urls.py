@@ -1,4 +1,7 @@
+from django.templatetags.static import static
 from django.urls import path
+from django.utils.functional import lazy
+from django.views.generic import RedirectView
 
 from dashboard.views import (
     agents,
@@ -10,13 +13,19 @@ from dashboard.views import (
     inbox,
     mail_settings,
     metrics,
+    team,
 )
 
 app_name = "dashboard"
 W = "w/<slug:workspace_slug>"
 urlpatterns = [
     path("", home.home, name="home"),
+    # Browsers and feed readers ask for /favicon.ico whatever the page links; WhiteNoise serves the file
+    # (its URL is looked up on first use: a manifest storage knows it only after collectstatic).
+    path("favicon.ico", RedirectView.as_view(url=lazy(static, str)("dashboard/favicon.ico"), permanent=True)),
     path(f"{W}/approvals", approvals.queue, name="approvals"),
+    # Before the approval's own URL, which would take "pending-count" for an id.
+    path(f"{W}/approvals/pending-count", approvals.pending_badge, name="approvals_pending_count"),
     path(f"{W}/approvals/<str:approval_id>", approvals.detail, name="approval"),
     path(f"{W}/approvals/<str:approval_id>/decide", approvals.decide, name="approval_decide"),
     path(f"{W}/audit", audit.browser, name="audit"),
@@ -86,4 +95,47 @@ urlpatterns += [
 urlpatterns += [
     path(f"{W}/settings/mail", mail_settings.mail_settings, name="mail_settings"),
     path(f"{W}/settings/mail/secret", mail_settings.webhook_secret_issue, name="mail_webhook_secret"),
+]
+
+# The team: every member reads it; owners invite, change roles and remove; anyone may leave.
+urlpatterns += [
+    path(f"{W}/team", team.team, name="team"),
+    path(f"{W}/team/invitations", team.invite, name="team_invite"),
+    path(
+        f"{W}/team/invitations/<int:invitation_id>/resend",
+        team.invitation_send_again,
+        name="team_invitation_resend",
+    ),
+    path(
+        f"{W}/team/invitations/<int:invitation_id>/revoke",
+        team.invitation_withdraw,
+        name="team_invitation_revoke",
+    ),
+    path(f"{W}/team/members/<int:membership_id>/role", team.member_role, name="team_member_role"),
+    path(
+        f"{W}/team/members/<int:membership_id>/remove",
+        team.member_leave_or_remove,
+        name="team_member_remove",
+    ),
+]
+
+# Calendars: settings (owners and admins; creating one is a POST to the list), and a reservation's drawer
+# with the owner's actions on it (POST, owners and admins).
+urlpatterns += [
+    path(f"{W}/calendars/<str:calendar_id>/settings", calendars.calendar_settings, name="calendar_settings"),
+    path(
+        f"{W}/calendars/<str:calendar_id>/reservations/<str:reservation_id>",
+        calendars.reservation_drawer,
+        name="calendar_reservation",
+    ),
+    path(
+        f"{W}/calendars/<str:calendar_id>/reservations/<str:reservation_id>/cancel",
+        calendars.reservation_cancel,
+        name="calendar_reservation_cancel",
+    ),
+    path(
+        f"{W}/calendars/<str:calendar_id>/reservations/<str:reservation_id>/release",
+        calendars.reservation_release,
+        name="calendar_reservation_release",
+    ),
 ]

@@ -4,6 +4,7 @@ crosses a layer the wrong way fails here, with the module and the import named."
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -149,3 +150,129 @@ def test_imports_follow_the_layers(path: Path) -> None:
     if not module.endswith(HTTP_LAYER) and not within(module, API_PLUMBING_USERS):
         wrong += sorted(name for name in imported_modules(path) if within(name, ("agentcal.api",)))
     assert wrong == [], f"{module} may not import {wrong}"
+
+
+# --- Nothing session-scoped: PgBouncer in transaction mode (docs/scaling.md) -------------------------------
+# Behind a transaction-mode pooler a server connection is lent for one transaction, so session state set in
+# one transaction is gone in the next (or, worse, left for another client). Forbidden in SQL (string
+# literals, docstrings aside) and in psycopg calls; the transaction-scoped forms are the way.
+SESSION_SCOPED_SQL = [
+    (re.compile(r"pg_(try_)?advisory_(un)?lock(_shared)?\s*\(", re.I), "pg_advisory_xact_lock"),
+    (re.compile(r"(^|;)\s*SET\s+(?!LOCAL\b|TRANSACTION\b|CONSTRAINTS\b)"), "SET LOCAL"),
+    (re.compile(r"(^|;)\s*(RESET|DISCARD|LISTEN|UNLISTEN|NOTIFY|PREPARE)\s"), "no session state"),
+    (re.compile(r"pg_notify\s*\(", re.I), "the outbox (webhooks.outbox) instead of NOTIFY"),
+    (re.compile(r"CREATE\s+((GLOBAL|LOCAL)\s+)?TEMP(ORARY)?\s+TABLE", re.I), "a CTE or a real table"),
+    (re.compile(r"\bWITH\s+HOLD\b"), "a cursor inside the transaction"),
+    (re.compile(r"set_config\s*\([^)]*,\s*false\s*\)", re.I), "set_config(..., true)"),
+]
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                found.add(id(body[0].value))
+    return found
+
+
+def session_scoped_uses(source: str) -> list[str]:
+    """What in this source would rely on a database session, each with the form to use instead."""
+    tree = ast.parse(source)
+    skip = _docstrings(tree)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
+            found += [
+                f"line {node.lineno}: {node.value.strip()[:60]!r} (use {instead})"
+                for pattern, instead in SESSION_SCOPED_SQL
+                if pattern.search(node.value)
+            ]
+        elif isinstance(node, ast.keyword) and node.arg in ("prepare", "withhold") and _is(node.value, True):
+            found.append(f"line {node.value.lineno}: {node.arg}=True")
+        elif isinstance(node, ast.keyword) and node.arg == "prepare_threshold" and not _is(node.value, None):
+            found.append(f"line {node.value.lineno}: prepare_threshold other than None")
+        elif isinstance(node, ast.Dict):
+            found += [
+                f"line {key.lineno}: prepare_threshold other than None"
+                for key, value in zip(node.keys, node.values, strict=True)
+                if key is not None and _is(key, "prepare_threshold") and not _is(value, None)
+            ]
+        elif (
+            isinstance(node, ast.Call)
+            and _is_psycopg_connect(node.func)
+            and not any(keyword.arg == "prepare_threshold" for keyword in node.keywords)
+        ):
+            # psycopg prepares a statement on its 5th execution unless told not to.
+            found.append(f"line {node.lineno}: psycopg.connect() without prepare_threshold=None")
+    return found
+
+
+def _is(node: ast.expr, value: object) -> bool:
+    return isinstance(node, ast.Constant) and node.value == value and type(node.value) is type(value)
+
+
+def _is_psycopg_connect(func: ast.expr) -> bool:
+    return (
+        isinstance(func, ast.Attribute)
+        and func.attr == "connect"
+        and isinstance(func.value, ast.Name | ast.Attribute)
+        and ast.unparse(func.value) in ("psycopg", "psycopg.Connection")
+    )
+
+
+def every_module() -> list[Path]:
+    """Product code, migrations and management commands included (they run through the pooler too)."""
+    return sorted(path for app in APPS for path in (ROOT / app).rglob("*.py"))
+
+
+# Connections that never go through a pooler: the embedded PostgreSQL's start-up check (two statements).
+NEVER_POOLED = ("agentcal.embedded",)
+
+
+@pytest.mark.parametrize("path", every_module(), ids=lambda p: module_name(p))
+def test_nothing_relies_on_a_database_session(path: Path) -> None:
+    found = session_scoped_uses(path.read_text())
+    if module_name(path) in NEVER_POOLED:
+        found = [use for use in found if "psycopg.connect()" not in use]
+    assert found == [], module_name(path)
+
+
+@pytest.mark.parametrize(
+    "snippet",
+    [
+        'cursor.execute("SELECT pg_advisory_lock(%s)", [key])',
+        'cursor.execute("select pg_try_advisory_lock(1)")',
+        'cursor.execute("SELECT pg_advisory_unlock(%s)", [key])',
+        "cursor.execute(\"SET statement_timeout = '5s'\")",
+        'cursor.execute("SET SESSION lock_timeout TO 100")',
+        "cursor.execute(\"BEGIN; SET TIME ZONE 'UTC'\")",
+        'cursor.execute("LISTEN bookings")',
+        "cursor.execute(\"SELECT pg_notify('bookings', '1')\")",
+        'cursor.execute("CREATE TEMP TABLE seen (id int)")',
+        'cursor.execute("DECLARE c CURSOR WITH HOLD FOR SELECT 1")',
+        "cursor.execute(\"SELECT set_config('app.user', %s, false)\", [u])",
+        'conn.execute("SELECT 1", prepare=True)',
+        "psycopg.connect(url)",
+        "psycopg.connect(url, prepare_threshold=5)",
+        'OPTIONS = {"prepare_threshold": 0}',
+    ],
+)
+def test_the_session_check_finds_each_form(snippet: str) -> None:
+    assert session_scoped_uses(snippet) != []
+
+
+def test_the_session_check_leaves_the_transaction_scoped_forms_alone() -> None:
+    source = '''
+def f():
+    """Takes pg_advisory_lock-free paths; SET nothing."""
+    cursor.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [1, "x"])
+    cursor.execute("SET LOCAL agentcal.audit_purge = 'on'")
+    cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+    cursor.execute("UPDATE t SET x = 1 WHERE id = %s", [1])
+    cursor.execute("SELECT set_config('app.user', %s, true)", [u])
+    psycopg.connect(url, prepare_threshold=None)
+    conn.execute(sql, params, prepare=self.prepare)
+'''
+    assert session_scoped_uses(source) == []

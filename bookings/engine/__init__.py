@@ -19,9 +19,10 @@ How a write stays race-safe (see README, "How AgentCal decides"):
    after the rollback (auditing.audit_rejections).
 
 The modules: `reserve` (hold_create, booking_create), `transitions` (commit, extend, pin, release,
-cancel), `expiry` (lapsed holds, lazily and by the sweep), `locking` (calendar locks), `rules` (pure
-rules, no database), `alternatives`, `statements` (the SQL, built from bookings/sql.py), `auditing`,
-`groups` (ReservationGroup). The time rules themselves live on `Reservation` (bookings/models.py)
+cancel; release and cancel also by a signed-in person, from the dashboard), `expiry` (lapsed holds,
+lazily and by the sweep), `locking` (calendar locks), `rules` (pure rules, no database),
+`alternatives`, `statements` (the SQL, built from bookings/sql.py), `auditing`, `groups`
+(ReservationGroup). The time rules themselves live on `Reservation` (bookings/models.py)
 and in bookings/sql.py. Calendar writes are in bookings/services.py (re-exported here).
 """
 
@@ -35,11 +36,13 @@ from bookings.engine.reserve import MAX_LOCK_EXPANSIONS, booking_create, hold_cr
 from bookings.engine.rules import PAST_START_GRACE
 from bookings.engine.transitions import (
     booking_cancel,
+    booking_cancel_by_person,
     hold_commit,
     hold_commit_approved,
     hold_extend,
     hold_pin_expiry,
     hold_release,
+    hold_release_by_person,
     hold_release_unless_settled,
 )
 from bookings.services import calendar_create, calendar_update
@@ -52,6 +55,7 @@ __all__ = [
     "ReservationGroup",
     "SlotConflict",
     "booking_cancel",
+    "booking_cancel_by_person",
     "booking_create",
     "calendar_create",
     "calendar_update",
@@ -61,6 +65,7 @@ __all__ = [
     "hold_extend",
     "hold_pin_expiry",
     "hold_release",
+    "hold_release_by_person",
     "hold_release_unless_settled",
     "holds_expire_lapsed",
 ]

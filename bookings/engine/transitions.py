@@ -117,6 +117,12 @@ def refuse_unless_owner(actor: Actor, head: Reservation) -> None:
         raise NotOwner(f"Only the agent that made this {what} may change it.")
 
 
+def refuse_unless_person(actor: Actor) -> None:
+    # The dashboard's own way in: a signed-in person acting as themselves, never an agent's key.
+    if actor.agent is not None or not actor.user_email:
+        raise NotOwner("Only a signed-in person of the workspace may end an agent's reservation this way.")
+
+
 def refuse_if_gated(head: Reservation) -> None:
     if head.awaiting_approval and head.status == ReservationStatus.HELD:
         raise HoldAwaitingApproval(
@@ -266,6 +272,19 @@ def hold_release(*, actor: Actor, hold_id: str, hold_token: str) -> ReservationG
     return _release_hold(actor=actor, hold_id=hold_id, rows=rows)
 
 
+@audit_rejections(AuditEvent.HOLD_RELEASE_REJECTED)
+def hold_release_by_person(*, actor: Actor, hold_id: str) -> ReservationGroup:
+    """A signed-in person (an owner or admin: the dashboard checks the role) releases an agent's hold.
+    The same CAS, audit row and `hold.released` webhook to the agent as the agent's own release; the
+    audit row names the person. A hold gated by an approval is refused: its approval decides it."""
+    refuse_unless_person(actor)
+    rows = reservation_group(workspace=actor.workspace, hold_id=hold_id)
+    if not rows:
+        raise NotFound(f"No hold {hold_id} in this workspace.")
+    refuse_if_gated(rows[0])
+    return _release_hold(actor=actor, hold_id=hold_id, rows=rows, agent_id=rows[0].agent.public_id)
+
+
 def hold_release_unless_settled(*, actor: Actor, hold_id: str) -> ReservationGroup | None:
     """Release a hold if it is still live (an approval was denied, expired or cancelled); None if it
     already ended some other way (expired, evicted, released) — there is nothing left to undo."""
@@ -278,7 +297,10 @@ def hold_release_unless_settled(*, actor: Actor, hold_id: str) -> ReservationGro
         return None
 
 
-def _release_hold(*, actor: Actor, hold_id: str, rows: list[Reservation]) -> ReservationGroup:
+def _release_hold(
+    *, actor: Actor, hold_id: str, rows: list[Reservation], agent_id: str | None = None
+) -> ReservationGroup:
+    """`agent_id`: the agent whose hold a person released, for the audit row (which names the person)."""
     if rows[0].status == ReservationStatus.RELEASED:
         return ReservationGroup(rows=rows)  # releasing twice is harmless: same answer, nothing written
     with transaction.atomic(durable=True):
@@ -297,6 +319,7 @@ def _release_hold(*, actor: Actor, hold_id: str, rows: list[Reservation]) -> Res
             actor=actor,
             row=released[0],
             reservation_public_id=hold_id,
+            details={"agent_id": agent_id} if agent_id else None,
         )
         emit_reservation_event(EventType.HOLD_RELEASED, released)
     return ReservationGroup(rows=released)
@@ -311,6 +334,25 @@ def booking_cancel(*, actor: Actor, booking_id: str) -> ReservationGroup:
     if not rows:
         raise NotFound(f"No booking {booking_id} in this workspace.")
     refuse_unless_owner(actor, rows[0])
+    return _cancel_booking(actor=actor, booking_id=booking_id, rows=rows)
+
+
+@audit_rejections(AuditEvent.BOOKING_CANCEL_REJECTED)
+def booking_cancel_by_person(*, actor: Actor, booking_id: str) -> ReservationGroup:
+    """A signed-in person (an owner or admin: the dashboard checks the role) cancels an agent's booking.
+    The same CAS, audit row and `booking.cancelled` webhook to the agent as the agent's own cancel (so
+    invites and upstream copies follow); the audit row names the person."""
+    refuse_unless_person(actor)
+    rows = reservation_group(workspace=actor.workspace, booking_id=booking_id)
+    if not rows:
+        raise NotFound(f"No booking {booking_id} in this workspace.")
+    return _cancel_booking(actor=actor, booking_id=booking_id, rows=rows, agent_id=rows[0].agent.public_id)
+
+
+def _cancel_booking(
+    *, actor: Actor, booking_id: str, rows: list[Reservation], agent_id: str | None = None
+) -> ReservationGroup:
+    """`agent_id`: the agent whose booking a person cancelled, for the audit row (which names the person)."""
     if rows[0].status == ReservationStatus.CANCELLED:
         return ReservationGroup(rows=rows)
     with transaction.atomic(durable=True):
@@ -336,6 +378,7 @@ def booking_cancel(*, actor: Actor, booking_id: str) -> ReservationGroup:
             actor=actor,
             row=cancelled[0],
             reservation_public_id=booking_id,
+            details={"agent_id": agent_id} if agent_id else None,
         )
         emit_reservation_event(EventType.BOOKING_CANCELLED, cancelled)
     return ReservationGroup(rows=cancelled)

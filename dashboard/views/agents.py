@@ -21,6 +21,7 @@ from django.shortcuts import redirect, render
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_http_methods, require_POST
 
+from accounts.roles import Permission
 from agentcal.clock import server_now
 from audit.events import AuditEvent
 from audit.models import AuditRecord, Outcome
@@ -73,8 +74,14 @@ class _PriorityFields(forms.Form):
 
 class AgentCreateForm(_PriorityFields):
     name = forms.CharField(max_length=200, strip=True)
-    slug = forms.SlugField(max_length=64, required=False, help_text="Derived from the name when blank.")
+    slug = forms.SlugField(
+        max_length=64, required=False, help_text="Lowercase; derived from the name when blank."
+    )
     max_priority = forms.IntegerField(min_value=MIN_PRIORITY, max_value=MAX_PRIORITY, required=False)
+
+    def clean_slug(self) -> str:
+        # The local part of the agent's mail address, matched without regard to case: kept lowercase.
+        return str(self.cleaned_data["slug"]).lower()
 
 
 class PriorityForm(_PriorityFields):
@@ -223,7 +230,7 @@ def _render_agent_list(
         "agents",
         rows=[{"agent": agent, "stats": stats[agent.pk]} for agent in agents],
         form=form or AgentCreateForm(initial={"priority": DEFAULT_PRIORITY}),
-        can_manage=request.membership.can_manage,
+        can_manage=request.membership.may(Permission.MANAGE_WORKSPACE),
         min_priority=MIN_PRIORITY,
         max_priority=MAX_PRIORITY,
         retention_days=workspace.audit_retention_days,
@@ -236,7 +243,7 @@ def _agent_list(request: DashboardRequest, workspace: Workspace) -> HttpResponse
     return _render_agent_list(request, workspace)
 
 
-@workspace_page(manage=True)
+@workspace_page(needs=Permission.MANAGE_WORKSPACE)
 def _agent_create(request: DashboardRequest, workspace: Workspace) -> HttpResponse:
     form = AgentCreateForm(request.POST)
     if form.is_valid():
@@ -312,7 +319,7 @@ def _render_agent_detail(
         stats=agent_stats(workspace, [agent])[agent.pk],
         keys=[{"key": key, "status": key_status(key, now)} for key in keys],
         endpoints=endpoint_rows,
-        can_manage=request.membership.can_manage,
+        can_manage=request.membership.may(Permission.MANAGE_WORKSPACE),
         new_key=new_key,
         priority_form=priority_form
         or PriorityForm(initial={"priority": agent.priority, "max_priority": agent.max_priority}),
@@ -345,7 +352,7 @@ def agent_detail(request: DashboardRequest, workspace: Workspace, agent_id: str)
 
 
 @require_POST
-@workspace_page(manage=True)
+@workspace_page(needs=Permission.MANAGE_WORKSPACE)
 def agent_edit(request: DashboardRequest, workspace: Workspace, agent_id: str) -> HttpResponse:
     agent = _agent(workspace, agent_id)
     form = PriorityForm(request.POST)
@@ -366,7 +373,7 @@ def agent_edit(request: DashboardRequest, workspace: Workspace, agent_id: str) -
 
 
 @require_POST
-@workspace_page(manage=True)
+@workspace_page(needs=Permission.MANAGE_WORKSPACE)
 def agent_inbox_settings(request: DashboardRequest, workspace: Workspace, agent_id: str) -> HttpResponse:
     agent = _agent(workspace, agent_id)
     form = InboxSettingsForm(request.POST)
@@ -379,7 +386,7 @@ def agent_inbox_settings(request: DashboardRequest, workspace: Workspace, agent_
 
 
 @require_POST
-@workspace_page(manage=True)
+@workspace_page(needs=Permission.MANAGE_WORKSPACE)
 def key_create(request: DashboardRequest, workspace: Workspace, agent_id: str) -> HttpResponse:
     agent = _agent(workspace, agent_id)
     form = KeyCreateForm(request.POST)
@@ -400,7 +407,7 @@ def key_create(request: DashboardRequest, workspace: Workspace, agent_id: str) -
 
 
 @require_POST
-@workspace_page(manage=True)
+@workspace_page(needs=Permission.MANAGE_WORKSPACE)
 def key_revoke(
     request: DashboardRequest, workspace: Workspace, agent_id: str, key_prefix: str
 ) -> HttpResponse:
@@ -416,7 +423,7 @@ def key_revoke(
 
 
 @require_POST
-@workspace_page(manage=True)
+@workspace_page(needs=Permission.MANAGE_WORKSPACE)
 def key_rotate(
     request: DashboardRequest, workspace: Workspace, agent_id: str, key_prefix: str
 ) -> HttpResponse:

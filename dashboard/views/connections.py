@@ -23,6 +23,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from accounts.models import Membership
+from accounts.roles import Permission
 from agentcal.errors import AgentCalError
 from bookings.models import Calendar, UpstreamSource
 from dashboard.access import workspace_page
@@ -98,7 +99,7 @@ def connection_panel(
     panel = ConnectionPanel(
         calendar=calendar,
         connection=connection,
-        can_manage=request.membership.can_manage,
+        can_manage=request.membership.may(Permission.MANAGE_WORKSPACE),
         now=now,
         form=form or ConnectForm(),
         oauth_apps=oauth_apps(),
@@ -130,7 +131,7 @@ def _connection(workspace: Workspace, connection_id: str) -> Connection:
 
 
 @require_POST
-@workspace_page(manage=True)
+@workspace_page(needs=Permission.MANAGE_WORKSPACE)
 def connection_connect(request: DashboardRequest, workspace: Workspace, calendar_id: str) -> HttpResponse:
     # The calendar page's module renders this panel, so it is imported here, where it is needed.
     from dashboard.views.calendars import render_calendar
@@ -163,7 +164,7 @@ def connection_connect(request: DashboardRequest, workspace: Workspace, calendar
 
 
 @require_POST
-@workspace_page(manage=True)
+@workspace_page(needs=Permission.MANAGE_WORKSPACE)
 def connection_sync_now(request: DashboardRequest, workspace: Workspace, connection_id: str) -> HttpResponse:
     connection = _connection(workspace, connection_id)
     request_sync(connection.pk)
@@ -172,7 +173,7 @@ def connection_sync_now(request: DashboardRequest, workspace: Workspace, connect
 
 
 @require_POST
-@workspace_page(manage=True)
+@workspace_page(needs=Permission.MANAGE_WORKSPACE)
 def connection_disconnect(
     request: DashboardRequest, workspace: Workspace, connection_id: str
 ) -> HttpResponse:
@@ -216,7 +217,7 @@ def oauth_redirect_uri(provider: str) -> str:
 
 
 @require_POST
-@workspace_page(manage=True)
+@workspace_page(needs=Permission.MANAGE_WORKSPACE)
 def connection_oauth_start(
     request: DashboardRequest, workspace: Workspace, calendar_id: str, provider: str
 ) -> HttpResponse:
@@ -266,7 +267,7 @@ def oauth_callback(request: DashboardRequest, provider: str) -> HttpResponse:
         .filter(user=request.user.pk, workspace__slug=started["workspace"])
         .first()
     )
-    if membership is None or not membership.can_manage:
+    if membership is None or not membership.may(Permission.MANAGE_WORKSPACE):
         raise Http404("No such workspace")
     if "error" in request.GET:
         messages.error(
@@ -309,7 +310,7 @@ def oauth_callback(request: DashboardRequest, provider: str) -> HttpResponse:
 
 
 @require_POST
-@workspace_page(manage=True)
+@workspace_page(needs=Permission.MANAGE_WORKSPACE)
 def connection_oauth_pick(
     request: DashboardRequest, workspace: Workspace, calendar_id: str, provider: str
 ) -> HttpResponse:

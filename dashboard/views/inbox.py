@@ -2,8 +2,8 @@
 thread's messages, and attachment downloads.
 
 Mail is private correspondence between an agent and outsiders, so these pages are for the workspace's
-owners and admins only (`manage=True`: members get 403), the same people who hold the agents' keys and
-could read the mail through the API anyway. Looking is not reading: these pages never set a message's
+owners and admins only (`Permission.READ_INBOXES`: others get 403), the same people who hold the agents'
+keys and could read the mail through the API anyway. Looking is not reading: these pages never set a message's
 `read_at`, which records the agent fetching it.
 
 Senders' HTML is shown inline, sanitized (inboxes.html), inside an element htmx ignores, on a page whose
@@ -32,13 +32,14 @@ from django.urls import reverse
 from django.utils.html import strip_tags
 from django.utils.http import urlencode
 
+from accounts.roles import Permission
 from bookings.models import Reservation
 from dashboard.access import page_context, workspace_page
 from dashboard.http import DashboardRequest
 from inboxes.addresses import workspace_domain
 from inboxes.attachments import attachment_response
 from inboxes.html import sanitize_html
-from inboxes.models import Attachment, Direction, Message, MessageStatus, Thread
+from inboxes.models import Attachment, Direction, Message, MessageStatus, PartStat, Thread
 from inboxes.quotas import quota_usage
 from workspaces.models import Agent, Workspace
 
@@ -201,16 +202,24 @@ def _person(value: Any) -> str:
     return str(value or "").removeprefix("mailto:")
 
 
+def _partstat_class(status: str) -> str:
+    """The CSS class for an attendee's answer: the sender writes PARTSTAT, so only a known value becomes
+    a class name (anything else is shown as text, styled neutral)."""
+    return status if status in PartStat.values else "unknown"
+
+
 def invite_card(event: Any) -> InviteCard | None:
     """The invite card for a message's `calendar_event` (parsed from mail, so read defensively)."""
     if not isinstance(event, dict):
         return None
     method = str(event.get("method") or "").upper()
-    attendees = [
-        {"who": _person(entry), "status": str(entry.get("status") or "needs-action").lower()}
-        for entry in event.get("attendees") or []
-        if isinstance(entry, dict)
-    ]
+    attendees = []
+    for entry in event.get("attendees") or []:
+        if isinstance(entry, dict):
+            status = str(entry.get("status") or "needs-action").lower()
+            attendees.append(
+                {"who": _person(entry), "status": status, "status_class": _partstat_class(status)}
+            )
     flags = [event["flag"]] if isinstance(event.get("flag"), str) and event["flag"] else []
     flags += [name for name in INVITE_FLAGS if event.get(name) is True and name not in flags]
     return InviteCard(
@@ -287,7 +296,7 @@ def message_view(message: Message) -> MessageView:
 # --- Pages -------------------------------------------------------------------------------------------------
 
 
-@workspace_page(manage=True)
+@workspace_page(needs=Permission.READ_INBOXES)
 def overview(request: DashboardRequest, workspace: Workspace) -> HttpResponse:
     """Every agent's inbox in the workspace, with unread and thread counts."""
     agents = list(Agent.objects.filter(workspace=workspace).order_by("-is_active", "name", "id"))
@@ -321,7 +330,7 @@ def overview(request: DashboardRequest, workspace: Workspace) -> HttpResponse:
     return render(request, "dashboard/inbox/overview.html", context)
 
 
-@workspace_page(manage=True)
+@workspace_page(needs=Permission.READ_INBOXES)
 def thread_list(request: DashboardRequest, workspace: Workspace, agent_id: str) -> HttpResponse:
     """`?q=` searches senders and subjects (htmx refreshes the results as one types); `?page=N`."""
     agent = _agent(workspace, agent_id)
@@ -361,7 +370,7 @@ def _page_query(query: str, page_number: int) -> str:
     return urlencode(params)
 
 
-@workspace_page(manage=True)
+@workspace_page(needs=Permission.READ_INBOXES)
 def thread_view(
     request: DashboardRequest, workspace: Workspace, agent_id: str, thread_id: str
 ) -> HttpResponse:
@@ -389,7 +398,7 @@ def thread_view(
     return response
 
 
-@workspace_page(manage=True)
+@workspace_page(needs=Permission.READ_INBOXES)
 def attachment_download(
     request: DashboardRequest, workspace: Workspace, agent_id: str, message_id: str, attachment_id: str
 ) -> HttpResponse:

@@ -2,9 +2,10 @@
 to publish for it), the inbound webhook's URL and signing secret, and how outgoing mail is signed (the
 DKIM record to publish).
 
-Every member can read the page; only owners and admins change the domain or generate a secret (each
-change audited by inboxes.mail_settings). A new secret is rendered once, in the response to the POST
-that made it, and kept nowhere else in the clear.
+Every member can read the page; only owners and admins change the domain, verify it or generate a
+secret (each change audited by inboxes.mail_settings). A domain of the workspace's own waits, with the
+TXT record that proves it shown here, until Verify finds that record. A new secret is rendered once, in
+the response to the POST that made it, and kept nowhere else in the clear.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from django.urls import reverse
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_http_methods, require_POST
 
+from accounts.roles import Permission
 from dashboard.access import page_context, workspace_page
 from dashboard.http import DashboardRequest
 from inboxes.addresses import workspace_domain
@@ -26,9 +28,14 @@ from inboxes.mail_settings import (
     MAX_DOMAIN_LENGTH,
     InboundDomainInvalid,
     InboundDomainTaken,
+    InboundDomainUnverified,
+    NoPendingInboundDomain,
     default_inbound_domain,
     inbound_domain_set,
+    inbound_domain_verify,
     inbound_webhook_secret_issue,
+    verification_record_name,
+    verification_record_value,
 )
 from workspaces.models import Agent, Workspace
 
@@ -40,8 +47,11 @@ class InboundDomainForm(forms.Form):
 
 @require_http_methods(["GET", "HEAD", "POST"])
 def mail_settings(request: HttpRequest, workspace_slug: str) -> HttpResponse:
-    """GET shows the settings; POST sets the inbound domain (owners and admins)."""
+    """GET shows the settings; POST sets the inbound domain, or with `action=verify` verifies the pending
+    one (owners and admins)."""
     if request.method == "POST":
+        if request.POST.get("action") == "verify":
+            return _domain_verify(request, workspace_slug)
         return _domain_update(request, workspace_slug)
     return _mail_settings(request, workspace_slug)
 
@@ -51,22 +61,40 @@ def _mail_settings(request: DashboardRequest, workspace: Workspace) -> HttpRespo
     return _render(request, workspace)
 
 
-@workspace_page(manage=True)
+@workspace_page(needs=Permission.MANAGE_WORKSPACE)
 def _domain_update(request: DashboardRequest, workspace: Workspace) -> HttpResponse:
     form = InboundDomainForm(request.POST)
     if form.is_valid():
         try:
-            domain = inbound_domain_set(actor=request.actor, domain=form.cleaned_data["inbound_domain"])
+            pending = inbound_domain_set(actor=request.actor, domain=form.cleaned_data["inbound_domain"])
         except (InboundDomainInvalid, InboundDomainTaken) as exc:
             form.add_error("inbound_domain", exc.detail)
         else:
-            messages.success(request, f"Agents now receive mail at …@{domain}.")
+            if pending:
+                messages.success(
+                    request,
+                    f"Publish the TXT record shown for {pending}, then press Verify. Until then agents "
+                    f"keep receiving mail at …@{workspace_domain(workspace)}.",
+                )
+            else:
+                messages.success(request, f"Agents now receive mail at …@{workspace_domain(workspace)}.")
             return redirect("dashboard:mail_settings", workspace.slug)
     return _render(request, workspace, form=form, status=400)
 
 
+@workspace_page(needs=Permission.MANAGE_WORKSPACE)
+def _domain_verify(request: DashboardRequest, workspace: Workspace) -> HttpResponse:
+    try:
+        domain = inbound_domain_verify(actor=request.actor)
+    except (InboundDomainUnverified, InboundDomainTaken, NoPendingInboundDomain) as exc:
+        workspace.refresh_from_db()
+        return _render(request, workspace, verify_error=exc.detail, status=exc.status)
+    messages.success(request, f"{domain} is verified: agents now receive mail at …@{domain}.")
+    return redirect("dashboard:mail_settings", workspace.slug)
+
+
 @require_POST
-@workspace_page(manage=True)
+@workspace_page(needs=Permission.MANAGE_WORKSPACE)
 def webhook_secret_issue(request: DashboardRequest, workspace: Workspace) -> HttpResponse:
     rotated = bool(workspace.inbound_webhook_secret)
     secret = inbound_webhook_secret_issue(workspace=workspace, actor=request.actor)
@@ -82,6 +110,7 @@ def _render(
     *,
     form: InboundDomainForm | None = None,
     new_secret: dict[str, object] | None = None,
+    verify_error: str = "",
     status: int = 200,
 ) -> HttpResponse:
     domain = workspace_domain(workspace)
@@ -93,6 +122,10 @@ def _render(
         domain=domain,
         default_domain=default_inbound_domain(workspace),
         custom_domain=workspace.inbound_domain,
+        pending_domain=workspace.inbound_domain_pending,
+        verification_name=verification_record_name(workspace.inbound_domain_pending),
+        verification_value=verification_record_value(workspace.inbound_domain_token),
+        verify_error=verify_error,
         example_address=f"{example_agent.slug if example_agent else 'agent'}@{domain}",
         mx_host=settings.INBOUND_MX_HOST,
         smtp_port=settings.INBOUND_SMTP_PORT,
@@ -102,7 +135,10 @@ def _render(
         max_message_bytes=settings.INBOUND_MAX_MESSAGE_BYTES,
         dkim=signing_key(),
         relay_configured=settings.INBOX_RELAY_CONFIGURED,
-        form=form or InboundDomainForm(initial={"inbound_domain": workspace.inbound_domain}),
-        can_manage=request.membership.can_manage,
+        form=form
+        or InboundDomainForm(
+            initial={"inbound_domain": workspace.inbound_domain_pending or workspace.inbound_domain}
+        ),
+        can_manage=request.membership.may(Permission.MANAGE_WORKSPACE),
     )
     return render(request, "dashboard/settings/mail.html", context, status=status)

@@ -131,7 +131,7 @@ def test_a_person_may_have_several_passkeys_rename_them_but_not_remove_the_last(
 def test_one_person_cannot_touch_anothers_passkeys(client, owner, authenticator):
     client.force_login(owner)
     register(client, authenticator)
-    other = make_person("mallory@acme.test", role="member")
+    other = make_person("mallory@acme.test", role="viewer")
     client.force_login(other)
     passkey = Passkey.objects.get()
     assert client.post(f"/auth/passkeys/{passkey.pk}/delete").status_code == 404

@@ -67,6 +67,7 @@ def test_it_refuses_the_same_key_on_another_path(sdr, calendar):
 
 
 @pytest.mark.slow
+@pytest.mark.concurrency
 def test_concurrent_requests_with_one_key_execute_exactly_once(sdr, calendar):
     racers = 8
     body = slot(hours_ahead=40)

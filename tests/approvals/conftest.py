@@ -22,7 +22,7 @@ from workspaces.models import Workspace
 
 @pytest.fixture
 def make_person(transactional_db: None) -> Callable[..., User]:
-    def make(email: str, *, workspace: Workspace, role: str = "member") -> User:
+    def make(email: str, *, workspace: Workspace, role: str = "approver") -> User:
         user = get_user_model().objects.create_user(username=email, email=email)
         Membership.objects.create(user=user, workspace=workspace, role=role)
         return user
@@ -39,7 +39,7 @@ def owner(sdr: Persona, make_person: Callable[..., User]) -> User:
 @pytest.fixture
 def teammate(sdr: Persona, make_person: Callable[..., User]) -> User:
     """An ordinary member of acme: may decide, gets no emails."""
-    return make_person("tom@acme.test", workspace=sdr.agent.workspace, role="member")
+    return make_person("tom@acme.test", workspace=sdr.agent.workspace, role="approver")
 
 
 def request_approval(persona: Persona, **fields: Any) -> httpx.Response:

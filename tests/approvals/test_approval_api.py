@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from approvals.models import Approval
 from tests.approvals.conftest import created, problem, request_approval
 from tests.bookings.helpers import parse
@@ -160,6 +162,7 @@ def test_a_hold_gets_one_pending_approval_at_a_time(sdr):
     assert sdr.client.get(f"/holds/{hold['id']}").json()["status"] == "released"
 
 
+@pytest.mark.concurrency
 def test_two_requests_racing_for_one_hold_get_one_approval_and_the_winners_pin(sdr):
     cal = create_calendar(sdr)
     hold = sdr.client.post(f"/calendars/{cal['id']}/holds", json=slot(hours_ahead=42)).json()

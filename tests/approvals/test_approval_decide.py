@@ -18,6 +18,7 @@ from tests.conftest import audit_rows
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.concurrency
 def test_two_people_deciding_at_once_one_wins_and_the_other_learns_who(sdr, owner, teammate):
     calendar, hold, approval = gated_hold(sdr)
     barrier = threading.Barrier(2)

@@ -25,6 +25,7 @@ def _time_is_up(approval_id: str) -> None:
     )
 
 
+@pytest.mark.concurrency
 def test_two_sweeps_at_once_expire_an_approval_exactly_once_and_release_its_hold(sdr):
     calendar, hold, approval = gated_hold(sdr, expires_in_seconds=60)
     _time_is_up(approval["id"])

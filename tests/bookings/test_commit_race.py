@@ -10,7 +10,7 @@ import pytest
 from bookings.models import Reservation, ReservationStatus
 from tests.conftest import audit_rows, create_calendar, overlapping_live_pairs, slot
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.concurrency]
 
 
 def test_exactly_one_of_ten_concurrent_commits_wins(make_agent):

@@ -5,6 +5,8 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from threading import Barrier
 
+import pytest
+
 from tests.bookings.helpers import commit_hold, created, hold, problem, rows_of
 from tests.conftest import audit_rows, create_calendar, overlapping_live_pairs, slot
 
@@ -36,6 +38,7 @@ def test_a_released_and_reheld_range_gets_a_newer_token(sdr, make_agent, calenda
     assert second["fencing_token"] > first["fencing_token"]
 
 
+@pytest.mark.concurrency
 def test_concurrent_holds_on_one_calendar_get_distinct_tokens(make_agent):
     agents = [make_agent(f"fencer-{i}", priority=100) for i in range(8)]
     cal = create_calendar(agents[0])

@@ -101,6 +101,7 @@ def test_evicting_a_multi_calendar_hold_on_one_calendar_evicts_it_everywhere(
 
 
 @pytest.mark.slow
+@pytest.mark.concurrency
 def test_opposite_order_multi_calendar_requests_never_deadlock(make_agent):
     alice = make_agent("alice", priority=100, max_priority=100)
     bob = make_agent("bob", priority=100, max_priority=100)

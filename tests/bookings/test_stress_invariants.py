@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from audit.models import AuditRecord, Outcome
 from tests.conftest import create_calendar, iso, overlapping_live_pairs
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.concurrency]
 
 SLOT_MINUTES = 15
 WINDOW_SLOTS = 8  # two hours: small enough that everyone collides

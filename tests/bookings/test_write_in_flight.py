@@ -18,7 +18,7 @@ from bench.runner import conninfo_for_baselines
 from bookings.models import Calendar, Reservation, ReservationStatus
 from tests.conftest import audit_rows, create_calendar, overlapping_live_pairs, slot
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.concurrency]
 
 
 @pytest.fixture

@@ -50,6 +50,7 @@ def problem(status: int, code: str, **extra: Any) -> bytes:
 # --- Races -------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.concurrency
 def test_ten_racing_agents_get_one_hold_and_nine_slot_conflicts_with_alternatives(
     make_agent: Callable[..., Persona], agentcal_for: MakeClient
 ) -> None:

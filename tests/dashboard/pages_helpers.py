@@ -1,7 +1,7 @@
 """Shared by the audit, calendar and agents page tests: named people and agents, and small shortcuts.
 
-The team: in workspace `acme` an owner (olivia), an admin (adam) and a member (mo) with agents `sdr` and
-`exec_assistant`; in workspace `globex` an outsider (otto) with agent `rival`.
+The team: in workspace `acme` an owner (olivia), an admin (adam) and an approver (mo, `member`) with
+agents `sdr` and `exec_assistant`; in workspace `globex` an outsider (otto) with agent `rival`.
 """
 
 from __future__ import annotations
@@ -27,11 +27,12 @@ class Team:
     other_workspace: Workspace
     owner: Any
     admin: Any
-    member: Any
+    member: Any  # an approver: decides approvals, manages nothing
     outsider: Any
     sdr: Agent
     exec_assistant: Agent
     rival: Agent
+    viewer: Any = None  # added by the tests that need one
 
 
 def make_team(user_model: Any) -> Team:
@@ -48,7 +49,7 @@ def make_team(user_model: Any) -> Team:
         other_workspace=globex,
         owner=person("olivia@acme.test", acme, Role.OWNER),
         admin=person("adam@acme.test", acme, Role.ADMIN),
-        member=person("mo@acme.test", acme, Role.MEMBER),
+        member=person("mo@acme.test", acme, Role.APPROVER),
         outsider=person("otto@globex.test", globex, Role.OWNER),
         sdr=Agent.objects.create(workspace=acme, name="SDR bot", slug="sdr", priority=100, max_priority=200),
         exec_assistant=Agent.objects.create(

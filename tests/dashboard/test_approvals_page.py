@@ -57,12 +57,13 @@ def test_evidence_is_escaped_not_executed(client, agent):
     assert "&lt;b&gt;key&lt;/b&gt;" in html
 
 
-def test_a_member_may_decide_and_the_decision_records_who(client, agent):
+def test_an_approver_may_decide_and_the_decision_records_who(client, agent):
     approval = ask(agent)
-    member = make_person("mo@acme.test", role=Role.MEMBER)
+    member = make_person("mo@acme.test", role=Role.APPROVER)
     client.force_login(member)
     response = client.post(
-        f"/w/acme/approvals/{approval.public_id}/decide", {"decision": "deny", "note": "Not yet"}
+        f"/w/acme/approvals/{approval.public_id}/decide",
+        {"decision": "deny", "note": "Not yet", "confirmed": "yes"},
     )
     assert response.status_code == 302
     approval.refresh_from_db()
@@ -75,12 +76,16 @@ def test_a_member_may_decide_and_the_decision_records_who(client, agent):
 
 def test_the_second_person_to_decide_is_told_who_won(client, agent):
     approval = ask(agent)
-    first, second = make_person("ann@acme.test"), make_person("bob@acme.test", role=Role.MEMBER)
+    first, second = make_person("ann@acme.test"), make_person("bob@acme.test", role=Role.APPROVER)
     client.force_login(first)
-    client.post(f"/w/acme/approvals/{approval.public_id}/decide", {"decision": "approve"})
+    client.post(f"/w/acme/approvals/{approval.public_id}/decide", {"decision": "approve", "confirmed": "yes"})
     other = Client()
     other.force_login(second)
-    page = other.post(f"/w/acme/approvals/{approval.public_id}/decide", {"decision": "deny"}, follow=True)
+    page = other.post(
+        f"/w/acme/approvals/{approval.public_id}/decide",
+        {"decision": "deny", "confirmed": "yes"},
+        follow=True,
+    )
     assert "Already approved by ann@acme.test" in page.content.decode()
     approval.refresh_from_db()
     assert approval.status == "approved" and approval.decided_by_email == "ann@acme.test"
@@ -114,7 +119,7 @@ def test_an_approval_id_from_another_workspace_is_404_even_for_a_member_here(cli
 def test_signed_out_people_are_sent_to_sign_in_and_cannot_decide(client, agent):
     approval = ask(agent)
     assert client.get("/w/acme/approvals").url.startswith("/auth/sign-in")
-    client.post(f"/w/acme/approvals/{approval.public_id}/decide", {"decision": "approve"})
+    client.post(f"/w/acme/approvals/{approval.public_id}/decide", {"decision": "approve", "confirmed": "yes"})
     approval.refresh_from_db()
     assert approval.status == "pending"
 
@@ -124,7 +129,9 @@ def test_deciding_needs_the_csrf_token(agent):
     strict = Client(enforce_csrf_checks=True)
     strict.force_login(make_person("olivia@acme.test"))
     assert (
-        strict.post(f"/w/acme/approvals/{approval.public_id}/decide", {"decision": "approve"}).status_code
+        strict.post(
+            f"/w/acme/approvals/{approval.public_id}/decide", {"decision": "approve", "confirmed": "yes"}
+        ).status_code
         == 403
     )
     assert Approval.objects.get().status == "pending"

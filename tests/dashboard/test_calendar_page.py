@@ -1,4 +1,5 @@
-"""Calendars: the list with live counts and the live day/week timeline in the calendar's time zone."""
+"""Calendars: the list with live counts and the live day/week timeline in the calendar's time zone, on
+working hours and live reservations unless asked for all 24 hours and the ended ones."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from tests.dashboard.pages_helpers import (
 )
 
 BLOCK = re.compile(
-    r'class="block (\w+)(?: short)?" data-testid="block" data-status="(\w+)" data-reservation="([^"]+)"'
+    r'class="block (\w+)(?: [\w-]+)*" data-testid="block" data-status="([\w ]+)" data-reservation="([^"]+)"'
 )
 
 
@@ -38,6 +39,13 @@ def calendar(team):
 def url(calendar, **query: str) -> str:
     params = "&".join(f"{k}={v}" for k, v in query.items())
     return f"/w/acme/calendars/{calendar.public_id}" + (f"?{params}" if params else "")
+
+
+def found(pattern: str, html: str, flags: int = 0) -> str:
+    """The first group of the pattern's first match in the page (the test fails if there is none)."""
+    match = re.search(pattern, html, flags)
+    assert match is not None, pattern
+    return match.group(1)
 
 
 def blocks(html: str) -> dict[str, tuple[str, str]]:
@@ -105,7 +113,7 @@ def test_the_list_has_an_empty_state(team):
     assert "No calendars yet" in text(signed_in(team.member).get("/w/acme/calendars"))
 
 
-def test_the_week_shows_held_committed_frozen_and_ended_blocks(team, calendar):
+def test_the_week_shows_live_blocks_and_says_how_many_ended_ones_it_leaves_out(team, calendar):
     day = future_day(3)
     ids = reserve_every_kind(team, calendar, day)
 
@@ -117,17 +125,60 @@ def test_the_week_shows_held_committed_frozen_and_ended_blocks(team, calendar):
         ids["held"]: ("held", "held"),
         ids["committed"]: ("committed", "committed"),
         ids["frozen"]: ("frozen", "frozen"),
-        ids["cancelled"]: ("ended", "cancelled"),
-        ids["bumped"]: ("ended", "bumped"),
         ids["bumper"]: ("committed", "committed"),
-        ids["lapsed"]: ("ended", "lapsed"),
     }
+    assert "3 ended (released, expired, evicted, bumped, cancelled) not shown" in html
     assert html.count('data-testid="day-column"') == 7
     held = Reservation.objects.get(hold_id=ids["held"])
     assert held.expires_at is not None
     assert f'data-countdown="{held.expires_at.isoformat()}"' in html
     # Each block says what it is, whose it is and at what priority.
     assert "Demo call" in html and "SDR bot" in html and "P500" in html and "CEO sync" in html
+
+
+def test_the_ended_toggle_shows_the_ended_blocks_too(team, calendar):
+    day = future_day(3)
+    ids = reserve_every_kind(team, calendar, day)
+    week = text(signed_in(team.member).get(url(calendar, view="week", date=day.isoformat())))
+    toggle = f"/w/acme/calendars/{calendar.public_id}?view=week&amp;date={day.isoformat()}&amp;ended=1"
+    assert f'href="{toggle}"' in week
+
+    html = text(signed_in(team.member).get(url(calendar, view="week", date=day.isoformat(), ended="1")))
+
+    assert blocks(html) == {
+        ids["held"]: ("held", "held"),
+        ids["committed"]: ("committed", "committed"),
+        ids["frozen"]: ("frozen", "frozen"),
+        ids["cancelled"]: ("ended", "cancelled"),
+        ids["bumped"]: ("ended", "bumped"),
+        ids["bumper"]: ("committed", "committed"),
+        ids["lapsed"]: ("ended", "lapsed"),
+    }
+    assert "not shown" not in html
+    # Every link on the page keeps the choice (the next week, the day view, the 24 h toggle).
+    assert "&amp;ended=1" in found(r'href="([^"]+)" data-testid="next"', html)
+    assert "&amp;ended=1" in found(r'href="([^"]+)"[^>]*data-testid="hours-all"', html)
+
+
+def test_a_hold_awaiting_approval_is_marked_and_links_to_its_approval(team, calendar):
+    day = future_day(3)
+    gated = hold_create(
+        actor=actor(team.sdr),
+        calendar=calendar,
+        span=span_on(day, time(9)),
+        ttl_seconds=600,
+        title="Discount",
+    )
+    Reservation.objects.filter(pk=gated.primary.pk).update(awaiting_approval="apr_waiting")
+    client = signed_in(team.member)
+
+    html = text(client.get(url(calendar, view="day", date=day.isoformat())))
+
+    assert blocks(html) == {gated.primary.hold_id: ("held", "awaiting approval")}
+    assert re.search(r'class="block held[\w -]* gated"', html)
+    assert 'href="/w/acme/approvals/apr_waiting" data-testid="approval-pill"' in html
+    drawer = text(client.get(f"/w/acme/calendars/{calendar.public_id}/reservations/{gated.primary.hold_id}"))
+    assert 'href="/w/acme/approvals/apr_waiting" data-testid="approval-link"' in drawer
 
 
 def test_untrusted_titles_are_escaped(team, calendar):
@@ -154,9 +205,13 @@ def test_times_are_shown_in_the_calendars_time_zone(team):
 
     html = text(client.get(url(calendar, view="day", date=day.isoformat())))
 
-    assert "10:00–10:30" in html and "22:00–22:30" in html  # 15:00 and 03:00 (next day) UTC
-    assert set(blocks(html)) == {booking.primary.booking_id, late.primary.booking_id}
-    assert "America/New_York" in html
+    assert "10:00–10:30" in html and "America/New_York" in html  # 15:00 UTC
+    # 03:00 UTC the next day is 22:00 here: outside working hours, so counted, and drawn in the 24 h view.
+    assert set(blocks(html)) == {booking.primary.booking_id}
+    assert 'data-testid="later">↓ 1 later</a>' in html
+    all_day = text(client.get(url(calendar, view="day", date=day.isoformat(), hours="24")))
+    assert "22:00–22:30" in all_day
+    assert set(blocks(all_day)) == {booking.primary.booking_id, late.primary.booking_id}
     next_day = text(client.get(url(calendar, view="day", date=(day + timedelta(days=1)).isoformat())))
     assert blocks(next_day) == {}
 
@@ -198,14 +253,15 @@ def test_the_timeline_polls_itself_and_the_partial_is_just_the_timeline(team, ca
     client = signed_in(team.member)
     page = text(client.get(url(calendar, view="week", date=day.isoformat())))
     self_url = f"/w/acme/calendars/{calendar.public_id}?view=week&amp;date={day.isoformat()}"
-    assert f'hx-get="{self_url}" hx-trigger="every 5s"' in page
+    assert f'hx-get="{self_url}" hx-trigger="every 5s, calendar-changed from:body"' in page
 
     partial = client.get(url(calendar, view="week", date=day.isoformat()), HTTP_HX_REQUEST="true")
 
     assert partial.status_code == 200
     body = text(partial)
     assert "<html" not in body and "sidebar" not in body and "hx-trigger" not in body
-    assert set(blocks(body)) == set(ids.values())
+    live = {ids[name] for name in ("held", "committed", "frozen", "bumper")}
+    assert set(blocks(body)) == live
 
 
 def test_an_empty_range_says_so(team, calendar):
@@ -236,7 +292,7 @@ def test_anonymous_is_sent_to_sign_in(team, calendar, client):
 def test_overlapping_blocks_sit_side_by_side(team, calendar):
     day = future_day(3)
     ids = reserve_every_kind(team, calendar, day)
-    html = text(signed_in(team.member).get(url(calendar, view="day", date=day.isoformat())))
+    html = text(signed_in(team.member).get(url(calendar, view="day", date=day.isoformat(), ended="1")))
 
     def geometry(reservation: str) -> dict[str, str]:
         """The block's data-top/-height/-left/-width, which app.js applies as its style."""
@@ -244,23 +300,47 @@ def test_overlapping_blocks_sit_side_by_side(team, calendar):
         assert match is not None, reservation
         return dict(re.findall(r'data-(top|height|left|width)="([^"]*)"', match.group(1)))
 
-    # The bumped booking and the one that took its place share 13:00 and split the column.
+    # The bumped booking and the one that took its place share 13:00 and split the column, the live one
+    # on the left.
     bumped, bumper = geometry(ids["bumped"]), geometry(ids["bumper"])
-    assert bumped["width"] == bumper["width"] == "calc(50.0000% - 8px)"
-    assert {bumped["left"], bumper["left"]} == {"calc(0.0000% + 4px)", "calc(50.0000% + 4px)"}
+    assert bumped["width"] == bumper["width"] == "calc(50.0000% - 6px)"
+    assert (bumper["left"], bumped["left"]) == ("calc(0.0000% + 3px)", "calc(50.0000% + 3px)")
     assert bumped["top"] == bumper["top"]
-    assert geometry(ids["committed"])["width"] == "calc(100.0000% - 8px)"
-    assert geometry(ids["committed"])["left"] == "calc(0.0000% + 4px)"
+    assert geometry(ids["committed"])["width"] == "calc(100.0000% - 6px)"
+    assert geometry(ids["committed"])["left"] == "calc(0.0000% + 3px)"
     assert " style=" not in html
 
 
-def test_the_visible_hours_widen_to_fit_early_and_late_reservations(team, calendar):
+def test_a_crowd_of_ended_holds_folds_into_one_chip(team, calendar):
+    day = future_day(3)
+    for _ in range(8):
+        released = hold_create(actor=actor(team.sdr), calendar=calendar, span=span_on(day, time(10)))
+        Reservation.objects.filter(pk=released.primary.pk).update(status="released")
+    demo = booking_create(actor=actor(team.sdr), calendar=calendar, span=span_on(day, time(10)), title="Demo")
+
+    html = text(signed_in(team.member).get(url(calendar, view="week", date=day.isoformat(), ended="1")))
+
+    assert set(blocks(html)) == {demo.primary.booking_id}
+    chip = re.search(r'<a class="more-chip" href="([^"]+)" data-testid="more-chip"[^>]*>\+(\d+)</a>', html)
+    assert chip is not None and chip.group(2) == "8"
+    assert f"view=day&amp;date={day.isoformat()}" in chip.group(1)  # the day has room for more lanes
+
+
+def test_working_hours_by_default_and_all_24_on_request(team, calendar):
     client = signed_in(team.member)
     quiet = text(client.get(url(calendar, view="day", date="2031-03-12")))
-    assert ">07:00<" in quiet and ">19:00<" in quiet and ">06:00<" not in quiet and ">20:00<" not in quiet
+    assert ">08:00<" in quiet and ">17:00<" in quiet and ">07:00<" not in quiet and ">18:00<" not in quiet
+    assert 'data-hours="10"' in quiet
 
     day = future_day(3)
-    booking_create(actor=actor(team.sdr), calendar=calendar, span=span_on(day, time(5)))
-    booking_create(actor=actor(team.sdr), calendar=calendar, span=span_on(day, time(22, 30)))
+    early = booking_create(actor=actor(team.sdr), calendar=calendar, span=span_on(day, time(5)))
+    late = booking_create(actor=actor(team.sdr), calendar=calendar, span=span_on(day, time(22, 30)))
     busy = text(client.get(url(calendar, view="day", date=day.isoformat())))
-    assert ">05:00<" in busy and ">22:00<" in busy and ">04:00<" not in busy
+    assert ">05:00<" not in busy and blocks(busy) == {}
+    assert 'data-testid="earlier">↑ 1 earlier</a>' in busy and 'data-testid="later">↓ 1 later</a>' in busy
+    assert "2 outside 08–18" in busy
+
+    whole = text(client.get(url(calendar, view="day", date=day.isoformat(), hours="24")))
+    assert ">00:00<" in whole and ">23:00<" in whole and 'data-hours="24"' in whole
+    assert set(blocks(whole)) == {early.primary.booking_id, late.primary.booking_id}
+    assert 'data-testid="earlier"' not in whole

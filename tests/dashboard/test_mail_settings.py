@@ -1,6 +1,7 @@
 """Mail settings: members read the inbound domain, the MX record and the webhook URL; owners and admins
-set the domain (a hostname of their own, unique, not under AgentCal's suffix) and generate or rotate the
-inbound webhook's secret, shown once. Every change is audited with the person's email."""
+set the domain (a hostname of their own, unique, not under AgentCal's suffix, used once a TXT record
+found by a real DNS server proves it) and generate or rotate the inbound webhook's secret, shown once.
+Every change is audited with the person's email."""
 
 from __future__ import annotations
 
@@ -16,12 +17,14 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from django.core.management import CommandError, call_command
+from django.db.models.functions import Now
 from django.test import Client
 
 from audit.models import AuditRecord
 from inboxes.addresses import resolve_recipient
 from inboxes.mail_settings import inbound_webhook_secret
 from tests.dashboard.pages_helpers import make_team, signed_in, text
+from tests.inboxes.dns_server import dns_server  # noqa: F401 (fixture)
 from workspaces.models import Workspace
 
 MAIL = "/w/acme/settings/mail"
@@ -82,7 +85,7 @@ def test_members_see_the_domain_mx_record_and_webhook_url_without_forms(team, se
     assert 'data-testid="secret-status">not set' in html
     assert "exec-assistant@acme.agentcal.localhost" in html  # an example address
     assert 'data-testid="domain-form"' not in html and 'data-testid="secret-form"' not in html
-    assert 'href="/w/acme/settings/mail" class="active">Mail setup</a>' in html  # the nav link
+    assert 'href="/w/acme/settings/mail" class="active"' in html  # the nav link
 
 
 def test_the_dkim_record_to_publish_is_shown_when_mail_is_signed(team, settings):
@@ -112,23 +115,140 @@ def test_managers_get_the_forms_and_outsiders_get_404(team):
 # --- The inbound domain ------------------------------------------------------------------------------------
 
 
-def test_an_owner_sets_a_domain_of_their_own_and_agents_receive_mail_there(team):
+VERIFY = {"action": "verify"}
+TXT_RECORD = re.compile(
+    r'data-testid="verification-record">_agentcal\.([a-z0-9.-]+)\. IN TXT "([^"]+)"</code>'
+)
+
+
+def test_an_owner_proves_a_domain_by_dns_and_agents_receive_mail_there(team, dns_server):  # noqa: F811
     owner = signed_in(team.owner)
     response = owner.post(MAIL, {"inbound_domain": " Mail.Acme.Test. "})
 
     assert response.status_code == 302 and response["Location"] == MAIL
-    assert acme().inbound_domain == "mail.acme.test"
+    # Pending: nothing is received at it, nothing is signed as it, until it is proven.
+    assert acme().inbound_domain == "" and acme().inbound_domain_pending == "mail.acme.test"
+    assert resolve_recipient("sdr@mail.acme.test").foreign
+    page = text(owner.get(MAIL))
+    assert "Publish the TXT record shown for mail.acme.test, then press Verify." in page
+    assert '<strong data-testid="domain">acme.agentcal.localhost</strong>' in page
+    record = TXT_RECORD.search(page)
+    assert record and record.group(1) == "mail.acme.test"
+    assert record.group(2) == f"agentcal-verification={acme().inbound_domain_token}"
+    assert 'data-testid="verify-form"' in page
+    (requested,) = audit_rows("workspace.inbound_domain.requested")
+    assert requested.actor_user == "olivia@acme.test"
+    assert requested.details == {"domain": "mail.acme.test", "current": "acme.agentcal.localhost"}
+
+    dns_server.publish("_agentcal.mail.acme.test", record.group(2))
+    verified = owner.post(MAIL, VERIFY)
+
+    assert verified.status_code == 302 and verified["Location"] == MAIL
+    assert dns_server.queries == ["_agentcal.mail.acme.test"]
+    assert acme().inbound_domain == "mail.acme.test" and acme().inbound_domain_verified_at is not None
+    assert acme().inbound_domain_pending == ""
     assert resolve_recipient("sdr@mail.acme.test").agent == team.sdr
     assert resolve_recipient("sdr@acme.agentcal.localhost").agent == team.sdr  # the default still works
-    (row,) = audit_rows("workspace.inbound_domain.updated")
+    (row,) = audit_rows("workspace.inbound_domain.verified")
     assert row.actor_user == "olivia@acme.test" and row.workspace_id == team.workspace.pk
     assert row.details == {"from": "acme.agentcal.localhost", "to": "mail.acme.test"}
     page = text(owner.get(MAIL))
-    assert "Agents now receive mail at …@mail.acme.test." in page
-    assert "mail.acme.test. IN MX 10" in page
+    assert "mail.acme.test is verified: agents now receive mail at …@mail.acme.test." in page
+    assert "mail.acme.test. IN MX 10" in page and 'data-testid="pending-domain"' not in page
 
     back = owner.post(MAIL, {"inbound_domain": "acme.agentcal.localhost"})
-    assert back.status_code == 302 and acme().inbound_domain == ""  # its own default: stored as blank
+    assert back.status_code == 302 and acme().inbound_domain == ""  # its own default: at once, stored blank
+    (updated,) = audit_rows("workspace.inbound_domain.updated")
+    assert updated.details == {"from": "mail.acme.test", "to": "acme.agentcal.localhost"}
+
+
+def test_a_record_with_another_token_or_none_at_all_is_a_form_error_and_audited(team, dns_server):  # noqa: F811
+    admin = signed_in(team.admin)
+    admin.post(MAIL, {"inbound_domain": "mail.acme.test"})
+    dns_server.publish("_agentcal.mail.acme.test", "agentcal-verification=someone-elses-token")
+    dns_server.publish("_agentcal.mail.acme.test", "v=spf1 -all")
+
+    wrong = admin.post(MAIL, VERIFY)
+    del dns_server.txt["_agentcal.mail.acme.test"]
+    missing = admin.post(MAIL, VERIFY)
+
+    assert wrong.status_code == 400
+    assert 'data-testid="verify-error"' in text(wrong)
+    assert "has no TXT record" in text(wrong) and "someone-elses-token" in text(wrong)
+    assert 'data-testid="verify-form"' in text(wrong)  # to try again
+    assert missing.status_code == 400 and "has no TXT record" in text(missing)
+    assert acme().inbound_domain == "" and acme().inbound_domain_pending == "mail.acme.test"
+    rows = audit_rows("workspace.inbound_domain.verify.rejected")
+    assert [row.failure_reason for row in rows] == ["inbound_domain_unverified"] * 2
+    assert rows[0].actor_user == "adam@acme.test" and rows[0].details["domain"] == "mail.acme.test"
+    assert sorted(rows[0].details["found"]) == ["agentcal-verification=someone-elses-token", "v=spf1 -all"]
+    assert rows[1].details["found"] == []
+    assert audit_rows("workspace.inbound_domain.verified") == []
+
+
+def test_a_dns_server_that_does_not_answer_is_a_form_error(team, dns_server, settings):  # noqa: F811
+    admin = signed_in(team.admin)
+    admin.post(MAIL, {"inbound_domain": "mail.acme.test"})
+    dns_server.silent = True
+    settings.INBOUND_DOMAIN_DNS_TIMEOUT_SECONDS = 0.3
+
+    response = admin.post(MAIL, VERIFY)
+
+    assert response.status_code == 400
+    assert "_agentcal.mail.acme.test could not be looked up" in text(response)
+    assert acme().inbound_domain == ""
+    assert len(audit_rows("workspace.inbound_domain.verify.rejected")) == 1
+
+
+def test_verify_without_a_pending_domain_is_a_clear_error(team):
+    response = signed_in(team.owner).post(MAIL, VERIFY)
+
+    assert response.status_code == 409
+    assert "Enter the domain first" in text(response)
+
+
+def test_a_verified_domain_keeps_receiving_while_the_next_one_waits_for_its_proof(team, dns_server):  # noqa: F811
+    Workspace.objects.filter(pk=team.workspace.pk).update(
+        inbound_domain="mail.acme.test", inbound_domain_verified_at=Now()
+    )
+    owner = signed_in(team.owner)
+
+    owner.post(MAIL, {"inbound_domain": "agents.acme.test"})
+    token = acme().inbound_domain_token
+    owner.post(MAIL, {"inbound_domain": "agents.acme.test"})  # asked again: the same record stays good
+
+    assert acme().inbound_domain_token == token
+    assert resolve_recipient("sdr@mail.acme.test").agent == team.sdr
+    assert resolve_recipient("sdr@agents.acme.test").foreign
+    dns_server.publish("_agentcal.agents.acme.test", f"agentcal-verification={token}")
+    assert owner.post(MAIL, VERIFY).status_code == 302
+    assert resolve_recipient("sdr@agents.acme.test").agent == team.sdr
+    assert resolve_recipient("sdr@mail.acme.test").foreign  # the previous custom domain is let go
+
+    # Asking for the domain in use drops nothing and needs no proof.
+    assert owner.post(MAIL, {"inbound_domain": "agents.acme.test"}).status_code == 302
+    assert acme().inbound_domain == "agents.acme.test" and acme().inbound_domain_pending == ""
+
+
+def test_a_claimed_domain_does_not_block_its_owner_and_the_first_to_prove_it_wins(team, dns_server):  # noqa: F811
+    """Asking is free and blocks nobody: a squatter's request for someone's domain waits forever, the
+    owner asks too and proves it; a second workspace that could publish a record too comes second."""
+    squatter, owner = signed_in(team.outsider), signed_in(team.owner)
+    assert squatter.post("/w/globex/settings/mail", {"inbound_domain": "acme.test"}).status_code == 302
+    assert owner.post(MAIL, {"inbound_domain": "acme.test"}).status_code == 302
+    dns_server.publish("_agentcal.acme.test", f"agentcal-verification={acme().inbound_domain_token}")
+    globex = Workspace.objects.get(slug="globex")
+    dns_server.publish("_agentcal.acme.test", f"agentcal-verification={globex.inbound_domain_token}")
+
+    assert owner.post(MAIL, VERIFY).status_code == 302
+    second = squatter.post("/w/globex/settings/mail", VERIFY)
+
+    assert second.status_code == 409
+    assert "acme.test was verified by another workspace first." in text(second)
+    assert acme().inbound_domain == "acme.test"
+    assert Workspace.objects.get(slug="globex").inbound_domain == ""
+    (refused,) = audit_rows("workspace.inbound_domain.verify.rejected")
+    assert refused.failure_reason == "inbound_domain_taken" and refused.workspace_id == globex.pk
 
 
 @pytest.mark.parametrize(
@@ -146,25 +266,31 @@ def test_an_owner_sets_a_domain_of_their_own_and_agents_receive_mail_there(team)
     ],
 )
 def test_a_domain_that_is_not_allowed_is_a_form_error_and_changes_nothing(team, domain, error):
-    Workspace.objects.filter(pk=team.other_workspace.pk).update(inbound_domain="taken.example.com")
+    Workspace.objects.filter(pk=team.other_workspace.pk).update(
+        inbound_domain="taken.example.com", inbound_domain_verified_at=Now()
+    )
 
     response = signed_in(team.admin).post(MAIL, {"inbound_domain": domain})
 
     assert response.status_code == 400
     assert error in text(response)
     assert 'data-testid="domain-error"' in text(response)
-    assert acme().inbound_domain == ""
+    assert acme().inbound_domain == "" and acme().inbound_domain_pending == ""
     assert audit_rows("workspace.inbound_domain.updated") == []
+    assert audit_rows("workspace.inbound_domain.requested") == []
 
 
 def test_members_cannot_change_anything_and_posts_need_a_csrf_token(team):
     member = signed_in(team.member)
     assert member.post(MAIL, {"inbound_domain": "mail.acme.test"}).status_code == 403
+    assert member.post(MAIL, VERIFY).status_code == 403
     assert member.post(SECRET).status_code == 403
     strict_owner = signed_in(team.owner, enforce_csrf_checks=True)
     assert strict_owner.post(MAIL, {"inbound_domain": "mail.acme.test"}).status_code == 403
+    assert strict_owner.post(MAIL, VERIFY).status_code == 403
     assert strict_owner.post(SECRET).status_code == 403
-    assert acme().inbound_domain == "" and acme().inbound_webhook_secret == ""
+    assert acme().inbound_domain_pending == "" and acme().inbound_webhook_secret == ""
+    assert audit_rows("workspace.inbound_domain.verify.rejected") == []
     assert signed_in(team.outsider).post(SECRET).status_code == 404
 
 

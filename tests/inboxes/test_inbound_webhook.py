@@ -185,6 +185,7 @@ def test_a_retried_webhook_id_is_answered_the_same_and_stored_once(sdr, post):
     assert InboundRaw.objects.count() == 1 == InboundWebhookDelivery.objects.count()
 
 
+@pytest.mark.concurrency
 def test_a_copy_racing_an_uncommitted_first_one_waits_and_answers_with_its_result(sdr, post):
     """The copy finds no earlier delivery (the first is not committed yet), stores the message, and
     waits on the unique webhook id; when the first commits, its own write is rolled back and it answers

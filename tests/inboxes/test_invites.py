@@ -200,6 +200,7 @@ def test_an_attendees_reply_updates_the_booking(sdr, calendar, trusted_mx):
     assert announced.payload["message_id"] == message.public_id
 
 
+@pytest.mark.concurrency
 def test_an_answer_never_overwrites_a_concurrent_change_to_the_attendees(sdr, calendar, trusted_mx):
     """Another writer holds the booking's row (and has changed its attendees) while the reply is applied:
     the reply's version-checked update waits, finds the row moved on, and merges into the new list."""
@@ -504,6 +505,7 @@ def test_sending_an_invite_for_no_live_booking_of_ones_own_is_refused(sdr, exec_
     assert not Message.objects.exists() and not BookingInvite.objects.exists()
 
 
+@pytest.mark.concurrency
 def test_a_cancelled_booking_sends_its_cancel_once_even_with_two_sweeps_racing(sdr, calendar, sink):
     from django.db import connection as db
 
@@ -578,9 +580,9 @@ def test_an_agent_over_its_send_quota_holds_up_only_its_own_cancels(
     assert cancel.agent_id == exec_assistant.agent.pk
     waiting = BookingInvite.objects.filter(agent=sdr.agent)
     assert all(i.cancelled_at is None and i.next_try_at is not None for i in waiting)
-    pushed = sorted(i.next_try_at for i in waiting)
+    pushed = sorted(i.next_try_at for i in waiting if i.next_try_at)
     assert invites_cancel_ended() == 0  # not tried again before then
-    assert sorted(i.next_try_at for i in waiting) == pushed
+    assert sorted(i.next_try_at for i in waiting if i.next_try_at) == pushed
 
     # The limit raised, and the wait over: they go out.
     Agent.objects.filter(pk=sdr.agent.pk).update(inbox_burst_limit=None)

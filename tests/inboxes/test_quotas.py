@@ -44,6 +44,7 @@ def set_limits(persona, **limits: int | None) -> None:
     persona.agent.save(update_fields=[f"inbox_{name}" for name in limits])
 
 
+@pytest.mark.concurrency
 def test_twenty_concurrent_sends_admit_exactly_the_burst_limit(sdr):
     set_limits(sdr, burst_limit=5)
     barrier = threading.Barrier(20)

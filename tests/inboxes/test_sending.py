@@ -228,6 +228,7 @@ def test_a_key_without_inbox_send_is_refused(make_agent):
     assert not Message.objects.exists()
 
 
+@pytest.mark.concurrency
 def test_two_runs_of_one_delivery_hand_the_relay_the_message_once(sdr, sink):
     """A redelivered task, or two workers: the message's row lock makes the second run wait, then find
     it sent."""

@@ -9,6 +9,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from django.db import connection as db
 from django.db import transaction
 
@@ -80,6 +81,7 @@ def test_an_upstream_event_evicts_a_hold_and_flags_a_booking(
     assert len(receiver.of_type("booking.upstream_conflict")) == 1
 
 
+@pytest.mark.concurrency
 def test_holds_commits_and_ingestions_racing_on_one_span(
     linked: Linked, make_agent: Any, sdr: Persona
 ) -> None:
@@ -137,6 +139,7 @@ def test_holds_commits_and_ingestions_racing_on_one_span(
     print(f"{len(outcomes)} writes, {flagged} bookings flagged, {len(evictions)} holds evicted upstream")
 
 
+@pytest.mark.concurrency
 def test_processing_twice_at_once_applies_each_record_once(linked: Linked) -> None:
     linked.human.put("a.ics", phone_event("a", hour(30)))
     from sync.models import Connection
@@ -160,6 +163,7 @@ def test_processing_twice_at_once_applies_each_record_once(linked: Linked) -> No
     assert sorted(r.records for r in results if r is not None) == [2], "one processor took the records"
 
 
+@pytest.mark.concurrency
 def test_a_heartbeat_in_flight_cannot_slip_a_hold_under_a_new_block(linked: Linked, sdr: Persona) -> None:
     """The hold looks lapsed to the ingestion's snapshot while a heartbeat that ran just before its
     expiry has not committed yet: the ingestion's row lock waits for the heartbeat, sees the hold live,

@@ -24,6 +24,7 @@ def _all_lapsed() -> bool:
         return bool(cursor.fetchone()[0])
 
 
+@pytest.mark.concurrency
 def test_two_concurrent_sweeps_expire_each_hold_once_with_one_audit_row_each(make_agent):
     agent = make_agent("sweeper", priority=100)
     calendars = [create_calendar(agent, hold_ttl_seconds=1)["id"] for _ in range(3)]

@@ -11,8 +11,10 @@ from accounts.services import magic_link_issue, magic_link_url, owner_create
 
 class Command(BaseCommand):
     help = (
-        "Create a workspace owner (and the workspace when missing) and print a one-time sign-in link "
-        "on the last line. The link works once and expires in MAGIC_LINK_TTL_SECONDS (15 minutes)."
+        "Create a workspace owner (and the workspace when missing; an existing member becomes an owner) "
+        "and print a one-time sign-in link on the last line. The link works once and expires in "
+        "MAGIC_LINK_TTL_SECONDS (15 minutes). Owners invite everyone else, with a role, from the "
+        "dashboard's Team page."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:

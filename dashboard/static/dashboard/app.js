@@ -152,3 +152,169 @@ document.addEventListener("htmx:afterSwap", (event) => {
 });
 // Also content htmx adds outside the swap target (out-of-band swaps, history restores).
 document.addEventListener("htmx:load", (event) => applyGeometry(event.detail.elt));
+
+// --- Layout: the narrow screens' Menu button, and tables as cards on phones (templates/base.html) ---------
+
+// Below 860 px the sidebar folds into a bar with a Menu button (app.css shows the button only where
+// scripting runs, so without JavaScript the menu simply stays open). A disclosure: aria-expanded says
+// whether the menu shows; opening moves the focus to its first link, Escape closes it and gives the focus
+// back to the button.
+function wireMenu() {
+  const button = document.querySelector("[data-menu-button]");
+  if (!button) return;
+  const menu = document.getElementById(button.getAttribute("aria-controls"));
+  const isOpen = () => button.getAttribute("aria-expanded") === "true";
+  const setOpen = (open) => {
+    button.setAttribute("aria-expanded", String(open));
+    menu.classList.toggle("open", open);
+  };
+  button.addEventListener("click", () => {
+    setOpen(!isOpen());
+    if (isOpen()) {
+      const first = menu.querySelector("a[href], button");
+      if (first) first.focus();
+    }
+  });
+  document.addEventListener("keydown", (event) => {
+    if (event.key !== "Escape" || !isOpen()) return;
+    if (!menu.contains(document.activeElement) && document.activeElement !== button) return;
+    setOpen(false);
+    button.focus();
+  });
+}
+
+// On a phone each row of a .table is a card (app.css) whose cells show their column's heading: copy the
+// headings into data-label. Cells that already carry one keep it; cells spanning columns get none.
+function labelTableCells() {
+  document.querySelectorAll("table.table").forEach((table) => {
+    const headings = [];
+    table.querySelectorAll(":scope > thead > tr:first-child > th").forEach((th) => {
+      for (let i = 0; i < th.colSpan; i++) headings.push(th.textContent.trim());
+    });
+    if (!headings.length) return;
+    table.querySelectorAll(":scope > tbody > tr").forEach((row) => {
+      let column = 0;
+      for (const cell of row.cells) {
+        if (cell.colSpan === 1 && !cell.hasAttribute("data-label")) cell.dataset.label = headings[column] || "";
+        column += cell.colSpan;
+      }
+    });
+  });
+}
+
+// A box that scrolls sideways must be reachable from the keyboard to be scrolled (WCAG 2.1.1): where one
+// overflows and holds nothing focusable, the box itself takes the focus.
+function focusableScrollBoxes() {
+  document.querySelectorAll(".card.flush, .scroll-x, .secret, pre").forEach((box) => {
+    if (box.scrollWidth <= box.clientWidth + 1 || box.hasAttribute("tabindex")) return;
+    if (!box.querySelector("a[href], button, input, select, textarea, [tabindex]")) box.tabIndex = 0;
+  });
+}
+
+function layoutPage() {
+  labelTableCells();
+  focusableScrollBoxes();
+}
+
+let layoutTimer = null;
+document.addEventListener("DOMContentLoaded", () => {
+  wireMenu();
+  layoutPage();
+});
+// Right after a swap (before the browser paints the new rows without their labels), and again once
+// htmx has settled (out-of-band swaps, restored history).
+document.addEventListener("htmx:afterSwap", layoutPage);
+document.addEventListener("htmx:afterSettle", layoutPage);
+window.addEventListener("resize", () => {
+  clearTimeout(layoutTimer);
+  layoutTimer = setTimeout(focusableScrollBoxes, 200);
+});
+
+// --- Approvals: the pending count in the tab title (dashboard/templates/dashboard/approvals) -------------
+
+// The sidebar's badge (#pending-badge) polls its own count; the tab title follows it, "(3) Approvals ·
+// AgentCal", so a background tab shows what waits. Run on load and after every htmx swap (the badge's
+// own poll, or an open approval's poll bringing a new badge out of band).
+function syncTitleWithPendingCount() {
+  const badge = document.getElementById("pending-badge");
+  if (!badge) return;
+  const count = parseInt(badge.dataset.pendingCount || "0", 10);
+  const title = document.title.replace(/^\(\d+\) /, "");
+  document.title = count > 0 ? `(${count}) ${title}` : title;
+}
+document.addEventListener("DOMContentLoaded", syncTitleWithPendingCount);
+document.addEventListener("htmx:afterSettle", syncTitleWithPendingCount);
+
+// --- Calendar page: the reservation drawer (dashboard/templates/dashboard/calendars) ---------------------
+// A block (or a row of the list) is a link to its reservation's page; htmx loads that page's drawer partial
+// into #drawer-body, and this opens the <dialog id="cal-drawer"> around it as a modal: the focus moves in
+// and stays there, Escape (the dialog's own cancel) or the ✕ closes it, and the focus goes back to the
+// block that opened it (found again by id: the timeline re-renders every few seconds). The address bar
+// carries #<hold or booking id>, so a link such as an approval's opens the same drawer.
+const RESERVATION_HASH = /^#((?:hld|bk)_[A-Za-z0-9]+)$/;
+
+// The timeline's blocks carry ids, so htmx gives the focus back to the same block after each poll. For
+// an element with an id htmx would also copy its old "style" attribute across the swap (its settle step),
+// and this page's style is the geometry applyGeometry set through the CSSOM: written back as an attribute
+// it is an inline style, which the Content-Security-Policy refuses. Nothing here needs it settled:
+// applyGeometry runs on every swap.
+if (window.htmx) htmx.config.attributesToSettle = htmx.config.attributesToSettle.filter((name) => name !== "style");
+let drawerOpener = null;  // the id of the block or row that opened the drawer (both keep theirs across polls)
+
+function calendarDrawer() {
+  return document.getElementById("cal-drawer");
+}
+
+function focusDrawer(dialog) {
+  const target = [...dialog.querySelectorAll("[data-drawer-focus]")].pop() || dialog.querySelector("h2");
+  if (target) target.focus();
+}
+
+document.addEventListener("click", (event) => {
+  const opener = event.target.closest("[data-drawer-open]");
+  if (opener) drawerOpener = opener.id;
+  const dialog = calendarDrawer();
+  if (!dialog || !dialog.open) return;
+  // The ✕ is a link back to the calendar for pages without JavaScript; here it only closes the drawer.
+  if (event.target.closest("[data-drawer-close]")) { event.preventDefault(); dialog.close(); return; }
+  if (event.target === dialog) dialog.close();  // a click on the backdrop
+});
+
+document.addEventListener("htmx:afterSwap", (event) => {
+  const dialog = calendarDrawer();
+  if (!dialog || event.detail.target.id !== "drawer-body") return;
+  if (!dialog.open) dialog.showModal();
+  focusDrawer(dialog);
+  const content = dialog.querySelector("[data-drawer-reservation]");
+  if (content) history.replaceState(null, "", `#${content.dataset.drawerReservation}`);
+});
+
+function wireCalendarDrawer() {
+  const dialog = calendarDrawer();
+  if (!dialog) return;
+  dialog.addEventListener("close", () => {
+    history.replaceState(null, "", window.location.pathname + window.location.search);
+    const back = drawerOpener && document.getElementById(drawerOpener);
+    drawerOpener = null;
+    if (back) back.focus();
+  });
+  // Opened from a link that names a reservation: load its drawer (whether or not its block is in view).
+  const match = RESERVATION_HASH.exec(window.location.hash);
+  if (match && window.htmx) {
+    const block = document.querySelector(`a.block[data-hold="${match[1]}"], a.block[data-reservation="${match[1]}"]`);
+    if (block) { drawerOpener = block.id; block.scrollIntoView({ block: "center" }); }
+    htmx.ajax("GET", dialog.dataset.drawerUrl.replace("__id__", match[1]), { target: "#drawer-body", swap: "innerHTML" });
+  }
+}
+
+document.addEventListener("DOMContentLoaded", wireCalendarDrawer);
+
+// Term links (a.term, href="#term-…") explain a word in a tooltip and lead to the page's glossary, a
+// <details> closed by default: open it before the browser scrolls to the entry.
+document.addEventListener("click", (event) => {
+  const term = event.target.closest("a.term[href^='#']");
+  if (!term) return;
+  const entry = document.getElementById(term.getAttribute("href").slice(1));
+  const glossary = entry && entry.closest("details");
+  if (glossary) glossary.open = true;
+});
