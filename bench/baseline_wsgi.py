@@ -30,18 +30,20 @@ from bench.baselines import DEFAULT_SCHEMA, BaselineStore
 # Set by the benchmark in the environment of the gunicorn it starts.
 ENV_CONNINFO = "AGENTCAL_BENCH_BASELINE_DB"
 ENV_SCHEMA = "AGENTCAL_BENCH_BASELINE_SCHEMA"
+# "0": do not prepare statements (a transaction-mode pooler is in front; bench.baselines).
+ENV_PREPARE = "AGENTCAL_BENCH_BASELINE_PREPARE"
 
 _ROUTE = re.compile(r"/(naive|advisory_lock)/(\d+)")
 
 
-def make_app(conninfo: str, schema: str = DEFAULT_SCHEMA) -> WSGIApplication:
+def make_app(conninfo: str, schema: str = DEFAULT_SCHEMA, *, prepare: bool = True) -> WSGIApplication:
     # One connection per worker thread, kept open like Django's persistent connections (DB_CONN_MAX_AGE).
     local = threading.local()
 
     def store() -> BaselineStore:
         current: BaselineStore | None = getattr(local, "store", None)
         if current is None or current.conn.closed:
-            current = local.store = BaselineStore(conninfo, schema=schema)
+            current = local.store = BaselineStore(conninfo, schema=schema, prepare=prepare)
         return current
 
     def application(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
@@ -90,5 +92,9 @@ def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[byt
     """The gunicorn entry point: configured from the environment the benchmark passes down."""
     global _app
     if _app is None:
-        _app = make_app(os.environ[ENV_CONNINFO], os.environ.get(ENV_SCHEMA, DEFAULT_SCHEMA))
+        _app = make_app(
+            os.environ[ENV_CONNINFO],
+            os.environ.get(ENV_SCHEMA, DEFAULT_SCHEMA),
+            prepare=os.environ.get(ENV_PREPARE, "1") != "0",
+        )
     return _app(environ, start_response)

@@ -10,7 +10,9 @@
     ceiling for a write that keeps AgentCal's guarantee and records what it did.
 
 Their tables live in their own schema (`bench` by default), created by the benchmark and dropped after
-it, never in the application's migrations.
+it, never in the application's migrations. Their statements are prepared on their connections, as a
+hand-written service would, except behind a transaction-mode pooler (DB_TRANSACTION_POOLER), where a
+prepared statement would be left on a server connection someone else gets next.
 """
 
 from __future__ import annotations
@@ -41,11 +43,12 @@ GUARDED_COPIES = (
 )
 # pg_advisory_xact_lock(int4, int4): a class id of our own keeps clear of any other advisory lock user.
 ADVISORY_CLASS_ID = 0x62656E  # "ben"
+PSYCOPG_PREPARE_THRESHOLD = 5
 
 
 def schema_create(conninfo: str, schema: str = DEFAULT_SCHEMA) -> None:
     """(Re)create the baseline schema and its three tables (dropping what a crashed run left behind)."""
-    with psycopg.connect(conninfo, autocommit=True) as conn:
+    with psycopg.connect(conninfo, autocommit=True, prepare_threshold=None) as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
         conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
         for table, source in GUARDED_COPIES:
@@ -81,7 +84,7 @@ def schema_create(conninfo: str, schema: str = DEFAULT_SCHEMA) -> None:
 
 
 def schema_drop(conninfo: str, schema: str = DEFAULT_SCHEMA) -> None:
-    with psycopg.connect(conninfo, autocommit=True) as conn:
+    with psycopg.connect(conninfo, autocommit=True, prepare_threshold=None) as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
@@ -100,7 +103,7 @@ def overlapping_pairs(
               AND (b.start_time > a.start_time OR b.id > a.id)
             WHERE a.calendar_id = ANY(%s)"""
     ).format(table=sql.Identifier(schema, TABLES[variant]))
-    with psycopg.connect(conninfo, autocommit=True) as conn:
+    with psycopg.connect(conninfo, autocommit=True, prepare_threshold=None) as conn:
         row = conn.execute(query, [list(calendar_ids)]).fetchone()
     return int(row[0]) if row else 0
 
@@ -108,8 +111,14 @@ def overlapping_pairs(
 class BaselineStore:
     """One connection's worth of baseline writes (a benchmark thread's, or a WSGI worker's)."""
 
-    def __init__(self, conninfo: str, *, schema: str = DEFAULT_SCHEMA, gap_seconds: float = 0.0) -> None:
-        self.conn = psycopg.connect(conninfo, autocommit=True)
+    def __init__(
+        self, conninfo: str, *, schema: str = DEFAULT_SCHEMA, gap_seconds: float = 0.0, prepare: bool = True
+    ) -> None:
+        # psycopg's default: a statement is prepared on its 5th execution (None: never).
+        threshold = PSYCOPG_PREPARE_THRESHOLD if prepare else None
+        self.conn = psycopg.connect(conninfo, autocommit=True, prepare_threshold=threshold)
+        # (d) prepares its statements on first use (None: as the connection's threshold says).
+        self.prepare: bool | None = prepare or None
         # Time between the free/busy read and the insert: 0 in the published run; tests widen the race
         # window with it to prove that the overlap check can find double bookings.
         self.gap_seconds = gap_seconds
@@ -158,14 +167,14 @@ class BaselineStore:
     def _reserve_guarded(self, *, calendar_id: int, start: datetime, end: datetime, agent: str) -> int:
         """(d): the engine's hold, minus Django: lock, look, then one INSERT statement for three rows."""
         with self.conn.transaction():
-            locked = self.conn.execute(self._guarded_lock, [calendar_id], prepare=True).fetchone()
+            locked = self.conn.execute(self._guarded_lock, [calendar_id], prepare=self.prepare).fetchone()
             if locked is None:  # first write on this calendar
                 self.conn.execute(self._guarded_calendar, [calendar_id])
-                locked = self.conn.execute(self._guarded_lock, [calendar_id], prepare=True).fetchone()
+                locked = self.conn.execute(self._guarded_lock, [calendar_id], prepare=self.prepare).fetchone()
             assert locked is not None
             version, now = locked
             look = {"calendar": calendar_id, "start": start, "end": end, "now": now}
-            if self.conn.execute(self._guarded_busy, look, prepare=True).fetchone() is not None:
+            if self.conn.execute(self._guarded_busy, look, prepare=self.prepare).fetchone() is not None:
                 return 409
             hold_id = "hld_" + secrets.token_hex(10)
             payload = {
@@ -206,7 +215,7 @@ class BaselineStore:
                     "details": Jsonb({"priority": 100, "also_calendars": [], "displaced": []}),
                     "payload": Jsonb(payload),
                 },
-                prepare=True,
+                prepare=self.prepare,
             )
         return 201
 

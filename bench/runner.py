@@ -4,6 +4,10 @@ Phases run one after the other, each on its own fresh calendars (or baseline cal
 never see each other's rows: engine in-process, engine through HTTP, then the baselines, for each
 scenario. Everything a phase does is bounded: herd by --rounds and a time limit, the others by
 --duration and --max-ops.
+
+Two scenarios are about scale-out, through HTTP only: `nodes` runs the disjoint workload and the herd
+through 1, 2, … `--nodes` independent gunicorn masters (web nodes) at once, agent i talking to node
+i mod n, and `herd500` races `--herd-racers` agents (500) for one slot per round.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import contextlib
 import itertools
 import os
 import platform
+import resource
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -22,14 +27,14 @@ from pathlib import Path
 from typing import Any
 
 import django
-import httpx
 from django.conf import settings
 from django.db import connection
 
 from bench import baselines, report
-from bench.baseline_wsgi import ENV_CONNINFO, ENV_SCHEMA
+from bench.baseline_wsgi import ENV_CONNINFO, ENV_PREPARE, ENV_SCHEMA
 from bench.baselines import DEFAULT_SCHEMA
-from bench.clients import BaselineHttpWorker, BaselineWorker, EngineWorker, HttpSession, Worker
+from bench.clients import BaselineHttpWorker, BaselineWorker, EngineWorker, HttpSession, Worker, http_client
+from bench.cost import cost_probe
 from bench.history import history_probe
 from bench.progress import Progress
 from bench.scenarios import MixPlan, TimedRun, disjoint, herd, mix, run_threads
@@ -41,8 +46,10 @@ from workspaces.keys import api_key_create, api_key_verify
 from workspaces.models import Agent
 
 IN_PROCESS, HTTP = "in-process", "http"
-SCENARIOS = ("herd", "disjoint", "mix")
+SCENARIOS = ("herd", "disjoint", "mix", "nodes", "herd500")
 UNCONGESTED = "herd-uncongested"  # the herd with as many racers as gunicorn workers (HTTP only)
+NODES_DISJOINT, NODES_HERD = "nodes-disjoint", "nodes-herd"  # the scale-out scenario's two workloads
+BIG_HERD = "herd500"
 HERD_SLOT = timedelta(minutes=30)
 DISJOINT_SLOT = timedelta(minutes=5)
 MIX_SLOT = timedelta(minutes=30)
@@ -57,7 +64,13 @@ class BenchConfig:
     duration: float = 8.0  # seconds per timed phase (disjoint, mix)
     max_ops: int = 50_000  # cap per timed phase
     herd_time_limit: float = 60.0  # seconds per herd phase; rounds not started by then are skipped
-    workers: int = field(default_factory=default_workers)  # gunicorn workers, as `agentcal run`
+    workers: int = field(default_factory=default_workers)  # gunicorn workers per node, as `agentcal run`
+    nodes: int = 1  # nodes scenario: web nodes (gunicorn masters), measured with 1, 2, … of them
+    herd_racers: int = 500  # herd500: agents racing for each slot
+    herd_racers_rounds: int = 5
+    herd_racers_nodes: int = 1  # herd500: web nodes the racers are spread over
+    # Cost per booking: bookings made one at a time (twice: timed, then traced); 0 skips the probe.
+    cost_bookings: int = 0
     modes: tuple[str, ...] = (IN_PROCESS, HTTP)
     scenarios: tuple[str, ...] = SCENARIOS
     baselines: bool = True
@@ -78,6 +91,8 @@ class BenchConfig:
     # Tests: an AgentCal server / baseline WSGI server already running on this database (no gunicorn).
     server_url: str | None = None
     baseline_server_url: str | None = None
+    # Added to the environment of every gunicorn the benchmark starts (tests: the test database's URL).
+    server_env: dict[str, str] = field(default_factory=dict)
     http_headers: dict[str, str] = field(default_factory=dict)
     log_dir: Path | None = None
     command: str = "python manage.py bench"
@@ -109,6 +124,8 @@ class Bench:
         self.base = (datetime.now(UTC) + timedelta(days=2)).replace(hour=0, minute=0, second=0, microsecond=0)
         self._baseline_calendar_ids = itertools.count(1)
         self.app_url: str | None = None
+        self.node_urls: list[str] = []  # web node 0 is app_url
+        self._servers: dict[str, GunicornServer] = {}  # the web nodes this run started, by URL
         self.baseline_url: str | None = None
         self.conninfo = ""
         self.target: LocalTarget | RemoteTarget
@@ -141,40 +158,83 @@ class Bench:
                 stack.callback(baselines.schema_drop, self.conninfo, config.baseline_schema)
             if self.http:
                 self.app_url = config.url or config.server_url or stack.enter_context(self._app_server())
+                self.node_urls = [self.app_url]
+                for index in range(1, self._nodes_wanted()):
+                    self.node_urls.append(stack.enter_context(self._app_server(node=index)))
                 if config.baselines:
                     self.baseline_url = config.baseline_server_url or stack.enter_context(
                         self._baseline_server()
                     )
-                self._warm_up()
-            phases = {"herd": self._herd, "disjoint": self._disjoint, "mix": self._mix}
+                for url in self.node_urls:
+                    self._warm_up(url)
+            phases = {
+                "herd": self._herd,
+                "disjoint": self._disjoint,
+                "mix": self._mix,
+                "nodes": self._nodes,
+                "herd500": self._big_herd,
+            }
             for scenario in SCENARIOS:
                 if scenario in config.scenarios:
                     phases[scenario]()
             key_verify = self._key_verify() if self.in_process and config.key_verify_calls else None
             history = self._history() if self.in_process and config.history_sizes else None
+            cost = self._cost() if self.in_process and config.cost_bookings else None
         return report.build(
             results=self.results,
             key_verify=key_verify,
             history=history,
+            cost=cost,
             machine={**_machine(config, load_before), "commit": commit},
             config=config,
             wall_seconds=time.monotonic() - started,
         )
 
+    def _nodes_wanted(self) -> int:
+        """Web nodes to start: only with servers of our own (with --url or a test's server there is one)."""
+        config = self.config
+        if config.url or config.server_url:
+            return 1
+        wanted = 1
+        if "nodes" in config.scenarios:
+            wanted = max(wanted, config.nodes)
+        if BIG_HERD in config.scenarios:
+            wanted = max(wanted, config.herd_racers_nodes)
+        return wanted
+
     @contextlib.contextmanager
-    def _app_server(self) -> Iterator[str]:
-        self.progress.note(f"starting gunicorn agentcal.wsgi:application with {self.config.workers} workers")
-        with GunicornServer(
+    def _app_server(self, *, node: int = 0) -> Iterator[str]:
+        """One web node: a gunicorn master of its own, on a port of its own. Nodes share nothing but the
+        database and Redis, as separate machines would."""
+        self.progress.note(
+            f"starting web node {node}: gunicorn agentcal.wsgi:application with {self.config.workers} workers"
+        )
+        server = GunicornServer(
             "agentcal.wsgi:application",
             workers=self.config.workers,
             health_path="/v1/health",
+            env=self.config.server_env,
             log_dir=self.config.log_dir,
-        ) as url:
+            name=f"node{node}",
+        )
+        with server as url:
+            self._servers[url] = server
             yield url
+
+    def _web_cpu(self, urls: Sequence[str]) -> float | None:
+        """CPU seconds used so far by the web nodes at these URLs (None unless this run started them all)."""
+        servers = [self._servers.get(url) for url in urls]
+        seconds = [server.cpu_seconds() if server else None for server in servers]
+        return None if any(s is None for s in seconds) else sum(s for s in seconds if s is not None)
 
     @contextlib.contextmanager
     def _baseline_server(self) -> Iterator[str]:
-        env = {ENV_CONNINFO: self.conninfo, ENV_SCHEMA: self.config.baseline_schema}
+        env = {
+            **self.config.server_env,
+            ENV_CONNINFO: self.conninfo,
+            ENV_SCHEMA: self.config.baseline_schema,
+            ENV_PREPARE: "1" if self.prepare_baselines else "0",
+        }
         with GunicornServer(
             "bench.baseline_wsgi:app",
             workers=self.config.workers,
@@ -184,18 +244,23 @@ class Bench:
         ) as url:
             yield url
 
-    def _warm_up(self) -> None:
+    @property
+    def prepare_baselines(self) -> bool:
+        """The baselines prepare their statements, except behind a transaction-mode pooler."""
+        return not getattr(settings, "DB_TRANSACTION_POOLER", False)
+
+    def _warm_up(self, url: str) -> None:
         """Not measured: each gunicorn worker pays argon2 once per key (tens of ms) on first use. Many
         concurrent requests per key make it very likely every worker has seen every key before timing."""
         agents, per_agent = self.config.agents, self.config.warmup_requests
         if per_agent <= 0:
             return
         failures: list[int] = []
-        with self.progress.phase("warm-up (keys x workers)", total=agents, unit="agents") as bar:
+        with self.progress.phase(f"warm-up (keys x workers) {url}", total=agents, unit="agents") as bar:
 
             def warm(index: int) -> None:
-                with httpx.Client(
-                    base_url=f"{self.app_url}/v1",
+                with http_client(
+                    f"{url}/v1",
                     headers={"Authorization": f"Bearer {self.target.key(index)}", **self.config.http_headers},
                     timeout=self.config.http_timeout,
                 ) as client:
@@ -205,7 +270,7 @@ class Bench:
                             failures.append(response.status_code)
                         bar.tick()
                 if self.baseline_url:
-                    with httpx.Client(base_url=self.baseline_url, timeout=self.config.http_timeout) as client:
+                    with http_client(self.baseline_url, timeout=self.config.http_timeout) as client:
                         for _ in range(3):
                             client.get("/health")
                 bar.advance()
@@ -216,16 +281,19 @@ class Bench:
 
     # --- workers ---------------------------------------------------------------------------------------
 
-    def _engine_opener(self, mode: str, calendars: Sequence[str]) -> Callable[[int], EngineWorker]:
+    def _engine_opener(
+        self, mode: str, calendars: Sequence[str], *, nodes: int = 1
+    ) -> Callable[[int], EngineWorker]:
+        """Agent i's worker; through HTTP, agent i talks to web node i mod `nodes`."""
         if mode == IN_PROCESS:
             target = self.target
             assert isinstance(target, LocalTarget)
             return lambda i: EngineWorker(target.engine_session(i), calendars)
         assert self.app_url is not None
-        url = self.app_url
+        urls = self.node_urls[:nodes] or [self.app_url]
         return lambda i: EngineWorker(
             HttpSession(
-                base_url=url,
+                base_url=urls[i % len(urls)],
                 raw_key=self.target.key(i),
                 timeout=self.config.http_timeout,
                 idempotency_keys=self.config.idempotency_keys,
@@ -249,7 +317,12 @@ class Bench:
             )
         gap = self.config.naive_gap_seconds if variant in ("naive", "advisory_lock") else 0.0
         return lambda i: BaselineWorker(
-            baselines.BaselineStore(self.conninfo, schema=self.config.baseline_schema, gap_seconds=gap),
+            baselines.BaselineStore(
+                self.conninfo,
+                schema=self.config.baseline_schema,
+                gap_seconds=gap,
+                prepare=self.prepare_baselines,
+            ),
             variant=variant,
             calendar_ids=calendar_ids,
             agent=f"agent-{i}",
@@ -331,10 +404,12 @@ class Bench:
         *,
         agents: int | None = None,
         scenario: str = "herd",
+        title: str | None = None,
     ) -> ScenarioResult:
         config = self.config
         agents = agents or config.agents
-        with self.progress.phase(f"{scenario} · {variant} · {mode}", total=len(spans), unit="rounds") as bar:
+        title = title or f"{scenario} · {variant} · {mode}"
+        with self.progress.phase(title, total=len(spans), unit="rounds") as bar:
             run = herd(open_worker, agents=agents, spans=spans, time_limit=config.herd_time_limit, bar=bar)
         outcomes = [o for round_outcomes in run.rounds for o in round_outcomes]
         winners = [sum(1 for o in round_outcomes if o.ok) for round_outcomes in run.rounds]
@@ -357,6 +432,87 @@ class Bench:
                 1 for o in outcomes if o.conflict and o.alternatives == 0
             )
         return result
+
+    # --- 4. web nodes ----------------------------------------------------------------------------------
+
+    def _nodes(self) -> None:
+        """The disjoint workload and the herd through 1, 2, … web nodes at once (agents split between
+        them): one winner per round and no double booking whichever node a racer reached, and what
+        another node adds to throughput."""
+        if not self.http or len(self.node_urls) < 2:
+            self.progress.note("nodes: skipped (needs HTTP and servers the benchmark starts; --nodes ≥ 2)")
+            return
+        config = self.config
+
+        def span_for(slot: int) -> Span:
+            return Span(self.base + DISJOINT_SLOT * slot, self.base + DISJOINT_SLOT * (slot + 1))
+
+        herd_spans = [
+            Span(self.base + HERD_SLOT * r, self.base + HERD_SLOT * (r + 1)) for r in range(config.rounds)
+        ]
+        herd_window = Span(self.base, self.base + HERD_SLOT * (config.rounds + 1))
+        for count in range(1, len(self.node_urls) + 1):
+            calendars = [
+                self.target.calendar_create(f"bench nodes {count} disjoint {k}", slot_minutes=5)
+                for k in range(config.calendars)
+            ]
+            result = self._timed_phase(
+                NODES_DISJOINT,
+                "engine",
+                HTTP,
+                self._engine_opener(HTTP, calendars, nodes=count),
+                span_for,
+                title=f"disjoint · {count} web node(s)",
+                nodes=count,
+            )
+            window = Span(self.base, span_for(max(result.extra.pop("slots_used"), default=0) + 1).end)
+            result.double_bookings = self.target.double_bookings(calendars, window)
+            result.extra.update(nodes=count, workers_per_node=config.workers)
+            self.results.append(result)
+            calendar = self.target.calendar_create(f"bench nodes {count} herd")
+            result = self._herd_phase(
+                "engine",
+                HTTP,
+                self._engine_opener(HTTP, [calendar], nodes=count),
+                herd_spans,
+                scenario=NODES_HERD,
+                title=f"herd · {count} web node(s)",
+            )
+            result.double_bookings = self.target.double_bookings([calendar], herd_window)
+            result.extra.update(nodes=count, workers_per_node=config.workers)
+            self.results.append(result)
+
+    # --- 5. the big herd ---------------------------------------------------------------------------------
+
+    def _big_herd(self) -> None:
+        """`herd_racers` agents (500), one slot per round, through HTTP: each racer a thread with its own
+        connection, so the process needs a file descriptor per racer (and gunicorn's listen backlog,
+        2048, holds the connections its workers have not accepted yet)."""
+        if not self.http:
+            self.progress.note("herd500: skipped (HTTP only)")
+            return
+        config = self.config
+        _raise_open_files_limit(2 * config.herd_racers + 256)
+        # Slots after the nodes scenario's and the herd's, on a calendar of its own anyway.
+        first = config.rounds + 1
+        spans = [
+            Span(self.base + HERD_SLOT * (first + r), self.base + HERD_SLOT * (first + r + 1))
+            for r in range(config.herd_racers_rounds)
+        ]
+        window = Span(spans[0].start, spans[-1].end)
+        nodes = min(config.herd_racers_nodes, len(self.node_urls)) or 1
+        calendar = self.target.calendar_create(f"bench herd of {config.herd_racers}")
+        result = self._herd_phase(
+            "engine",
+            HTTP,
+            self._engine_opener(HTTP, [calendar], nodes=nodes),
+            spans,
+            agents=config.herd_racers,
+            scenario=BIG_HERD,
+        )
+        result.double_bookings = self.target.double_bookings([calendar], window)
+        result.extra.update(nodes=nodes, workers_per_node=config.workers if config.url is None else None)
+        self.results.append(result)
 
     # --- 2. disjoint -----------------------------------------------------------------------------------
 
@@ -395,9 +551,15 @@ class Bench:
         mode: str,
         open_worker: Callable[[int], Worker],
         span_for: Callable[[int], Span],
+        *,
+        title: str | None = None,
+        nodes: int = 1,
     ) -> ScenarioResult:
         config = self.config
-        with self.progress.phase(f"{scenario} · {variant} · {mode}", total=config.duration, unit="s") as bar:
+        title = title or f"{scenario} · {variant} · {mode}"
+        web = self.node_urls[:nodes] if variant == "engine" and mode == HTTP else []
+        web_cpu_before = self._web_cpu(web) if web else None
+        with self.progress.phase(title, total=config.duration, unit="s") as bar:
             run: TimedRun = disjoint(
                 open_worker,
                 threads=config.concurrency,
@@ -421,6 +583,10 @@ class Bench:
             "calendars": config.calendars,
             "slots_used": run.slots_used,
         }
+        web_cpu_after = self._web_cpu(web) if web else None
+        if web_cpu_before is not None and web_cpu_after is not None and result.attempts:
+            # What the web workers spent per write: Django, DRF, the key check and the engine's Python.
+            result.extra["web_cpu_ms_per_write"] = 1000 * (web_cpu_after - web_cpu_before) / result.attempts
         return result
 
     # --- 3. mix ------------------------------------------------------------------------------------------
@@ -482,6 +648,22 @@ class Bench:
             progress=self.progress,
         )
 
+    # --- cost per booking, ceiling of one calendar ------------------------------------------------------
+
+    def _cost(self) -> dict[str, Any]:
+        assert isinstance(self.target, LocalTarget)
+        config = self.config
+        return cost_probe(
+            self.target,
+            bookings=config.cost_bookings,
+            # Far after every other phase's slots (the probe's calendars are its own anyway).
+            base=self.base + timedelta(days=400),
+            threads=config.concurrency,
+            duration=config.duration,
+            max_ops=config.max_ops,
+            progress=self.progress,
+        )
+
     # --- API key verification --------------------------------------------------------------------------
 
     def _key_verify(self) -> dict[str, Any]:
@@ -530,6 +712,14 @@ def _git_commit() -> str | None:
     return done.stdout.strip() or None
 
 
+def _raise_open_files_limit(wanted: int) -> None:
+    """Each racer's connection is a file descriptor; raise the soft limit toward the hard one if needed."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        ceiling = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (ceiling, hard))
+
+
 def _load_average() -> list[float] | None:
     try:
         return [round(x, 2) for x in os.getloadavg()]
@@ -547,6 +737,9 @@ def _machine(config: BenchConfig, load_before: list[float] | None) -> dict[str, 
         database = "embedded PostgreSQL (pgserver), AGENTCAL_DATA_DIR"
     else:
         database = "DATABASE_URL"
+    pooler = bool(getattr(settings, "DB_TRANSACTION_POOLER", False))
+    if pooler:
+        database += ", through a transaction-mode pooler (DB_TRANSACTION_POOLER)"
     return {
         "cpu_count": os.cpu_count(),
         "platform": platform.platform(),
@@ -556,6 +749,7 @@ def _machine(config: BenchConfig, load_before: list[float] | None) -> dict[str, 
         "psycopg": version("psycopg"),
         "postgresql": postgres,
         "database": database,
+        "transaction_pooler": pooler,
         "gunicorn_workers": config.workers if config.url is None and config.server_url is None else None,
         "load_average_before": load_before,
         "load_average_after": _load_average(),

@@ -46,6 +46,7 @@ class GunicornServer:
         health_path: str,
         env: dict[str, str] | None = None,
         log_dir: Path | None = None,
+        name: str = "",
     ) -> None:
         self.app = app
         self.workers = workers
@@ -56,7 +57,9 @@ class GunicornServer:
         self.log_dir = log_dir or Path(tempfile.mkdtemp(prefix="agentcal-bench-"))
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
-        self.log_path = self.log_dir / f"gunicorn-{app.split(':')[0].replace('.', '-')}.log"
+        # Several servers of one app (web nodes) log to files of their own.
+        suffix = f"-{name}" if name else ""
+        self.log_path = self.log_dir / f"gunicorn-{app.split(':')[0].replace('.', '-')}{suffix}.log"
 
     @property
     def url(self) -> str:
@@ -111,6 +114,25 @@ class GunicornServer:
         if self._own_log_dir:
             shutil.rmtree(self.log_dir, ignore_errors=True)
 
+    def cpu_seconds(self) -> float | None:
+        """CPU used so far by the master and its workers (and by workers it has reaped), from /proc; None
+        where /proc cannot tell (not Linux)."""
+        if self.process is None:
+            return None
+        master = self.process.pid
+        try:
+            total = _cpu_of(master, include_reaped_children=True)
+            for stat in Path("/proc").glob("[0-9]*/stat"):
+                try:
+                    fields = stat.read_text().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue  # exited meanwhile
+                if int(fields[1]) == master:  # its parent is the master: a worker
+                    total += _ticks(fields, 11) + _ticks(fields, 12)
+        except (OSError, IndexError, ValueError):
+            return None
+        return total
+
     def log_tail(self, lines: int = 30) -> str:
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
@@ -124,3 +146,15 @@ class GunicornServer:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def _cpu_of(pid: int, *, include_reaped_children: bool) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    total = _ticks(fields, 11) + _ticks(fields, 12)  # utime, stime (fields 14, 15 of proc(5))
+    if include_reaped_children:
+        total += _ticks(fields, 13) + _ticks(fields, 14)  # cutime, cstime
+    return total
+
+
+def _ticks(fields: list[str], index: int) -> float:
+    return int(fields[index]) / os.sysconf("SC_CLK_TCK")

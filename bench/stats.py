@@ -99,7 +99,8 @@ class ScenarioResult:
 
     @property
     def label(self) -> str:
-        return f"{self.scenario} · {VARIANT_LABELS.get(self.variant, self.variant)} · {self.mode}"
+        variant = VARIANT_LABELS.get(self.variant, self.variant)
+        return f"{scenario_label(self.scenario, self.extra)} · {variant} · {self.mode}"
 
     @property
     def attempts(self) -> int:
@@ -153,6 +154,14 @@ class ScenarioResult:
             "latency_ms": self.latency(),
             **self.extra,
         }
+
+
+def scenario_label(scenario: str, extra: dict[str, Any]) -> str:
+    """The scenario's name, with the number of web nodes where the scenario varies it."""
+    nodes = extra.get("nodes")
+    if nodes and scenario.startswith("nodes-"):
+        return f"{scenario} ×{nodes}"
+    return scenario
 
 
 VARIANT_LABELS = {

@@ -17,7 +17,7 @@ import httpx
 from django.db import connection
 
 from agentcal.clock import isoformat_z
-from bench.clients import EngineSession
+from bench.clients import EngineSession, http_client
 from bookings import engine
 from bookings.models import Calendar
 from bookings.selectors import MAX_AVAILABILITY_WINDOW
@@ -110,8 +110,8 @@ class RemoteTarget:
         self.timeout = timeout
 
     def _client(self) -> httpx.Client:
-        return httpx.Client(
-            base_url=self.base_url + "/v1",
+        return http_client(
+            self.base_url + "/v1",
             headers={"Authorization": f"Bearer {self.raw_keys[0]}"},
             timeout=self.timeout,
         )

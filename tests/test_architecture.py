@@ -191,13 +191,14 @@ def session_scoped_uses(source: str) -> list[str]:
             ]
         elif isinstance(node, ast.keyword) and node.arg in ("prepare", "withhold") and _is(node.value, True):
             found.append(f"line {node.value.lineno}: {node.arg}=True")
-        elif isinstance(node, ast.keyword) and node.arg == "prepare_threshold" and not _is(node.value, None):
+        elif isinstance(node, ast.keyword) and node.arg == "prepare_threshold" and _is_number(node.value):
+            # A literal number prepares always; an expression may consult the pooler setting.
             found.append(f"line {node.value.lineno}: prepare_threshold other than None")
         elif isinstance(node, ast.Dict):
             found += [
                 f"line {key.lineno}: prepare_threshold other than None"
                 for key, value in zip(node.keys, node.values, strict=True)
-                if key is not None and _is(key, "prepare_threshold") and not _is(value, None)
+                if key is not None and _is(key, "prepare_threshold") and _is_number(value)
             ]
         elif (
             isinstance(node, ast.Call)
@@ -211,6 +212,10 @@ def session_scoped_uses(source: str) -> list[str]:
 
 def _is(node: ast.expr, value: object) -> bool:
     return isinstance(node, ast.Constant) and node.value == value and type(node.value) is type(value)
+
+
+def _is_number(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and type(node.value) is int
 
 
 def _is_psycopg_connect(func: ast.expr) -> bool:

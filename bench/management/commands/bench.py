@@ -65,6 +65,19 @@ class Command(BaseCommand):
             "--key-verify-calls", type=int, default=1000, help="API key verifications timed (1000; 0 skips)"
         )
         size.add_argument(
+            "--herd-racers", type=int, default=500, help="herd500: agents racing for each slot (500)"
+        )
+        size.add_argument("--herd-racers-rounds", type=int, default=5, help="herd500: rounds (5)")
+        size.add_argument(
+            "--herd-racers-nodes", type=int, default=1, help="herd500: web nodes the racers spread over (1)"
+        )
+        size.add_argument(
+            "--cost-bookings",
+            type=int,
+            default=200,
+            help="cost per booking: bookings timed, then as many traced (200; 0 skips)",
+        )
+        size.add_argument(
             "--history-sizes",
             type=_ints,
             default=(0, 5_000, 20_000),
@@ -72,7 +85,10 @@ class Command(BaseCommand):
         )
         what = parser.add_argument_group("what to run")
         what.add_argument(
-            "--scenarios", type=_csv(SCENARIOS), default=SCENARIOS, help="herd,disjoint,mix (all)"
+            "--scenarios",
+            type=_csv(SCENARIOS),
+            default=SCENARIOS,
+            help=f"{','.join(SCENARIOS)} (all; nodes and herd500 through HTTP only)",
         )
         what.add_argument(
             "--modes",
@@ -82,7 +98,16 @@ class Command(BaseCommand):
         )
         what.add_argument("--no-baselines", action="store_true", help="skip baselines (a), (b) and (c)")
         what.add_argument(
-            "--workers", type=int, default=default_workers(), help="gunicorn workers (as `agentcal run`)"
+            "--workers",
+            type=int,
+            default=default_workers(),
+            help="gunicorn workers per web node (as `agentcal run`)",
+        )
+        what.add_argument(
+            "--nodes",
+            type=int,
+            default=2,
+            help="nodes scenario: up to this many web nodes, each a gunicorn master of its own (2)",
         )
         what.add_argument("--warmup-requests", type=int, default=20, help="per agent before HTTP phases (20)")
         what.add_argument(
@@ -119,11 +144,22 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if options["url"] and not options["key"]:
             raise CommandError("--url needs at least one --key (create_agent_key prints one)")
-        for name in ("agents", "rounds", "concurrency", "calendars", "workers", "max_ops"):
+        for name in (
+            "agents",
+            "rounds",
+            "concurrency",
+            "calendars",
+            "workers",
+            "max_ops",
+            "nodes",
+            "herd_racers",
+            "herd_racers_rounds",
+            "herd_racers_nodes",
+        ):
             if options[name] < 1:
                 raise CommandError(f"--{name.replace('_', '-')} must be at least 1")
-        if options["duration"] <= 0 or options["mix_ttl"] < 1:
-            raise CommandError("--duration must be positive and --mix-ttl at least 1")
+        if options["duration"] <= 0 or options["mix_ttl"] < 1 or options["cost_bookings"] < 0:
+            raise CommandError("--duration must be positive, --mix-ttl at least 1, --cost-bookings ≥ 0")
         modes = options["modes"] or ((HTTP,) if options["url"] else MODES)
         # httpx logs every request at INFO, which the settings' root logger would print thousands of times.
         for name in ("httpx", "httpcore"):
@@ -139,6 +175,11 @@ class Command(BaseCommand):
             max_ops=options["max_ops"],
             herd_time_limit=options["herd_time_limit"],
             workers=options["workers"],
+            nodes=options["nodes"],
+            herd_racers=options["herd_racers"],
+            herd_racers_rounds=options["herd_racers_rounds"],
+            herd_racers_nodes=options["herd_racers_nodes"],
+            cost_bookings=options["cost_bookings"],
             modes=modes,
             scenarios=options["scenarios"],
             baselines=not options["no_baselines"],
