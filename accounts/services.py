@@ -14,7 +14,8 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.mail import send_mail
-from django.db import transaction
+from django.db import models, transaction
+from django.db.models import BooleanField, ExpressionWrapper, Q
 from django.db.models.functions import Now
 from django.utils import timezone
 from webauthn import (
@@ -189,6 +190,29 @@ def magic_link_redeem(*, token: str) -> MagicLinkSignIn:
     if user is None:
         raise expired
     return MagicLinkSignIn(user=user)
+
+
+class MagicLinkState(models.TextChoices):
+    LIVE = "live"
+    USED = "used"
+    EXPIRED = "expired"
+    UNKNOWN = "unknown"
+
+
+def magic_link_state(*, token: str) -> MagicLinkState:
+    """Whether a link would still sign in, judged by the database clock as redeeming it is — so the
+    confirm page says "already used" or "expired" up front instead of after the click."""
+    link = (
+        MagicLink.objects.filter(token_hash=_hash(token))
+        .annotate(lapsed=ExpressionWrapper(Q(expires_at__lte=Now()), output_field=BooleanField()))
+        .values("used_at", "lapsed")
+        .first()
+    )
+    if link is None:
+        return MagicLinkState.UNKNOWN
+    if link["used_at"] is not None:
+        return MagicLinkState.USED
+    return MagicLinkState.EXPIRED if link["lapsed"] else MagicLinkState.LIVE
 
 
 def magic_link_invitation(*, token: str) -> Invitation | None:

@@ -48,10 +48,23 @@ def magic_link_request(request: HttpRequest) -> HttpResponse:
 
 
 def magic_link_redeem(request: HttpRequest, token: str) -> HttpResponse:
-    """GET shows a button; only the POST uses the link, so mail scanners that fetch links don't."""
+    """GET shows a button; only the POST uses the link, so mail scanners that fetch links don't. A link
+    that is used up or expired says so before any button, with a way to ask for a new one."""
     if request.method == "GET":
+        state = services.magic_link_state(token=token)
+        if state != services.MagicLinkState.LIVE:
+            return render(
+                request,
+                "accounts/magic_link_confirm.html",
+                {"token": token, "state": state.value},
+                status=404 if state == services.MagicLinkState.UNKNOWN else 410,
+            )
         invitation = services.magic_link_invitation(token=token)
-        return render(request, "accounts/magic_link_confirm.html", {"token": token, "invitation": invitation})
+        return render(
+            request,
+            "accounts/magic_link_confirm.html",
+            {"token": token, "invitation": invitation, "state": state.value},
+        )
     if request.method != "POST":
         return HttpResponse(status=405)
     try:

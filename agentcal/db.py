@@ -23,6 +23,7 @@ from typing import Any
 
 import psycopg
 from django.db import connection, models
+from psycopg.raw_cursor import RawCursorMixin
 
 
 class _BinaryCursor(psycopg.Cursor[Any]):
@@ -46,12 +47,19 @@ class _BinaryCursor(psycopg.Cursor[Any]):
         return executor(query, params, False, {"connection": connection, "cursor": self})
 
 
+class _RawBinaryCursor(RawCursorMixin["psycopg.Connection[Any]", Any], _BinaryCursor):
+    """The same, for statements written with PostgreSQL's own `$1` placeholders: psycopg sends them as
+    they are, with no client-side parse of the text (which costs ~0.3 ms for a 6 kB statement)."""
+
+
 @contextmanager
-def bound_cursor() -> Iterator[psycopg.Cursor[Any]]:
+def bound_cursor(*, raw: bool = False) -> Iterator[psycopg.Cursor[Any]]:
     """A server-binding, binary-result cursor on the current Django connection (see above). Database
-    errors come out as Django's (IntegrityError and friends), like from `connection.cursor()`."""
+    errors come out as Django's (IntegrityError and friends), like from `connection.cursor()`.
+    `raw`: the statement's placeholders are `$1`, `$2`… and its parameters a sequence."""
     connection.ensure_connection()
-    with connection.wrap_database_errors, _BinaryCursor(connection.connection) as cursor:
+    cursor_class = _RawBinaryCursor if raw else _BinaryCursor
+    with connection.wrap_database_errors, cursor_class(connection.connection) as cursor:
         yield cursor
 
 

@@ -131,3 +131,62 @@ def render() -> bytes:
     database = CollectorRegistry()
     database.register(DatabaseStateCollector())
     return generate_latest(registry) + generate_latest(database)
+
+
+# How long writes wait for a calendar's lock (or for the write in flight that holds it), as PostgreSQL
+# measures it in the statement that waits (clock_timestamp() - statement_timestamp(), returned with the
+# statement's own result: no extra round trip). A lock granted at once is a wait of zero. The dashboard's
+# Metrics page shows its percentiles (lock_wait_percentiles below).
+CALENDAR_LOCK_WAIT_SECONDS = Histogram(
+    "agentcal_calendar_lock_wait_seconds",
+    "Waits for a calendar's lock (or for the write holding it), measured by PostgreSQL.",
+    buckets=(0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+)
+
+
+def lock_wait_percentiles(quantiles: tuple[float, ...] = (0.5, 0.95, 0.99)) -> dict[str, Any] | None:
+    """Percentiles of CALENDAR_LOCK_WAIT_SECONDS over every process since they started (in
+    multiprocess mode, every gunicorn worker's file), or None before the first write."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry: Any = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+    else:
+        registry = REGISTRY
+    buckets: dict[float, float] = {}
+    for family in registry.collect():
+        if family.name != "agentcal_calendar_lock_wait_seconds":
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_bucket"):
+                bound = float(sample.labels["le"])
+                buckets[bound] = buckets.get(bound, 0.0) + sample.value
+    cumulative = sorted(buckets.items())
+    if not cumulative or not cumulative[-1][1]:
+        return None
+    found = histogram_quantiles(cumulative, quantiles)
+    return {"count": int(cumulative[-1][1]), **{f"p{round(q * 100):d}": v for q, v in found.items()}}
+
+
+def histogram_quantiles(
+    cumulative: list[tuple[float, float]], quantiles: tuple[float, ...]
+) -> dict[float, float]:
+    """Quantiles from cumulative histogram buckets ((upper bound, count), ascending, the last +Inf),
+    interpolated linearly within a bucket as Prometheus' histogram_quantile() does: each is known to
+    its bucket. One beyond the last finite bound is that bound (all that is known is "at least")."""
+    total = cumulative[-1][1]
+    result = {}
+    for quantile in quantiles:
+        rank = quantile * total
+        lower, below = 0.0, 0.0
+        value = 0.0
+        for bound, count in cumulative:
+            if count >= rank:
+                if bound == float("inf"):
+                    value = lower
+                else:
+                    share = (rank - below) / (count - below) if count > below else 1.0
+                    value = lower + (bound - lower) * share
+                break
+            lower, below = bound, count
+        result[quantile] = value
+    return result

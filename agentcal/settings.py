@@ -33,6 +33,9 @@ _database = dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("DB_CONN_MA
 # server connection for one transaction at a time, so nothing may rely on a session (docs/scaling.md).
 # The code keeps to that always (tests/test_architecture.py); this says what else must change with it.
 DB_TRANSACTION_POOLER = env_bool("DB_TRANSACTION_POOLER", False)
+# A persistent connection idle longer than this is checked with a real `SELECT 1` before a request
+# uses it; a busier one only by a look at its socket (agentcal/postgres/base.py).
+DB_HEALTH_CHECK_IDLE_SECONDS = env_int("DB_HEALTH_CHECK_IDLE_SECONDS", 5, minimum=0)
 DATABASES = {
     "default": {
         **_database,
@@ -43,6 +46,8 @@ DATABASES = {
         # `.iterator()` outside a transaction uses a cursor WITH HOLD, which lives on after its transaction:
         # through a transaction pooler, read everything client-side instead.
         "DISABLE_SERVER_SIDE_CURSORS": DB_TRANSACTION_POOLER,
+        # Django's backend, with a health check that needs no round trip (agentcal/postgres/base.py).
+        "ENGINE": "agentcal.postgres",
         "CONN_HEALTH_CHECKS": True,
         "TEST": {"NAME": env_str("TEST_DATABASE_NAME", "test_agentcal")},
     }
@@ -444,3 +449,7 @@ CELERY_BEAT_SCHEDULE["inboxes-cancel-ended-invites"] = {
 }
 # Celery beat keeps its schedule state in the data folder, not in the working directory.
 CELERY_BEAT_SCHEDULE_FILENAME = str(embedded.data_dir() / "celerybeat-schedule")
+# One beat sends (agentcal/celery.py): it holds a lease in Redis, renewed every third of this; another beat
+# stands by and takes over this long after the first one dies.
+CELERY_BEAT_SCHEDULER = "agentcal.celery:SingletonScheduler"
+BEAT_LOCK_TTL_SECONDS = env_int("BEAT_LOCK_TTL_SECONDS", 30, minimum=1)

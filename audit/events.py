@@ -69,6 +69,9 @@ class AuditEvent(models.TextChoices):
     # Dashboard administration by a signed-in person (actor_user); the agent concerned is in details.
     AGENT_CREATED = "agent.created"
     AGENT_UPDATED = "agent.updated"
+    # Disabled: every key of the agent is refused and mail to its address bounces; enabled: both work again.
+    AGENT_DISABLED = "agent.disabled"
+    AGENT_ENABLED = "agent.enabled"
     API_KEY_CREATED = "api_key.created"
     API_KEY_REVOKED = "api_key.revoked"
     API_KEY_ROTATED = "api_key.rotated"

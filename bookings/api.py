@@ -49,17 +49,23 @@ MAX_ALSO_CALENDARS = 20
 # --- Shared helpers -----------------------------------------------------------------------------------
 
 
-def calendar_for(actor: Actor, public_id: str) -> Calendar:
-    """The calendar in the caller's workspace, or 404 (another workspace's calendar is not revealed)."""
-    calendar = calendar_in_workspace(workspace_id=actor.workspace.pk, public_id=public_id)
+def calendar_for(actor: Actor, public_id: str, *, to_write: bool = False) -> Calendar:
+    """The calendar in the caller's workspace, or 404 (another workspace's calendar is not revealed).
+    `to_write`: for the engine's writes, which need its settings only (a per-process copy, no round
+    trip: bookings/engine/calendars.py); its `version` is then not current."""
+    find = engine.calendar_for_write if to_write else calendar_in_workspace
+    calendar = find(workspace_id=actor.workspace.pk, public_id=public_id)
     if calendar is None:
         raise NotFound(f"No calendar {public_id} in this workspace.")
     return calendar
 
 
 def calendars_for(actor: Actor, public_ids: list[str]) -> list[Calendar]:
+    """The calendars named by `also_calendars`, for a write (settings from the per-process copies)."""
     found = {
-        c.public_id: c for c in Calendar.objects.filter(workspace=actor.workspace, public_id__in=public_ids)
+        pid: c
+        for pid in public_ids
+        if (c := engine.calendar_for_write(workspace_id=actor.workspace.pk, public_id=pid)) is not None
     }
     missing = [pid for pid in public_ids if pid not in found]
     if missing:
@@ -284,7 +290,7 @@ class HoldCreateView(AgentAPIView):
 
     @extend_schema(request=HoldInput, responses={201: HoldOutput, **problems(412)})
     def post(self, request: Request, calendar_id: str) -> Response:
-        calendar = calendar_for(self.actor, calendar_id)
+        calendar = calendar_for(self.actor, calendar_id, to_write=True)
         data = validated(HoldInput, request.data)
         group = engine.hold_create(
             actor=self.actor,
@@ -408,7 +414,7 @@ class CommitCreateView(AgentAPIView):
 
     @extend_schema(request=CommitInput, responses={201: BookingOutput, **problems(412)})
     def post(self, request: Request, calendar_id: str) -> Response:
-        calendar = calendar_for(self.actor, calendar_id)
+        calendar = calendar_for(self.actor, calendar_id, to_write=True)
         data = validated(CommitInput, request.data)
         if "hold_token" in data:
             group = engine.hold_commit(

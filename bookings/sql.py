@@ -66,23 +66,29 @@ def bumpable(alias: str, *, now: str) -> str:
     return f"({r}status = 'held' OR {r}bump_window_ends_at > {now})"
 
 
-def overlaps(alias: str) -> str:
+def overlaps(alias: str, *, params: str = "") -> str:
     """The reservation's (or busy block's) range overlaps the span, both half-open `[start, end)` like
     the exclusion constraint (back-to-back meetings fit). `start_time > earliest` adds nothing
     logically (no reservation or block is longer than MAX_RESERVATION_LENGTH), but it bounds the
     (calendar_id, start_time) index scan to a window instead of the calendar's whole history.
-    Parameters: overlap_params()."""
+    Parameters: overlap_params() (with `params`, their names prefixed: a second span in one statement)."""
     r = _qualified(alias)
-    return f"{r}start_time < %(end)s AND {r}start_time > %(earliest)s AND {r}end_time > %(start)s"
+    return (
+        f"{r}start_time < %({params}end)s AND {r}start_time > %({params}earliest)s"
+        f" AND {r}end_time > %({params}start)s"
+    )
 
 
 def overlap_params(calendar_ids: Iterable[int], span: Span, **more: Any) -> dict[str, Any]:
     """The parameters of overlaps(), and `calendars` for the `calendar_id = ANY(%(calendars)s)` every
     overlap look-up has."""
+    return {"calendars": list(calendar_ids), **span_params(span), **more}
+
+
+def span_params(span: Span, *, params: str = "") -> dict[str, Any]:
+    """The span's parameters for overlaps(alias, params=...)."""
     return {
-        "calendars": list(calendar_ids),
-        "start": span.start,
-        "end": span.end,
-        "earliest": span.start - MAX_RESERVATION_LENGTH,
-        **more,
+        f"{params}start": span.start,
+        f"{params}end": span.end,
+        f"{params}earliest": span.start - MAX_RESERVATION_LENGTH,
     }

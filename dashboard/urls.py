@@ -23,12 +23,18 @@ urlpatterns = [
     # Browsers and feed readers ask for /favicon.ico whatever the page links; WhiteNoise serves the file
     # (its URL is looked up on first use: a manifest storage knows it only after collectstatic).
     path("favicon.ico", RedirectView.as_view(url=lazy(static, str)("dashboard/favicon.ico"), permanent=True)),
+    # A new workspace's getting-started guide (dashboard/views/home.py); its steps' POSTs come back to it.
+    path(f"{W}/start", home.start, name="start"),
+    path(f"{W}/start/agent", home.start_agent, name="start_agent"),
+    path(f"{W}/start/key", home.start_key, name="start_key"),
+    path(f"{W}/start/hide", home.start_hide, name="start_hide"),
     path(f"{W}/approvals", approvals.queue, name="approvals"),
     # Before the approval's own URL, which would take "pending-count" for an id.
     path(f"{W}/approvals/pending-count", approvals.pending_badge, name="approvals_pending_count"),
     path(f"{W}/approvals/<str:approval_id>", approvals.detail, name="approval"),
     path(f"{W}/approvals/<str:approval_id>/decide", approvals.decide, name="approval_decide"),
     path(f"{W}/audit", audit.browser, name="audit"),
+    path(f"{W}/audit.csv", audit.export_csv, name="audit_csv"),
     path(f"{W}/calendars", calendars.calendar_list, name="calendars"),
     path(f"{W}/calendars/<str:calendar_id>", calendars.calendar_view, name="calendar"),
     path(f"{W}/metrics", metrics.metrics, name="metrics"),
@@ -55,6 +61,11 @@ urlpatterns += [
         f"{W}/agents/<str:agent_id>/inbox-settings", agents.agent_inbox_settings, name="agent_inbox_settings"
     ),
     path(f"{W}/agents/<str:agent_id>/keys", agents.key_create, name="agent_key_create"),
+    # A new key's page (GET): its raw value shown once, after the POST that made it (post/redirect/get).
+    path(f"{W}/agents/<str:agent_id>/keys/<str:key_prefix>/new", agents.key_new, name="agent_key_new"),
+    path(f"{W}/agents/<str:agent_id>/name", agents.agent_rename_view, name="agent_rename"),
+    path(f"{W}/agents/<str:agent_id>/disable", agents.agent_disable, name="agent_disable"),
+    path(f"{W}/agents/<str:agent_id>/enable", agents.agent_enable, name="agent_enable"),
     path(
         f"{W}/agents/<str:agent_id>/keys/<str:key_prefix>/revoke", agents.key_revoke, name="agent_key_revoke"
     ),
@@ -94,7 +105,7 @@ urlpatterns += [
 # Mail settings: everyone reads; owners and admins set the domain and generate the webhook secret.
 urlpatterns += [
     path(f"{W}/settings/mail", mail_settings.mail_settings, name="mail_settings"),
-    path(f"{W}/settings/mail/secret", mail_settings.webhook_secret_issue, name="mail_webhook_secret"),
+    path(f"{W}/settings/mail/secret", mail_settings.webhook_secret, name="mail_webhook_secret"),
 ]
 
 # The team: every member reads it; owners invite, change roles and remove; anyone may leave.

@@ -71,10 +71,11 @@ def test_a_second_beat_sends_nothing_until_the_first_stops_or_dies(
     died_at = time.monotonic()
     third.tick()
     assert not third.lock.held
-    while not third.lock.held and time.monotonic() - died_at < 3:
+    while not third.lock.held and time.monotonic() - died_at < 6:
         third.tick()
         time.sleep(0.05)
     assert third.lock.held
-    assert 0.5 < time.monotonic() - died_at < 2.5  # the 1 s lease, not at once and not much later
+    # The 1 s lease: not at once, and not much later (the bound leaves room for a loaded machine).
+    assert 0.5 < time.monotonic() - died_at < 5
     third.close()
     assert broker.get(BEAT_LOCK_KEY) is None

@@ -4,11 +4,17 @@ Stored as an argon2id hash and found by the non-secret prefix. argon2 is deliber
 milliseconds), far too slow for agents making dozens of calls a second, so after one successful
 verification each process remembers HMAC-SHA256(SECRET_KEY, raw key) for that key id. Later requests
 compare that digest in constant time (microseconds). The raw key is never stored, cached or logged.
-The key row is still read on every request, so a revocation takes effect at once.
+
+The key row (with its agent and workspace) is not read on every request either: each process keeps a
+copy (agentcal.local_cache), trusted only while it knows no key, agent or workspace has changed since,
+so a revocation, rotation or a disabled agent is refused by every process within a second. Expiry is
+judged against the database's clock as read with the row, advanced by this process's monotonic clock.
+`last_used_at` is written at most once a minute per key and process.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import hmac
 import secrets
@@ -16,6 +22,7 @@ import string
 import threading
 import time
 from collections import OrderedDict
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from argon2 import PasswordHasher, Type
@@ -26,6 +33,7 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from agentcal.errors import InvalidKey
+from agentcal.local_cache import LocalCache, rows_changed
 from workspaces.models import Agent, ApiKey, Workspace
 
 KEY_PREFIX = "avs_live_"
@@ -93,9 +101,48 @@ class _VerifiedKeyCache:
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
+        key_rows.clear()
+        _last_used_checked.clear()
 
 
 verified_keys = _VerifiedKeyCache()
+
+
+@dataclass(frozen=True)
+class _KeyRow:
+    """A key row as read with its agent and workspace, and when: the database's clock then, and this
+    process's monotonic clock then (together they give the database's time now, for expiry)."""
+
+    key: ApiKey
+    db_now: datetime
+    read_at: float
+
+    def database_now(self) -> datetime:
+        return self.db_now + timedelta(seconds=time.monotonic() - self.read_at)
+
+    def fresh_copy(self) -> ApiKey:
+        """Instances of the request's own: a view may set attributes on its agent or workspace."""
+        key, agent, workspace = (
+            copy.copy(self.key),
+            copy.copy(self.key.agent),
+            copy.copy(self.key.agent.workspace),
+        )
+        agent.workspace = workspace
+        key.agent = agent
+        return key
+
+
+# prefix -> the key row; a copy is used only while no key, agent or workspace changed (local_cache).
+key_rows: LocalCache[_KeyRow] = LocalCache("api key rows")
+# key id -> time.monotonic() of this process's last last_used_at check.
+_last_used_checked: dict[int, float] = {}
+
+
+def api_keys_changed() -> None:
+    """Call inside the transaction of a change to a key, agent or workspace made without the ORM's
+    save() or delete() (a queryset `.update()`, raw SQL): every process stops using its copy of the
+    key rows once it commits (saves and deletes are seen by themselves)."""
+    rows_changed()
 
 
 def api_key_verify(raw: str) -> ApiKey:
@@ -103,10 +150,15 @@ def api_key_verify(raw: str) -> ApiKey:
     prefix = lookup_prefix(raw)
     if prefix is None:
         raise InvalidKey("malformed")
-    found = _load_key(prefix)
-    if found is None:
-        raise InvalidKey("unknown prefix")
-    key, db_now = found
+    row = key_rows.get(prefix)
+    if row is None:
+        token = key_rows.token()  # before the read: a change landing meanwhile leaves a stale copy unused
+        found = _load_key(prefix)
+        if found is None:
+            raise InvalidKey("unknown prefix")
+        row = _KeyRow(key=found[0], db_now=found[1], read_at=time.monotonic())
+        key_rows.put(prefix, row, token)
+    key, db_now = row.fresh_copy(), row.database_now()
     workspace_id = key.agent.workspace_id
     digest = verified_keys.digest(raw)
     if not verified_keys.matches(key.pk, digest):
@@ -150,7 +202,8 @@ _KEY_COLUMNS = {
         "is_active",
         "created_at",
     ),
-    Workspace: ("id", "public_id", "slug", "name", "audit_retention_days", "created_at"),
+    # Only what identifies it: the rest (retention, mail settings) is read when used, never stale.
+    Workspace: ("id", "public_id", "slug", "name", "created_at"),
 }
 _KEY_SQL = (
     "SELECT "
@@ -190,7 +243,15 @@ def _load_key(prefix: str) -> tuple[ApiKey, datetime] | None:
 
 
 def _touch_last_used(key: ApiKey, db_now: datetime) -> None:
-    # At most one write per key per minute: last_used_at is for humans, not for every request.
+    # At most one write per key per minute: last_used_at is for humans, not for every request. The
+    # check is per process (the copy of the row does not see other processes' writes); the UPDATE's
+    # own condition keeps several processes from writing it more than once a minute between them.
+    checked_at = time.monotonic()
+    if checked_at - _last_used_checked.get(key.pk, -LAST_USED_RESOLUTION.total_seconds()) < (
+        LAST_USED_RESOLUTION.total_seconds()
+    ):
+        return
+    _last_used_checked[key.pk] = checked_at
     if key.last_used_at is not None and db_now - key.last_used_at < LAST_USED_RESOLUTION:
         return
     ApiKey.objects.filter(

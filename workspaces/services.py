@@ -11,7 +11,7 @@ from audit.events import AuditEvent
 from audit.models import Outcome
 from audit.services import audit_record
 from workspaces.actor import Actor
-from workspaces.keys import api_key_create
+from workspaces.keys import api_key_create, api_keys_changed
 from workspaces.models import MAX_PRIORITY, MIN_PRIORITY, Agent, ApiKey, Scope, Workspace
 
 
@@ -148,6 +148,45 @@ def agent_update(*, actor: Actor, agent: Agent, priority: int, max_priority: int
     return current
 
 
+@transaction.atomic(durable=True)
+def agent_rename(*, actor: Actor, agent: Agent, name: str) -> Agent:
+    """A new display name; the slug (the agent's mail address) stays. Audited only when it changed."""
+    current = Agent.objects.select_for_update().get(pk=agent.pk, workspace=actor.workspace)
+    if current.name == name:
+        return current
+    previous, current.name = current.name, name
+    current.save(update_fields=["name"])
+    audit_record(
+        event_type=AuditEvent.AGENT_UPDATED,
+        outcome=Outcome.SUCCESS,
+        actor=actor,
+        details={"agent_id": current.public_id, "changes": {"name": [previous, name]}},
+    )
+    return current
+
+
+@transaction.atomic(durable=True)
+def agent_set_active(*, actor: Actor, agent: Agent, active: bool) -> tuple[Agent, bool]:
+    """Disable or enable an agent; returns it and whether anything changed (audited only then).
+
+    A disabled agent's keys are refused (workspaces.keys checks `is_active` with every key) and mail to
+    its address bounces; its holds and bookings stay. A save, not a queryset update: the processes'
+    copies of key rows follow saves of the agent (workspaces/keys.py).
+    """
+    current = Agent.objects.select_for_update().get(pk=agent.pk, workspace=actor.workspace)
+    if current.is_active == active:
+        return current, False
+    current.is_active = active
+    current.save(update_fields=["is_active"])
+    audit_record(
+        event_type=AuditEvent.AGENT_ENABLED if active else AuditEvent.AGENT_DISABLED,
+        outcome=Outcome.SUCCESS,
+        actor=actor,
+        details={"agent_id": current.public_id, "name": current.name},
+    )
+    return current, True
+
+
 def _check_scopes(scopes: list[str]) -> list[str]:
     if not scopes:
         raise InvalidScopes("Choose at least one scope.")
@@ -175,12 +214,13 @@ def api_key_issue(*, actor: Actor, agent: Agent, scopes: list[str], name: str = 
 
 @transaction.atomic(durable=True)
 def api_key_revoke(*, actor: Actor, key: ApiKey) -> ApiKey:
-    """Revoke at once: the key row is read on every API request, so the next call is refused."""
+    """Revoke: every process refuses the key within a second (workspaces/keys.py)."""
     revoked = ApiKey.objects.filter(
         pk=key.pk, agent__workspace=actor.workspace, revoked_at__isnull=True
     ).update(revoked_at=Now())
     if revoked != 1:
         raise KeyNotActive(f"Key {key.prefix} is already revoked.")
+    api_keys_changed()  # every process stops using its copy of the key row within a second
     key.refresh_from_db(fields=["revoked_at"])
     audit_record(
         event_type=AuditEvent.API_KEY_REVOKED,
@@ -205,6 +245,7 @@ def api_key_rotate(*, actor: Actor, key: ApiKey, grace: timedelta) -> tuple[ApiK
     ).update(expires_at=Now() + grace)
     if claimed != 1:
         raise KeyNotActive(f"Key {key.prefix} is revoked, expired or already rotated.")
+    api_keys_changed()
     key.refresh_from_db(fields=["expires_at"])
     new_key, raw = api_key_create(agent=key.agent, scopes=list(key.scopes), name=key.name)
     audit_record(

@@ -18,11 +18,17 @@ How a write stays race-safe (see README, "How AgentCal decides"):
 4. The audit row is written in the same transaction; a rejection is audited in its own transaction
    after the rollback (auditing.audit_rejections).
 
+The common case — one calendar, nothing at all in the span — sends 1 to 4 as ONE statement in
+autocommit (a transaction by itself: the pre-check, the lock taken NOWAIT, a check that its snapshot
+is as new as the lock, the rows), and so does the commit of a one-calendar hold (`fastpath`). Every
+other case, and every doubt (a busy lock, a stale snapshot), takes the transaction above.
+
 The modules: `reserve` (hold_create, booking_create), `transitions` (commit, extend, pin, release,
 cancel; release and cancel also by a signed-in person, from the dashboard), `expiry` (lapsed holds,
 lazily and by the sweep), `locking` (calendar locks), `rules` (pure rules, no database),
 `alternatives`, `statements` (the SQL, built from bookings/sql.py), `auditing`, `groups`
-(ReservationGroup). The time rules themselves live on `Reservation` (bookings/models.py)
+(ReservationGroup), `fastpath` (the common write as one statement), `calendars` (calendar settings
+from a per-process copy). The time rules themselves live on `Reservation` (bookings/models.py)
 and in bookings/sql.py. Calendar writes are in bookings/services.py (re-exported here).
 """
 
@@ -30,6 +36,7 @@ from __future__ import annotations
 
 from agentcal.errors import SlotConflict
 from bookings.engine.alternatives import ALTERNATIVES_COUNT, ALTERNATIVES_MAX_STEPS
+from bookings.engine.calendars import calendar_for_write
 from bookings.engine.expiry import holds_expire_lapsed
 from bookings.engine.groups import ReservationGroup
 from bookings.engine.reserve import MAX_LOCK_EXPANSIONS, booking_create, hold_create
@@ -58,6 +65,7 @@ __all__ = [
     "booking_cancel_by_person",
     "booking_create",
     "calendar_create",
+    "calendar_for_write",
     "calendar_update",
     "hold_commit",
     "hold_commit_approved",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
 from agentcal.clock import isoformat_z, server_now
@@ -17,19 +17,33 @@ ALTERNATIVES_COUNT = 3
 ALTERNATIVES_MAX_STEPS = 336
 
 
+def search_window(calendars: Sequence[Calendar], span: Span) -> Span:
+    """Where alternatives are looked for: ALTERNATIVES_MAX_STEPS slots either side of the request."""
+    reach = timedelta(minutes=calendars[0].slot_minutes * ALTERNATIVES_MAX_STEPS)
+    return Span(span.start - reach, span.end + reach)
+
+
 def alternatives(
-    calendars: Sequence[Calendar], span: Span, *, now: datetime | None = None
+    calendars: Sequence[Calendar],
+    span: Span,
+    *,
+    now: datetime | None = None,
+    busy_near: Iterable[Span] | None = None,
 ) -> list[dict[str, str]]:
     """Up to 3 free spans of the same length on every requested calendar, nearest first. `now` is the
-    database time the caller already read, if it did (the loser path saves a round trip)."""
+    database time the caller already read, if it did, and `busy_near` what is busy in search_window()
+    at that time, if the caller read it too (the loser path then needs no round trip here)."""
     slot_minutes = calendars[0].slot_minutes
-    reach = timedelta(minutes=slot_minutes * ALTERNATIVES_MAX_STEPS)
-    window = Span(span.start - reach, span.end + reach)
-    if now is None:
-        now = server_now()
-    with bound_cursor() as cursor:
-        cursor.execute(BUSY_NEAR_SQL, overlap_params([c.pk for c in calendars], window, now=now))
-        busy = BusyIndex(Span(start, end) for start, end in cursor.fetchall())
+    if busy_near is None or now is None:
+        if now is None:
+            now = server_now()
+        with bound_cursor() as cursor:
+            cursor.execute(
+                BUSY_NEAR_SQL,
+                overlap_params([c.pk for c in calendars], search_window(calendars, span), now=now),
+            )
+            busy_near = [Span(start, end) for start, end in cursor.fetchall()]
+    busy = BusyIndex(busy_near)
     found = nearest_free(
         requested=span,
         busy=busy,

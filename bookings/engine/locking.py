@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from psycopg.errors import LockNotAvailable
 
 from agentcal.db import bound_cursor
 from agentcal.errors import NotFound, PreconditionFailed
+from agentcal.metrics import CALENDAR_LOCK_WAIT_SECONDS
 from bookings.engine.statements import AWAIT_WRITERS_SQL, LOCK_CALENDAR_SQL
 from bookings.models import Calendar
 
@@ -48,7 +49,8 @@ def lock_calendars(
                 )
             if row is None:
                 raise NotFound("The calendar no longer exists.")
-            versions[cal_id], now = row
+            versions[cal_id], now, waited = row
+            observe_lock_wait(waited)
     assert now is not None
     return now, versions
 
@@ -59,3 +61,12 @@ def await_writers(calendar_ids: Sequence[int]) -> None:
     released as soon as it is granted. Every waiter wakes at once when the writer commits."""
     with bound_cursor() as cursor:
         cursor.execute(AWAIT_WRITERS_SQL, {"ids": list(calendar_ids)})
+        found = cursor.fetchone()
+    if found is not None and found[0] is not None:
+        observe_lock_wait(found[0])
+
+
+def observe_lock_wait(waited: timedelta) -> None:
+    """One wait for a calendar's lock (or for the write holding it), as the database measured it: from
+    the statement's arrival to the lock's grant. A lock granted at once counts as a wait of zero."""
+    CALENDAR_LOCK_WAIT_SECONDS.observe(max(waited.total_seconds(), 0.0))

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 
 from agentcal.db import InsertBatch, bound_cursor
 from agentcal.errors import SlotConflict
@@ -15,12 +15,20 @@ from agentcal.ids import new_public_id
 from audit.events import AuditEvent
 from audit.models import Outcome
 from audit.services import audit_record
-from bookings.engine.alternatives import alternatives
+from bookings.engine.alternatives import alternatives, search_window
 from bookings.engine.auditing import audit_rejections
 from bookings.engine.expiry import clear_the_way
+from bookings.engine.fastpath import (
+    MAX_ONE_STATEMENT_TRIES,
+    PRECHECK_WIDTH,
+    RowsFor,
+    one_statement_transaction,
+    reserve_in_one_statement,
+)
 from bookings.engine.groups import ReservationGroup, groups, hash_token, ordered
 from bookings.engine.locking import CalendarBusy, await_writers, lock_calendars
 from bookings.engine.rules import (
+    PAST_START_GRACE,
     check_not_in_the_past,
     check_span_length,
     distinct_calendars,
@@ -109,10 +117,13 @@ class _NeedMoreLocks(Exception):
 
 
 class _Blocked(Exception):
-    """The pre-check's conflict, with the database's now when it looked (for the alternatives)."""
+    """The pre-check's conflict, with the database's now when it looked (for the alternatives), and
+    what was busy near the span then, if the pre-check read that too."""
 
-    def __init__(self, conflict: SlotConflict, checked_at: datetime) -> None:
-        self.conflict, self.checked_at = conflict, checked_at
+    def __init__(
+        self, conflict: SlotConflict, checked_at: datetime, busy_near: list[Span] | None = None
+    ) -> None:
+        self.conflict, self.checked_at, self.busy_near = conflict, checked_at, busy_near
 
 
 def _reserve(
@@ -133,12 +144,29 @@ def _reserve(
     calendars = distinct_calendars(calendar, also_calendars)
     check_span_length(span, calendars)
     priority = priority_for(actor.agent, priority)
+    lock_ids = sorted(c.pk for c in calendars)
     now = None
     try:
-        # Cheap, unlocked pre-check: never trusted for correctness, only to let losers fail fast.
-        now = _precheck(calendars, span, priority)
-        lock_ids = sorted(c.pk for c in calendars)
         nowait = True
+        if len(calendars) == 1 and if_match is None and not connection.in_atomic_block:
+            # The pre-check, and when the span is empty the whole write, in one statement.
+            made = _reserve_in_one_statement(
+                actor=actor,
+                calendar=calendar,
+                span=span,
+                priority=priority,
+                ttl_seconds=ttl_seconds,
+                commit=commit,
+                title=title,
+                attendees=attendees,
+                metadata=metadata,
+            )
+            if isinstance(made, ReservationGroup):
+                return made
+            now, nowait = made
+        else:
+            # Cheap, unlocked pre-check: never trusted for correctness, only to let losers fail fast.
+            now = _precheck(calendars, span, priority)
         for _ in range(MAX_LOCK_EXPANSIONS):
             try:
                 return _reserve_locked(
@@ -169,7 +197,9 @@ def _reserve(
         raise SlotConflict("The reservations in the way kept changing; re-read availability and retry.")
     except _Blocked as blocked:
         # Found by the pre-check, with the database's now of that look: no lock was taken.
-        blocked.conflict.extra["alternatives"] = alternatives(calendars, span, now=blocked.checked_at)
+        blocked.conflict.extra["alternatives"] = alternatives(
+            calendars, span, now=blocked.checked_at, busy_near=blocked.busy_near
+        )
         raise blocked.conflict from None
     except SlotConflict as conflict:
         conflict.extra["alternatives"] = alternatives(calendars, span, now=now)
@@ -182,14 +212,113 @@ def _precheck(calendars: Sequence[Calendar], span: Span, priority: int) -> datet
         cursor.execute(PRECHECK_SQL, overlap_params([c.pk for c in calendars], span, priority=priority))
         found = cursor.fetchone()
     assert found is not None  # one row always: SELECT … FROM (SELECT 1) LEFT JOIN
+    return _judge_precheck(found, span, priority)
+
+
+def _judge_precheck(
+    found: Sequence[Any], span: Span, priority: int, busy_near: list[Span] | None = None
+) -> datetime:
+    """Raise what PRECHECK_SQL's row says is certainly refused (_Blocked, or a span in the past);
+    else return the database's now it was read at."""
     now, blocker_id, *blocker = found[:13]
-    upstream = found[13:]
+    upstream = found[13:PRECHECK_WIDTH]
     check_not_in_the_past(span, now)
     if upstream[0] is not None:
-        raise _Blocked(upstream_conflict(upstream_blocker_from(upstream), span, priority), now)
+        raise _Blocked(upstream_conflict(upstream_blocker_from(upstream), span, priority), now, busy_near)
     if blocker_id is not None:
-        raise _Blocked(slot_conflict(_blocker_row(blocker_id, *blocker), span, priority, now), now)
+        raise _Blocked(slot_conflict(_blocker_row(blocker_id, *blocker), span, priority, now), now, busy_near)
     return now
+
+
+# What the rows the one statement writes carry where the database decides (fencing token, times) until
+# it has: never written (fastpath.py puts the database's values in their place).
+_DECIDED_BY_THE_DATABASE = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _reserve_in_one_statement(
+    *,
+    actor: Actor,
+    calendar: Calendar,
+    span: Span,
+    priority: int,
+    ttl_seconds: int | None,
+    commit: bool,
+    title: str,
+    attendees: list[Any],
+    metadata: dict[str, Any],
+) -> ReservationGroup | tuple[datetime, bool]:
+    """The pre-check and, when nothing at all is in the span, the write, in one statement
+    (bookings/engine/fastpath.py). Returns the new group; raises the pre-check's refusal; or returns
+    the pre-check's now and whether the general path may try the lock without queueing (the span
+    holds something the caller may take over or a lapsed hold: the look under the lock decides)."""
+    ttl = ttl_seconds or calendar.hold_ttl_seconds
+    rows = RowsFor()
+    outcome = None
+    with one_statement_transaction():
+        group = _new_group(
+            actor=actor,
+            calendars=[calendar],
+            versions={calendar.pk: 0},
+            span=span,
+            priority=priority,
+            ttl_seconds=ttl,
+            commit=commit,
+            now=_DECIDED_BY_THE_DATABASE,
+            title=title,
+            attendees=attendees,
+            metadata=metadata,
+            batch=rows,
+        )
+        _record_creation(
+            actor=actor,
+            group=group,
+            calendars=[calendar],
+            span=span,
+            priority=priority,
+            commit=commit,
+            batch=rows,
+        )
+        for _ in range(MAX_ONE_STATEMENT_TRIES):
+            try:
+                outcome = reserve_in_one_statement(
+                    calendar=calendar,
+                    span=span,
+                    priority=priority,
+                    near=search_window([calendar], span),
+                    grace=PAST_START_GRACE,
+                    ttl_seconds=None if commit else ttl,
+                    bump_window_seconds=calendar.bump_window_seconds,
+                    rows=rows,
+                    commit=commit,
+                )
+            except CalendarBusy:
+                # Another write holds the lock, maybe for this very span (a herd): wait for it to end
+                # (a share lock, in autocommit: it writes nothing), then look again (see _reserve()).
+                await_writers([calendar.pk])
+                outcome = None
+                continue
+            if outcome.made is not None or not outcome.clear:
+                break
+            # The span was empty but the snapshot older than the lock: a write committed in between.
+        if outcome is None or outcome.made is None:
+            transaction.set_rollback(True)  # nothing was written: drop the on-commit callbacks
+    if outcome is not None and outcome.made is None:
+        now = _judge_precheck(outcome.precheck, span, priority, outcome.busy_near)
+        if not outcome.clear:
+            return now, True
+    if outcome is not None and outcome.made is not None:
+        row_id, version, decided_at = outcome.made
+        head = group.primary
+        head.pk, head._state.adding = row_id, False
+        head.fencing_token, head.created_at = version, decided_at
+        if commit:
+            head.committed_at = decided_at
+            head.bump_window_ends_at = decided_at + timedelta(seconds=calendar.bump_window_seconds)
+        else:
+            head.expires_at = decided_at + timedelta(seconds=ttl)
+        return group
+    # Kept finding the lock taken by other writes: queue for it (after a last look, as _reserve() does).
+    return _precheck([calendar], span, priority), False
 
 
 def _blocker_row(
@@ -279,24 +408,15 @@ def _reserve_locked(
         group.displaced = displaced
 
         head = group.primary
-        audit_record(
-            event_type=AuditEvent.COMMIT_CREATED if commit else AuditEvent.HOLD_CREATED,
-            outcome=Outcome.SUCCESS,
+        _record_creation(
             actor=actor,
+            group=group,
+            calendars=calendars,
+            span=span,
+            priority=priority,
+            commit=commit,
             batch=batch,
-            calendar_public_id=primary.public_id,
-            reservation_public_id=head.booking_id if commit else head.hold_id,  # type: ignore[arg-type]
-            requested_start=span.start,
-            requested_end=span.end,
-            fencing_token=head.fencing_token,
-            details={
-                "priority": priority,
-                "also_calendars": [c.public_id for c in calendars[1:]],
-                "displaced": sorted({r.booking_id or r.hold_id for r in displaced if r.is_primary}),
-            },
-        )
-        emit_reservation_event(
-            EventType.BOOKING_COMMITTED if commit else EventType.HOLD_CREATED, group.rows, batch=batch
+            displaced=displaced,
         )
         for victim_rows in groups(displaced):
             _announce_displacement(victim_rows, by=head, actor=actor, batch=batch)
@@ -304,6 +424,40 @@ def _reserve_locked(
         if displaced:
             Reservation.objects.filter(pk__in=[r.pk for r in displaced]).update(displaced_by=group.primary)
     return group
+
+
+def _record_creation(
+    *,
+    actor: Actor,
+    group: ReservationGroup,
+    calendars: Sequence[Calendar],
+    span: Span,
+    priority: int,
+    commit: bool,
+    batch: InsertBatch,
+    displaced: Sequence[Reservation] = (),
+) -> None:
+    """The new hold or booking's audit row and `hold.created` / `booking.committed` event."""
+    head = group.primary
+    audit_record(
+        event_type=AuditEvent.COMMIT_CREATED if commit else AuditEvent.HOLD_CREATED,
+        outcome=Outcome.SUCCESS,
+        actor=actor,
+        batch=batch,
+        calendar_public_id=calendars[0].public_id,
+        reservation_public_id=head.booking_id if commit else head.hold_id,  # type: ignore[arg-type]
+        requested_start=span.start,
+        requested_end=span.end,
+        fencing_token=head.fencing_token,
+        details={
+            "priority": priority,
+            "also_calendars": [c.public_id for c in calendars[1:]],
+            "displaced": sorted({r.booking_id or r.hold_id for r in displaced if r.is_primary}),
+        },
+    )
+    emit_reservation_event(
+        EventType.BOOKING_COMMITTED if commit else EventType.HOLD_CREATED, group.rows, batch=batch
+    )
 
 
 def _displace(victim_groups: set[str], in_the_way: list[Reservation], *, now: datetime) -> list[Reservation]:

@@ -22,12 +22,13 @@ def _lock_calendar(*, nowait: bool, matching: bool) -> str:
     return (
         f"UPDATE bookings_calendar SET version = version + 1 WHERE id = {target}"
         + (" AND version = %(version)s" if matching else "")
-        + " RETURNING version, clock_timestamp()"
+        + " RETURNING version, clock_timestamp(), clock_timestamp() - statement_timestamp()"
     )
 
 
-# One calendar's lock and version bump; the timestamp is read after the lock was granted. Keyed by
-# (nowait, the If-Match version is checked on this calendar).
+# One calendar's lock and version bump; the timestamp is read after the lock was granted, and how long
+# the statement waited for it (the lock-wait metric; measured by the database, no round trip of its
+# own). Keyed by (nowait, the If-Match version is checked on this calendar).
 LOCK_CALENDAR_SQL = {
     (nowait, matching): _lock_calendar(nowait=nowait, matching=matching)
     for nowait in (False, True)
@@ -35,7 +36,11 @@ LOCK_CALENDAR_SQL = {
 }
 
 # A share lock conflicts with a writer's lock but not with other share locks (see await_writers()).
-AWAIT_WRITERS_SQL = "SELECT id FROM bookings_calendar WHERE id = ANY(%(ids)s) ORDER BY id FOR SHARE"
+# The outer SELECT reads the clock after each row's lock was granted: how long the wait was.
+AWAIT_WRITERS_SQL = (
+    "SELECT max(clock_timestamp()) - statement_timestamp()"
+    " FROM (SELECT id FROM bookings_calendar WHERE id = ANY(%(ids)s) ORDER BY id FOR SHARE) AS writers"
+)
 
 # --- The write path ----------------------------------------------------------------------------------
 
@@ -197,13 +202,18 @@ CLOCK_SQL = "SELECT clock_timestamp()"
 
 # --- Alternatives ------------------------------------------------------------------------------------
 
-# Live reservations and upstream busy blocks near a request (lapsed holds left out): what
-# alternatives must avoid.
-BUSY_NEAR_SQL = f"""
+
+def busy_near_sql(*, now: str = NOW_PARAM, params: str = "") -> str:
+    """Live reservations and upstream busy blocks near a request (lapsed holds left out): what
+    alternatives must avoid. `params`: the prefix of the window's overlap parameters."""
+    return f"""
 SELECT start_time, end_time FROM bookings_reservation
- WHERE calendar_id = ANY(%(calendars)s) AND {live("", now=NOW_PARAM)}
-   AND {overlaps("")}
+ WHERE calendar_id = ANY(%(calendars)s) AND {live("", now=now)}
+   AND {overlaps("", params=params)}
 UNION ALL
 SELECT start_time, end_time FROM bookings_busyblock
- WHERE calendar_id = ANY(%(calendars)s) AND {overlaps("")}
+ WHERE calendar_id = ANY(%(calendars)s) AND {overlaps("", params=params)}
 """
+
+
+BUSY_NEAR_SQL = busy_near_sql()

@@ -6,11 +6,12 @@ fewer rows moved, someone else moved the hold first, and moved_first() explains 
 
 from __future__ import annotations
 
+import copy
 import hmac
 from datetime import datetime
 from typing import NoReturn
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 
 from agentcal.clock import isoformat_z, server_now
@@ -29,8 +30,14 @@ from agentcal.errors import (
 )
 from audit.events import AuditEvent
 from bookings.engine.auditing import audit_rejections, audit_reservation
+from bookings.engine.fastpath import (
+    MAX_ONE_STATEMENT_TRIES,
+    RowsFor,
+    commit_in_one_statement,
+    one_statement_transaction,
+)
 from bookings.engine.groups import ReservationGroup, hash_token, ordered
-from bookings.engine.locking import lock_calendars
+from bookings.engine.locking import CalendarBusy, await_writers, lock_calendars
 from bookings.engine.statements import CLOCK_SQL, COMMIT_SQL, EXTEND_SQL, TRANSITION_SQL
 from bookings.events import emit_reservation_event
 from bookings.models import Calendar, Reservation, ReservationStatus
@@ -164,6 +171,10 @@ def _commit_hold(
     *, actor: Actor, rows: list[Reservation], fencing_token: int | None, approved: bool
 ) -> ReservationGroup:
     primary = rows[0]
+    if len(rows) == 1 and fencing_token is None and not connection.in_atomic_block:
+        group = _commit_in_one_statement(actor=actor, hold=primary, approved=approved)
+        if group is not None:
+            return group
     batch = InsertBatch()
     with transaction.atomic(durable=True):
         now, _ = lock_calendars(sorted(r.calendar_id for r in rows))
@@ -188,6 +199,42 @@ def _commit_hold(
         emit_reservation_event(EventType.BOOKING_COMMITTED, rows, batch=batch)
         batch.execute()
     return ReservationGroup(rows=rows)
+
+
+def _commit_in_one_statement(*, actor: Actor, hold: Reservation, approved: bool) -> ReservationGroup | None:
+    """Commit a one-calendar hold, its audit row and event in one statement (bookings/engine/fastpath.py).
+    Raises what the hold became if it is no longer live; None: other writes kept the calendar's lock
+    busy, and the general path (which queues for it) commits."""
+    booked = copy.copy(hold)  # as it will be; the database fills in its times (fastpath.py)
+    booked.status, booked.booking_id = ReservationStatus.COMMITTED, "bk_" + hold.hold_id.removeprefix("hld_")
+    rows = RowsFor()
+    outcome = None
+    with one_statement_transaction():
+        audit_reservation(
+            AuditEvent.COMMIT_CREATED,
+            actor=actor,
+            row=booked,
+            reservation_public_id=booked.booking_id,
+            details={"hold_id": hold.hold_id, "from_hold": True},
+            batch=rows,
+        )
+        emit_reservation_event(EventType.BOOKING_COMMITTED, [booked], batch=rows)
+        for _ in range(MAX_ONE_STATEMENT_TRIES):
+            try:
+                outcome = commit_in_one_statement(hold=hold, approved=approved, rows=rows)
+                break
+            except CalendarBusy:
+                # Another write on the calendar: wait for it to end (a share lock, in autocommit: it
+                # writes nothing), then try again.
+                await_writers([hold.calendar_id])
+        if outcome is None or outcome.moved is None:
+            transaction.set_rollback(True)  # nothing was written: drop the on-commit callbacks
+    if outcome is None:
+        return None
+    if outcome.moved is None:
+        moved_first(hold.hold_id, now=outcome.now, gated=True)
+    booked.version, booked.booking_id, booked.committed_at, booked.bump_window_ends_at = outcome.moved
+    return ReservationGroup(rows=[booked])
 
 
 def _check_fencing_token(hold: Reservation, presented: int) -> None:

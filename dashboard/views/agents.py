@@ -1,8 +1,13 @@
 """Agents and their API keys: who may book at what priority, and with which credentials.
 
 Everyone in the workspace can read these pages; only owners and admins change anything (each change
-is audited by the service it calls). A new raw key is rendered once, in the response to the POST that
-made it, and kept nowhere: not in the session, not in the database, not in a cache.
+is audited by the service it calls): create, rename, disable and enable agents, set priorities and inbox
+limits, create, rotate and revoke keys.
+
+A new raw key is shown once, post/redirect/get (dashboard.one_time): the POST that makes it keeps it
+sealed in the person's session and answers 303 to the key's own page, which takes it out as it renders
+it. A reload shows "already shown" and mints nothing; the key is never in a URL, and after that one page
+it is kept nowhere — the database has only its hash.
 """
 
 from __future__ import annotations
@@ -13,11 +18,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.contrib import messages
 from django.db.models import Count, F, Q
 from django.db.models.functions import Now
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_http_methods, require_POST
 
@@ -28,6 +35,7 @@ from audit.models import AuditRecord, Outcome
 from bookings.models import Reservation
 from dashboard.access import page_context, workspace_page
 from dashboard.http import DashboardRequest
+from dashboard.one_time import keep_for_display, see_other, take_for_display
 from inboxes.quotas import MAX_LIMIT, default_limits, inbox_settings_update
 from webhooks.models import DeliveryAttempt, WebhookEndpoint
 from workspaces.models import MAX_PRIORITY, MIN_PRIORITY, Agent, ApiKey, Scope, Workspace
@@ -38,6 +46,8 @@ from workspaces.services import (
     KeyNotActive,
     PriorityOutOfBounds,
     agent_create,
+    agent_rename,
+    agent_set_active,
     agent_update,
     api_key_issue,
     api_key_revoke,
@@ -86,6 +96,10 @@ class AgentCreateForm(_PriorityFields):
 
 class PriorityForm(_PriorityFields):
     pass
+
+
+class RenameForm(forms.Form):
+    name = forms.CharField(max_length=200, strip=True)
 
 
 class InboxSettingsForm(forms.Form):
@@ -289,8 +303,8 @@ def _render_agent_detail(
     agent: Agent,
     *,
     status: int = 200,
-    new_key: dict[str, Any] | None = None,
     priority_form: PriorityForm | None = None,
+    rename_form: RenameForm | None = None,
     key_form: KeyCreateForm | None = None,
     inbox_form: InboxSettingsForm | None = None,
 ) -> HttpResponse:
@@ -320,7 +334,7 @@ def _render_agent_detail(
         keys=[{"key": key, "status": key_status(key, now)} for key in keys],
         endpoints=endpoint_rows,
         can_manage=request.membership.may(Permission.MANAGE_WORKSPACE),
-        new_key=new_key,
+        rename_form=rename_form or RenameForm(initial={"name": agent.name}),
         priority_form=priority_form
         or PriorityForm(initial={"priority": agent.priority, "max_priority": agent.max_priority}),
         key_form=key_form or KeyCreateForm(),
@@ -339,11 +353,7 @@ def _render_agent_detail(
         max_priority=MAX_PRIORITY,
         retention_days=workspace.audit_retention_days,
     )
-    response = render(request, "dashboard/agents/detail.html", context, status=status)
-    if new_key is not None:
-        # The one response that carries a raw key: no browser or proxy may keep a copy.
-        add_never_cache_headers(response)
-    return response
+    return render(request, "dashboard/agents/detail.html", context, status=status)
 
 
 @workspace_page()
@@ -374,6 +384,44 @@ def agent_edit(request: DashboardRequest, workspace: Workspace, agent_id: str) -
 
 @require_POST
 @workspace_page(needs=Permission.MANAGE_WORKSPACE)
+def agent_rename_view(request: DashboardRequest, workspace: Workspace, agent_id: str) -> HttpResponse:
+    agent = _agent(workspace, agent_id)
+    form = RenameForm(request.POST)
+    if not form.is_valid():
+        return _render_agent_detail(request, workspace, agent, status=400, rename_form=form)
+    previous = agent.name
+    agent = agent_rename(actor=request.actor, agent=agent, name=form.cleaned_data["name"])
+    if agent.name != previous:
+        messages.success(request, f"Renamed {previous} to {agent.name}. Its slug and mail address stay.")
+    return redirect("dashboard:agent", workspace.slug, agent.public_id)
+
+
+@require_POST
+@workspace_page(needs=Permission.MANAGE_WORKSPACE)
+def agent_disable(request: DashboardRequest, workspace: Workspace, agent_id: str) -> HttpResponse:
+    agent, changed = agent_set_active(actor=request.actor, agent=_agent(workspace, agent_id), active=False)
+    if changed:
+        messages.success(
+            request, f"{agent.name} is disabled: its keys are refused and mail to its address bounces."
+        )
+    else:
+        messages.error(request, f"{agent.name} was already disabled.")
+    return redirect("dashboard:agent", workspace.slug, agent.public_id)
+
+
+@require_POST
+@workspace_page(needs=Permission.MANAGE_WORKSPACE)
+def agent_enable(request: DashboardRequest, workspace: Workspace, agent_id: str) -> HttpResponse:
+    agent, changed = agent_set_active(actor=request.actor, agent=_agent(workspace, agent_id), active=True)
+    if changed:
+        messages.success(request, f"{agent.name} is enabled again: its live keys work from now on.")
+    else:
+        messages.error(request, f"{agent.name} was already enabled.")
+    return redirect("dashboard:agent", workspace.slug, agent.public_id)
+
+
+@require_POST
+@workspace_page(needs=Permission.MANAGE_WORKSPACE)
 def agent_inbox_settings(request: DashboardRequest, workspace: Workspace, agent_id: str) -> HttpResponse:
     agent = _agent(workspace, agent_id)
     form = InboxSettingsForm(request.POST)
@@ -385,9 +433,29 @@ def agent_inbox_settings(request: DashboardRequest, workspace: Workspace, agent_
     return redirect("dashboard:agent", workspace.slug, agent.public_id)
 
 
-@require_POST
+def _key_slot(key: ApiKey) -> str:
+    return f"api-key:{key.prefix}"
+
+
+@require_http_methods(["GET", "HEAD", "POST"])
+def key_create(request: HttpRequest, workspace_slug: str, agent_id: str) -> HttpResponse:
+    """POST creates a key (owners and admins). GET is this URL opened later, or reloaded after a form
+    error: the place to create one is the agent's page."""
+    if request.method == "POST":
+        return _key_create(request, workspace_slug, agent_id)
+    return _to_agent_page(request, workspace_slug, agent_id, anchor="key-create")
+
+
+@workspace_page()
+def _to_agent_page(
+    request: DashboardRequest, workspace: Workspace, agent_id: str, anchor: str
+) -> HttpResponse:
+    agent = _agent(workspace, agent_id)
+    return redirect(reverse("dashboard:agent", args=[workspace.slug, agent.public_id]) + f"#{anchor}")
+
+
 @workspace_page(needs=Permission.MANAGE_WORKSPACE)
-def key_create(request: DashboardRequest, workspace: Workspace, agent_id: str) -> HttpResponse:
+def _key_create(request: DashboardRequest, workspace: Workspace, agent_id: str) -> HttpResponse:
     agent = _agent(workspace, agent_id)
     form = KeyCreateForm(request.POST)
     if form.is_valid():
@@ -401,9 +469,38 @@ def key_create(request: DashboardRequest, workspace: Workspace, agent_id: str) -
         except InvalidScopes as exc:
             form.add_error("scopes", str(exc))
         else:
-            new_key = {"key": key, "raw": raw, "rotated_from": None}
-            return _render_agent_detail(request, workspace, agent, status=201, new_key=new_key)
+            keep_for_display(request, _key_slot(key), raw)
+            return see_other("dashboard:agent_key_new", workspace.slug, agent.public_id, key.prefix)
     return _render_agent_detail(request, workspace, agent, status=400, key_form=form)
+
+
+@workspace_page()
+def key_new(request: DashboardRequest, workspace: Workspace, agent_id: str, key_prefix: str) -> HttpResponse:
+    """A new key's page: its raw value the first time the person who made it opens it, then never."""
+    agent = _agent(workspace, agent_id)
+    key = _key(agent, key_prefix)
+    reveal = take_for_display(request, _key_slot(key))
+    rotated_from = (
+        ApiKey.objects.filter(pk=reveal.facts["rotated_from"], agent=agent).first()
+        if reveal.facts.get("rotated_from")
+        else None
+    )
+    context = page_context(
+        request,
+        "agents",
+        agent=agent,
+        key=key,
+        status=key_status(key, server_now()),
+        reveal=reveal,
+        rotated_from=rotated_from,
+        grace_label=reveal.facts.get("grace_label", ""),
+        api_base=settings.DASHBOARD_BASE_URL + "/v1",
+        can_manage=request.membership.may(Permission.MANAGE_WORKSPACE),
+    )
+    response = render(request, "dashboard/agents/new_key.html", context)
+    # The page that carries a raw key: no browser or proxy may keep a copy (nor of "already shown").
+    add_never_cache_headers(response)
+    return response
 
 
 @require_POST
@@ -422,9 +519,16 @@ def key_revoke(
     return redirect("dashboard:agent", workspace.slug, agent.public_id)
 
 
-@require_POST
+@require_http_methods(["GET", "HEAD", "POST"])
+def key_rotate(request: HttpRequest, workspace_slug: str, agent_id: str, key_prefix: str) -> HttpResponse:
+    """POST rotates the key (owners and admins); GET (this URL opened later) leads to the agent's keys."""
+    if request.method == "POST":
+        return _key_rotate(request, workspace_slug, agent_id, key_prefix)
+    return _to_agent_page(request, workspace_slug, agent_id, anchor="api-keys")
+
+
 @workspace_page(needs=Permission.MANAGE_WORKSPACE)
-def key_rotate(
+def _key_rotate(
     request: DashboardRequest, workspace: Workspace, agent_id: str, key_prefix: str
 ) -> HttpResponse:
     agent = _agent(workspace, agent_id)
@@ -439,5 +543,5 @@ def key_rotate(
     except KeyNotActive:
         messages.error(request, f"Key {old.prefix}… is revoked, expired or already rotated.")
         return redirect("dashboard:agent", workspace.slug, agent.public_id)
-    new_key = {"key": key, "raw": raw, "rotated_from": old, "grace_label": label}
-    return _render_agent_detail(request, workspace, agent, status=201, new_key=new_key)
+    keep_for_display(request, _key_slot(key), raw, rotated_from=old.pk, grace_label=label)
+    return see_other("dashboard:agent_key_new", workspace.slug, agent.public_id, key.prefix)

@@ -1,10 +1,50 @@
+"""The front door, and a new workspace's getting-started guide.
+
+`/` takes a person to their workspace: owners and admins of a workspace that is not set up yet land on
+the guide, everyone else on the approvals queue. The guide is a checklist that ticks itself from real
+data — an agent exists, it has a live key, a reservation exists — and walks through making each: an agent
+and a key right on the page (the key shown once, post/redirect/get as on the agent's page), then a curl
+script that books a first slot with that key against this installation, then a link to see the booking
+on its calendar. While the last step waits, the page polls for it.
+
+Hiding the guide is a per-browser preference (a cookie naming the workspaces): there is nothing to
+protect in it, and the guide stays reachable from the empty states that link to it.
+"""
+
 from __future__ import annotations
 
+import json
+import shlex
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from django import forms
+from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.db.models import Q
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.cache import add_never_cache_headers
+from django.views.decorators.http import require_GET, require_POST
 
 from accounts.models import Membership
+from accounts.roles import Permission
+from agentcal.clock import isoformat_z, server_now
+from bookings.models import Calendar, Reservation
+from dashboard.access import page_context, workspace_page
+from dashboard.http import DashboardRequest
+from dashboard.one_time import Reveal, keep_for_display, see_other, take_for_display
+from workspaces.models import Agent, ApiKey, Scope, Workspace
+from workspaces.services import AgentSlugTaken, agent_create, api_key_issue
+
+HIDDEN_COOKIE = "agentcal_guide_hidden"
+HIDDEN_COOKIE_MAX_AGE = 365 * 86400
+# What the guide's key may do: exactly what its curl script needs, and reading back what it made.
+GUIDE_SCOPES = [Scope.CALENDARS_READ, Scope.CALENDARS_WRITE, Scope.BOOKINGS_READ, Scope.BOOKINGS_WRITE]
+GUIDE_KEY_NAME = "Getting started"
+POLL_SECONDS = 3
 
 
 @login_required
@@ -14,4 +54,208 @@ def home(request: HttpRequest) -> HttpResponse:
     )
     if membership is None:
         return render(request, "dashboard/no_workspace.html")
-    return redirect("dashboard:approvals", membership.workspace.slug)
+    workspace = membership.workspace
+    if (
+        membership.may(Permission.MANAGE_WORKSPACE)
+        and not guide_hidden(request, workspace)
+        and not Setup.of(workspace).complete
+    ):
+        return redirect("dashboard:start", workspace.slug)
+    return redirect("dashboard:approvals", workspace.slug)
+
+
+def guide_hidden(request: HttpRequest, workspace: Workspace) -> bool:
+    return workspace.public_id in request.COOKIES.get(HIDDEN_COOKIE, "").split(".")
+
+
+# --- What is set up already ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Setup:
+    """The guide's steps, read from the workspace's own rows."""
+
+    agents: list[Agent]  # active ones, newest first: the key step offers them
+    has_agent: bool
+    has_key: bool
+    calendar: Calendar | None  # the workspace's first calendar, which the script books on if there is one
+    reservation: Reservation | None  # the newest hold or booking
+
+    @classmethod
+    def of(cls, workspace: Workspace) -> Setup:
+        agents = list(
+            Agent.objects.filter(workspace=workspace, is_active=True).order_by("-created_at", "-id")
+        )
+        live_key = Q(revoked_at__isnull=True) & (Q(expires_at__isnull=True) | Q(expires_at__gt=server_now()))
+        return cls(
+            agents=agents,
+            has_agent=bool(agents) or Agent.objects.filter(workspace=workspace).exists(),
+            has_key=ApiKey.objects.filter(
+                live_key, agent__workspace=workspace, agent__is_active=True
+            ).exists(),
+            calendar=Calendar.objects.filter(workspace=workspace).order_by("id").first(),
+            reservation=Reservation.objects.filter(calendar__workspace=workspace, is_primary=True)
+            .select_related("calendar")
+            .order_by("-id")
+            .first(),
+        )
+
+    @property
+    def has_reservation(self) -> bool:
+        return self.reservation is not None
+
+    @property
+    def done(self) -> int:
+        return sum((self.has_agent, self.has_key, self.has_reservation))
+
+    @property
+    def complete(self) -> bool:
+        return self.done == 3
+
+
+def booking_script(*, api_base: str, raw_key: str, calendar: Calendar | None, now: datetime) -> str:
+    """A POSIX shell script that books a first slot with the key: creates a calendar unless the workspace
+    has one, then holds and commits half an hour tomorrow at 10:00 UTC in one atomic step."""
+    start = datetime.combine((now + timedelta(days=1)).date(), datetime.min.time(), tzinfo=UTC)
+    start += timedelta(hours=10)
+    end = start + timedelta(minutes=30)
+    # JSON may break lines between fields, and so may a single-quoted shell word: short lines for phones.
+    times = json.dumps({"start_time": isoformat_z(start), "end_time": isoformat_z(end)})[1:-1]
+    key_line = f"AGENTCAL_KEY={shlex.quote(raw_key)}" if raw_key else "AGENTCAL_KEY='paste your key here'"
+    headers = ['  -H "Authorization: Bearer $AGENTCAL_KEY" \\', '  -H "Content-Type: application/json" \\']
+    lines = [key_line, f"AGENTCAL={shlex.quote(api_base)}", ""]
+    if calendar is None:
+        lines += [
+            "# A calendar to book on (its id, cal_…, is the answer's first field)",
+            'CALENDAR=$(curl -sS "$AGENTCAL/calendars" \\',
+            *headers,
+            """  -d '{"name": "First calendar"}' \\""",
+            """  | sed -n 's/^{ *"id": *"\\([^"]*\\)".*/\\1/p')""",
+        ]
+    else:
+        lines += [f"CALENDAR={shlex.quote(calendar.public_id)}  # {calendar.name}"]
+    lines += [
+        "",
+        "# Hold and commit half an hour tomorrow, in one atomic step",
+        'curl -sS "$AGENTCAL/calendars/$CALENDAR/commits" \\',
+        *headers,
+        f"  -d '{{{times},",
+        """      "title": "First booking"}'""",
+    ]
+    return "\n".join(lines)
+
+
+# --- The guide ----------------------------------------------------------------------------------------------
+
+
+class GuideAgentForm(forms.Form):
+    name = forms.CharField(max_length=200, strip=True)
+
+
+def _guide_key_slot(workspace: Workspace) -> str:
+    return f"guide-key:{workspace.public_id}"
+
+
+def _render_start(
+    request: DashboardRequest,
+    workspace: Workspace,
+    *,
+    reveal: Reveal | None = None,
+    agent_form: GuideAgentForm | None = None,
+    status: int = 200,
+) -> HttpResponse:
+    setup = Setup.of(workspace)
+    reveal = reveal or Reveal()
+    reservation = setup.reservation
+    context = page_context(
+        request,
+        "start",
+        setup=setup,
+        reveal=reveal,
+        agent_form=agent_form or GuideAgentForm(),
+        can_manage=request.membership.may(Permission.MANAGE_WORKSPACE),
+        hidden=guide_hidden(request, workspace),
+        script=booking_script(
+            api_base=settings.DASHBOARD_BASE_URL + "/v1",
+            raw_key=reveal.secret,
+            calendar=setup.calendar,
+            now=server_now(),
+        ),
+        guide_scopes=[str(scope) for scope in GUIDE_SCOPES],
+        poll_seconds=POLL_SECONDS,
+        reservation_url=_reservation_url(workspace, reservation) if reservation is not None else "",
+    )
+    template = "dashboard/home/start.html"
+    if request.htmx:
+        template += "#guide-booking"  # the poll: the booking step and the progress, nothing else
+    response = render(request, template, context, status=status)
+    if reveal.secret:
+        add_never_cache_headers(response)  # it carries a raw key
+    return response
+
+
+def _reservation_url(workspace: Workspace, reservation: Reservation) -> str:
+    """The reservation on its calendar, on its day, with its drawer open (app.js reads the #id)."""
+    page = reverse("dashboard:calendar", args=[workspace.slug, reservation.calendar.public_id])
+    day = reservation.start_time.date().isoformat()
+    return f"{page}?date={day}#{reservation.booking_id or reservation.hold_id}"
+
+
+@require_GET
+@workspace_page()
+def start(request: DashboardRequest, workspace: Workspace) -> HttpResponse:
+    # The poll never takes the key out of the session: only the full page shows it.
+    reveal = None if request.htmx else take_for_display(request, _guide_key_slot(workspace))
+    return _render_start(request, workspace, reveal=reveal)
+
+
+@require_POST
+@workspace_page(needs=Permission.MANAGE_WORKSPACE)
+def start_agent(request: DashboardRequest, workspace: Workspace) -> HttpResponse:
+    form = GuideAgentForm(request.POST)
+    if form.is_valid():
+        try:
+            agent = agent_create(actor=request.actor, name=form.cleaned_data["name"])
+        except AgentSlugTaken:  # a race for the derived slug: rare enough to ask again
+            form.add_error("name", "Another agent was just created with this name; try again.")
+        else:
+            messages.success(request, f"Agent {agent.name} created. Next, its key.")
+            return _to_step(workspace, "step-key")
+    return _render_start(request, workspace, agent_form=form, status=400)
+
+
+@require_POST
+@workspace_page(needs=Permission.MANAGE_WORKSPACE)
+def start_key(request: DashboardRequest, workspace: Workspace) -> HttpResponse:
+    agent = Agent.objects.filter(
+        workspace=workspace, is_active=True, public_id=request.POST.get("agent", "")
+    ).first()
+    if agent is None:
+        messages.error(request, "Choose one of the workspace's active agents.")
+        return _to_step(workspace, "step-key")
+    _, raw = api_key_issue(actor=request.actor, agent=agent, scopes=list(GUIDE_SCOPES), name=GUIDE_KEY_NAME)
+    keep_for_display(request, _guide_key_slot(workspace), raw, agent=agent.name)
+    return _to_step(workspace, "step-booking")
+
+
+@require_POST
+@workspace_page()
+def start_hide(request: DashboardRequest, workspace: Workspace) -> HttpResponse:
+    """Hide the guide in this browser (anyone may: it is their own view) and go on to the approvals."""
+    response = see_other("dashboard:approvals", workspace.slug)
+    hidden = {name for name in request.COOKIES.get(HIDDEN_COOKIE, "").split(".") if name}
+    response.set_cookie(
+        HIDDEN_COOKIE,
+        ".".join(sorted(hidden | {workspace.public_id})),
+        max_age=HIDDEN_COOKIE_MAX_AGE,
+        secure=settings.SESSION_COOKIE_SECURE,
+        httponly=True,
+        samesite="Lax",
+    )
+    return response
+
+
+def _to_step(workspace: Workspace, anchor: str) -> HttpResponseRedirect:
+    response = see_other("dashboard:start", workspace.slug)
+    response["Location"] += f"#{anchor}"
+    return response

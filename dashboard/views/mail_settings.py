@@ -4,8 +4,9 @@ DKIM record to publish).
 
 Every member can read the page; only owners and admins change the domain, verify it or generate a
 secret (each change audited by inboxes.mail_settings). A domain of the workspace's own waits, with the
-TXT record that proves it shown here, until Verify finds that record. A new secret is rendered once, in
-the response to the POST that made it, and kept nowhere else in the clear.
+TXT record that proves it shown here, until Verify finds that record. A new secret is shown once,
+post/redirect/get (dashboard.one_time): the POST keeps it sealed in the person's session and answers 303
+to the secret's page, which takes it out as it renders it; a reload shows "already shown".
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.cache import add_never_cache_headers
-from django.views.decorators.http import require_http_methods, require_POST
+from django.views.decorators.http import require_http_methods
 
 from accounts.roles import Permission
 from dashboard.access import page_context, workspace_page
 from dashboard.http import DashboardRequest
+from dashboard.one_time import Reveal, keep_for_display, see_other, take_for_display
 from inboxes.addresses import workspace_domain
 from inboxes.dkim import signing_key
 from inboxes.mail_settings import (
@@ -93,13 +95,31 @@ def _domain_verify(request: DashboardRequest, workspace: Workspace) -> HttpRespo
     return redirect("dashboard:mail_settings", workspace.slug)
 
 
-@require_POST
+def _secret_slot(workspace: Workspace) -> str:
+    # One slot per workspace: only the newest secret works, so a newer one rightly replaces an unseen one.
+    return f"inbound-webhook-secret:{workspace.public_id}"
+
+
+@require_http_methods(["GET", "HEAD", "POST"])
+def webhook_secret(request: HttpRequest, workspace_slug: str) -> HttpResponse:
+    """POST generates (or rotates) the secret (owners and admins) and redirects here; GET shows it once."""
+    if request.method == "POST":
+        return _webhook_secret_issue(request, workspace_slug)
+    return _webhook_secret_show(request, workspace_slug)
+
+
 @workspace_page(needs=Permission.MANAGE_WORKSPACE)
-def webhook_secret_issue(request: DashboardRequest, workspace: Workspace) -> HttpResponse:
+def _webhook_secret_issue(request: DashboardRequest, workspace: Workspace) -> HttpResponse:
     rotated = bool(workspace.inbound_webhook_secret)
     secret = inbound_webhook_secret_issue(workspace=workspace, actor=request.actor)
-    response = _render(request, workspace, new_secret={"value": secret, "rotated": rotated}, status=201)
-    # The one response that carries the secret: no browser or proxy may keep a copy.
+    keep_for_display(request, _secret_slot(workspace), secret, rotated=rotated)
+    return see_other("dashboard:mail_webhook_secret", workspace.slug)
+
+
+@workspace_page()
+def _webhook_secret_show(request: DashboardRequest, workspace: Workspace) -> HttpResponse:
+    response = _render(request, workspace, secret=take_for_display(request, _secret_slot(workspace)))
+    # The page that carries the secret: no browser or proxy may keep a copy.
     add_never_cache_headers(response)
     return response
 
@@ -109,7 +129,7 @@ def _render(
     workspace: Workspace,
     *,
     form: InboundDomainForm | None = None,
-    new_secret: dict[str, object] | None = None,
+    secret: Reveal | None = None,
     verify_error: str = "",
     status: int = 200,
 ) -> HttpResponse:
@@ -131,7 +151,7 @@ def _render(
         smtp_port=settings.INBOUND_SMTP_PORT,
         webhook_url=settings.INBOUND_WEBHOOK_BASE_URL + webhook_path,
         has_secret=bool(workspace.inbound_webhook_secret),
-        new_secret=new_secret,
+        secret=secret,
         max_message_bytes=settings.INBOUND_MAX_MESSAGE_BYTES,
         dkim=signing_key(),
         relay_configured=settings.INBOX_RELAY_CONFIGURED,

@@ -1,6 +1,11 @@
 """Contention and conversion at a glance, without Prometheus: counts from the workspace's audit trail,
 and how the workspace's linked calendars are syncing.
 
+Each chart is server-rendered SVG (no script, no inline style: the Content-Security-Policy allows
+neither) with its axes in HTML around it: a count scale rounded up to a readable number, and time ticks
+counted back from now. Every bucket carries a `<title>` (the browser's tooltip) naming its time range and
+count, and one table below the charts holds every number, for screen readers and for reading exactly.
+
 Sync lag is each connection's latest (stored with it by every sync), not percentiles of the
 `agentcal_sync_lag_seconds` histogram: that histogram is labelled by provider only, so on a
 workspace's page it would mix in every other workspace's syncs, and it lives in the processes that
@@ -9,13 +14,15 @@ sync (Celery workers), not in the one serving this page. Prometheus has it for t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import timedelta
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 from django.db import connection
 from django.http import HttpResponse
 from django.shortcuts import render
 
+from agentcal.clock import server_now
+from agentcal.metrics import lock_wait_percentiles
 from dashboard.access import page_context, workspace_page
 from dashboard.http import DashboardRequest
 from dashboard.views.connections import provider_name
@@ -24,15 +31,49 @@ from workspaces.models import Workspace
 
 # window name -> (length, bucket size)
 WINDOWS = {"hour": (timedelta(hours=1), timedelta(minutes=5)), "day": (timedelta(days=1), timedelta(hours=1))}
+# How many time ticks each window's x axis has (evenly spaced bucket boundaries, "now" included).
+TICKS = {"hour": 5, "day": 5}
 
-# Each series: (label, css class, SQL condition on audit rows).
+# Each series: (label, css class, SQL condition on audit rows, what one is called).
 SERIES = [
-    ("Holds", "s-held", "event_type = 'calendar.hold.created'"),
-    ("Commits", "s-committed", "event_type = 'calendar.commit.created'"),
-    ("Conflicts", "s-conflict", "failure_reason = 'slot_conflict'"),
-    ("Preemptions", "s-preempt", "event_type IN ('calendar.hold.evicted', 'calendar.booking.bumped')"),
-    ("Expiries", "s-expired", "event_type = 'calendar.hold.expired'"),
+    ("Holds", "s-held", "event_type = 'calendar.hold.created'", ("hold", "holds")),
+    ("Commits", "s-committed", "event_type = 'calendar.commit.created'", ("commit", "commits")),
+    ("Conflicts", "s-conflict", "failure_reason = 'slot_conflict'", ("conflict", "conflicts")),
+    (
+        "Preemptions",
+        "s-preempt",
+        "event_type IN ('calendar.hold.evicted', 'calendar.booking.bumped')",
+        ("preemption", "preemptions"),
+    ),
+    ("Expiries", "s-expired", "event_type = 'calendar.hold.expired'", ("expiry", "expiries")),
 ]
+CHART_HEIGHT = 60  # SVG units; each bucket is 10 wide
+
+
+def nice_ceiling(value: int) -> int:
+    """The smallest of 1, 2, 5, 10, 20, 50, … that is at least `value`: the top of a readable scale."""
+    step = 1
+    while True:
+        for factor in (1, 2, 5):
+            if step * factor >= value:
+                return step * factor
+        step *= 10
+
+
+@dataclass
+class Bucket:
+    """One bar's time range (UTC) and how long ago it was, for tooltips and the table."""
+
+    start: datetime
+    end: datetime
+    label: str  # "10:05–10:10"
+
+
+def buckets_of(now: datetime, length: timedelta, bucket: timedelta) -> list[Bucket]:
+    count = int(length / bucket)
+    fmt = "%H:%M" if bucket < timedelta(hours=1) else "%a %H:%M"
+    spans = [(now - (count - i) * bucket, now - (count - 1 - i) * bucket) for i in range(count)]
+    return [Bucket(start, end, f"{start:{fmt}}–{end:%H:%M}") for start, end in spans]
 
 
 @dataclass
@@ -41,35 +82,75 @@ class Chart:
     css: str
     counts: list[int]
     total: int
+    unit: tuple[str, str] = ("event", "events")  # singular, plural
+    buckets: list[Bucket] = field(default_factory=list)
 
     @property
     def peak(self) -> int:
         return max(self.counts) if self.counts else 0
 
     @property
-    def bars(self) -> list[dict[str, float]]:
-        """SVG geometry in a 10-units-per-bucket by 60-unit-high box, for the template."""
-        peak = self.peak or 1
-        return [
-            {
-                "x": i * 10 + 1,
-                "height": round(58 * count / peak, 2),
-                "y": round(60 - 58 * count / peak, 2),
-                "count": count,
-            }
-            for i, count in enumerate(self.counts)
-            if count
-        ]
+    def scale(self) -> int:
+        """The count at the top of the y axis."""
+        return nice_ceiling(max(self.peak, 1))
+
+    @property
+    def y_ticks(self) -> list[int]:
+        """Top to bottom, as the axis shows them: the scale, its half when that is whole, 0."""
+        half = [self.scale // 2] if self.scale % 2 == 0 else []
+        return [self.scale, *half, 0]
+
+    @property
+    def grid(self) -> list[dict[str, float]]:
+        """Horizontal guide lines at the y ticks (SVG y grows downwards)."""
+        height = CHART_HEIGHT - 1
+        return [{"y": round(CHART_HEIGHT - height * tick / self.scale, 2)} for tick in self.y_ticks]
+
+    def describe(self, count: int) -> str:
+        return f"{count} {self.unit[0] if count == 1 else self.unit[1]}"
+
+    @property
+    def bars(self) -> list[dict[str, object]]:
+        """SVG geometry in a 10-units-per-bucket by CHART_HEIGHT box, and each bucket's tooltip. Every
+        bucket gets a full-height hover target, so empty ones say "0" too."""
+        height = CHART_HEIGHT - 1
+        out: list[dict[str, object]] = []
+        for i, count in enumerate(self.counts):
+            bar = round(height * count / self.scale, 2)
+            span = self.buckets[i].label + " UTC" if i < len(self.buckets) else ""
+            out.append(
+                {
+                    "x": i * 10,
+                    "height": bar,
+                    "y": round(CHART_HEIGHT - bar, 2),
+                    "count": count,
+                    "title": f"{self.describe(count)}, {span}" if span else self.describe(count),
+                }
+            )
+        return out
 
     @property
     def width(self) -> int:
         return len(self.counts) * 10
 
+    @property
+    def summary(self) -> str:
+        """The chart in one sentence, for screen readers (the table below has every number)."""
+        if not self.total:
+            return f"{self.label}: none in this window."
+        busiest = max(range(len(self.counts)), key=lambda i: self.counts[i])
+        when = (
+            f", the most ({self.counts[busiest]}) at {self.buckets[busiest].label} UTC"
+            if self.buckets
+            else ""
+        )
+        return f"{self.label}: {self.describe(self.total)} in this window{when}."
+
 
 def _series(workspace: Workspace, length: timedelta, bucket: timedelta) -> tuple[list[str], list[Chart], int]:
     buckets = int(length / bucket)
     columns = ",\n".join(
-        f"count(*) FILTER (WHERE {condition}) AS s{i}" for i, (_, _, condition) in enumerate(SERIES)
+        f"count(*) FILTER (WHERE {condition}) AS s{i}" for i, (_, _, condition, _) in enumerate(SERIES)
     )
     with connection.cursor() as cursor:
         # One pass over the window's rows, grouped into buckets counted back from now (database clock;
@@ -94,7 +175,8 @@ def _series(workspace: Workspace, length: timedelta, bucket: timedelta) -> tuple
             for i, value in enumerate(values[:-1]):
                 counts[i][buckets - 1 - ago] = value  # oldest first
     charts = [
-        Chart(label, css, series, sum(series)) for (label, css, _), series in zip(SERIES, counts, strict=True)
+        Chart(label, css, series, sum(series), unit)
+        for (label, css, _, unit), series in zip(SERIES, counts, strict=True)
     ]
     step = "5 min" if bucket < timedelta(hours=1) else "1 h"
     labels = [f"-{(buckets - i) * int(bucket.total_seconds() // 60)}m" for i in range(buckets)]
@@ -142,6 +224,14 @@ def metrics(request: DashboardRequest, workspace: Workspace) -> HttpResponse:
         window = "hour"
     length, bucket = WINDOWS[window]
     (step, *_), charts, from_hold = _series(workspace, length, bucket)
+    buckets = buckets_of(server_now(), length, bucket)
+    for chart in charts:
+        chart.buckets = buckets
+    ticks = TICKS[window]
+    per_tick = (length / (ticks - 1)).total_seconds()
+    x_ticks = [
+        "now" if n == ticks - 1 else _ago(timedelta(seconds=per_tick * (ticks - 1 - n))) for n in range(ticks)
+    ]
     holds = charts[0].total
     attempts = holds + charts[2].total
     context = page_context(
@@ -150,9 +240,33 @@ def metrics(request: DashboardRequest, workspace: Workspace) -> HttpResponse:
         window=window,
         step=step,
         charts=charts,
+        x_ticks=x_ticks,
+        table_rows=[
+            {"bucket": b, "counts": [chart.counts[i] for chart in charts]} for i, b in enumerate(buckets)
+        ],
         conversion=(from_hold / holds) if holds else None,
         conflict_rate=(charts[2].total / attempts) if attempts else None,
         has_data=any(chart.total for chart in charts),
         sync=sync_summary(workspace),
+        # The whole installation's, from Prometheus' histogram (not per workspace: a label per
+        # workspace would multiply its series), since the server's processes started.
+        lock_wait=_lock_wait(),
     )
     return render(request, "dashboard/metrics/metrics.html", context)
+
+
+def _ago(delta: timedelta) -> str:
+    minutes = int(delta.total_seconds() // 60)
+    return f"−{minutes} min" if minutes < 120 else f"−{minutes // 60} h"
+
+
+def _lock_wait() -> dict[str, str | int] | None:
+    """The calendar-lock wait percentiles as the page shows them (ms below a second)."""
+    found = lock_wait_percentiles()
+    if found is None:
+        return None
+
+    def shown(seconds: float) -> str:
+        return f"{seconds:.2f} s" if seconds >= 1 else f"{seconds * 1000:.1f} ms"
+
+    return {"count": found["count"], **{name: shown(found[name]) for name in ("p50", "p95", "p99")}}

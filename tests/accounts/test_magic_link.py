@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
+from django.db.models.functions import Now
 
 from accounts.models import MagicLink
 from accounts.services import MAX_LINKS_PER_EMAIL, MAX_LINKS_PER_IP
@@ -65,6 +66,53 @@ def test_an_expired_link_does_not_sign_in(client, owner, mailoutbox, base_url):
     assert client.post(f"/auth/magic/{token}").status_code == 400
 
 
+def spent_state(response) -> str | None:
+    match = re.search(r'data-testid="magic-link-spent" data-state="(\w+)"', response.content.decode())
+    return match.group(1) if match else None
+
+
+def test_a_used_or_expired_link_says_so_before_any_button_and_offers_a_new_one(
+    client, owner, mailoutbox, base_url
+):
+    client.post("/auth/magic-link", {"email": "olivia@acme.test"})
+    client.post("/auth/magic-link", {"email": "olivia@acme.test"})
+    used, expired = link_from(mailoutbox[0]), link_from(mailoutbox[1])
+    live = client.get(f"/auth/magic/{used}")
+    assert (
+        live.status_code == 200
+        and spent_state(live) is None
+        and b'data-testid="magic-continue"' in live.content
+    )
+
+    client.post(f"/auth/magic/{used}")  # signs in: the link is spent
+    client.post("/auth/sign-out")
+    MagicLink.objects.filter(used_at__isnull=True).update(expires_at=Now())  # expired by the database's clock
+
+    for token, state, status in (
+        (used, "used", 410),
+        (expired, "expired", 410),
+        ("not-a-link", "unknown", 404),
+    ):
+        page = client.get(f"/auth/magic/{token}")
+        assert (page.status_code, spent_state(page)) == (status, state)
+        assert b'data-testid="magic-continue"' not in page.content  # no button that can only fail
+        assert b'data-testid="magic-link-again"' in page.content
+    # The form on that page asks for a new link, which works.
+    client.post("/auth/magic-link", {"email": "olivia@acme.test"})
+    fresh = client.get(f"/auth/magic/{link_from(mailoutbox[-1])}")
+    assert fresh.status_code == 200 and b'data-testid="magic-continue"' in fresh.content
+    assert MagicLink.objects.filter(used_at__isnull=True).count() == 2  # looking used up nothing
+
+
+def test_a_used_link_opened_while_signed_in_leads_on_to_the_dashboard(client, owner, mailoutbox, base_url):
+    client.post("/auth/magic-link", {"email": "olivia@acme.test"})
+    token = link_from(mailoutbox[0])
+    client.post(f"/auth/magic/{token}")
+    page = client.get(f"/auth/magic/{token}").content.decode()
+    assert "You are signed in as <strong>olivia@acme.test</strong>" in page and 'href="/"' in page
+    assert 'data-testid="magic-link-again"' not in page
+
+
 def test_requests_are_throttled_per_address_and_per_ip(client, owner, mailoutbox, base_url):
     for _ in range(MAX_LINKS_PER_EMAIL + 3):
         client.post("/auth/magic-link", {"email": "olivia@acme.test"})
@@ -82,7 +130,7 @@ def test_sign_out_everywhere_ends_every_session(owner, client, django_user_model
     other_browser.force_login(owner)
     # ["Location"] is what a redirect's .url reads; the stubs type the test client's response without it.
     assert other_browser.get("/").status_code == 302
-    assert other_browser.get("/")["Location"] == "/w/acme/approvals"
+    assert other_browser.get("/")["Location"] == "/w/acme/start"  # a new workspace: the guide
     client.post("/auth/sign-out-everywhere")
     assert other_browser.get("/")["Location"].startswith("/auth/sign-in")
     assert client.get("/").url.startswith("/auth/sign-in")
@@ -94,7 +142,7 @@ def test_create_owner_prints_a_one_time_link(db, capsys, client, base_url):
     assert link.startswith(f"{ORIGIN}/auth/magic/")
     token = link.rsplit("/", 1)[1]
     assert client.post(f"/auth/magic/{token}").status_code == 302
-    assert client.get("/").url == "/w/fresh/approvals"
+    assert client.get("/").url == "/w/fresh/start"  # a new workspace's owner: its getting-started guide
 
 
 def test_csrf_is_enforced_on_sign_in_forms(owner):

@@ -54,7 +54,7 @@ def test_a_signed_in_person_registers_a_passkey_and_signs_in_with_it(client, own
     response = sign_in(client, authenticator)
     assert response.status_code == 200, response.content
     assert response.json()["redirect"] == "/"
-    assert client.get("/").url == "/w/acme/approvals"
+    assert client.get("/").url == "/w/acme/start"  # a new workspace: the getting-started guide
     passkey.refresh_from_db()
     assert passkey.sign_count == 1 and passkey.last_used_at is not None
 

@@ -1,60 +1,284 @@
-"""The round trips the README promises, pinned: a hold is four statements and COMMIT, a commit four and
-COMMIT, a refused request three (autocommitted). Statements through `bound_cursor` are counted too."""
+"""The round trips an API request costs, pinned, over the whole request path (Django's handler, the
+middleware, DRF, the API key, the calendar, the view, the engine) on a warm connection, and counted
+on the wire: libpq traces the connection, so every statement is seen — BEGIN, COMMIT, Django's
+health check and the key and calendar look-ups included, not only what Django's cursor wrapper sees.
+
+A request runs in this thread, on a connection set up as production's (persistent, health-checked,
+no pool), and the test does what Django's `request_started` does before each request (the test client
+skips it): arm the health check.
+
+What a request costs today (docs/performance-notes.md has why each is what it is):
+- a hold that wins: ONE statement (pre-check, lock, rows in one autocommit statement; no BEGIN/COMMIT);
+- a hold refused by the pre-check: two (that statement, which also reads what the alternatives need;
+  then the refusal's audit row, which must exist and must say what it was refused for);
+- a commit: two (the hold's read; the commit with its audit and outbox rows);
+- a loser that found the winner still writing: four (the failed NOWAIT, the wait, the look, the audit).
+"""
 
 from __future__ import annotations
 
+import os
+import re
+import select
+import tempfile
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
+import psycopg
 import pytest
-from django.db import connection
+from django.db import connection, connections
+from django.db.utils import load_backend
+from django.test import Client
+from psycopg import pq
 
-from agentcal.errors import SlotConflict
-from bookings import engine
-from tests.bookings.helpers import half_hour
-from workspaces.actor import Actor
+from agentcal.local_cache import generation
+from bench.runner import conninfo_for_baselines
+from bookings.models import Calendar, Reservation
+from tests.conftest import audit_rows, slot
+from workspaces.keys import api_key_create
+from workspaces.models import Agent, Workspace
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+@dataclass
+class Wire:
+    """What the connection sent: each statement's first words, and how many round trips it waited on."""
+
+    statements: list[str] = field(default_factory=list)
+    round_trips: int = 0
+
+    def read(self, trace: str) -> None:
+        # One message per line, except that a statement's text keeps its own line breaks.
+        for direction, message, text in re.findall(
+            r"^([FB])\t\d+\t(\w+)\t?(.*?)(?=^[FB]\t|\Z)", trace, re.M | re.S
+        ):
+            if direction == "F" and message == "Query":  # simple protocol: BEGIN, COMMIT, ROLLBACK
+                self.statements.append(text.strip().strip('"'))
+            elif direction == "F" and message == "Parse":  # `"" "<statement>" <parameter types>`
+                self.statements.append(" ".join(text.split('"', 3)[3].split())[:40])
+            elif direction == "B" and message == "ReadyForQuery":
+                self.round_trips += 1
+
+
 @contextmanager
-def statements() -> Iterator[list[str]]:
-    """Every statement sent on this thread's connection inside the block (as Zulip counts queries)."""
-    seen: list[str] = []
-
-    def record(execute: Any, sql: Any, params: Any, many: bool, context: dict[str, Any]) -> Any:
-        seen.append(" ".join(str(sql).split())[:80])
-        return execute(sql, params, many, context)
-
-    with connection.execute_wrapper(record):
-        yield seen
-
-
-def test_a_hold_is_four_statements_and_commit(actor: Actor) -> None:
-    calendar = engine.calendar_create(actor=actor, name="room")
-    span = half_hour(30)
-    with statements() as sent:
-        engine.hold_create(actor=actor, calendar=calendar, span=span)
-    # pre-check; calendar lock; lapsed-hold expiry + what is in the way; reservation + audit + outbox rows
-    assert len(sent) == 4, sent
+def wire() -> Iterator[Wire]:
+    connection.ensure_connection()
+    pgconn = connection.connection.pgconn
+    seen = Wire()
+    with tempfile.TemporaryFile(mode="w+") as trace:
+        pgconn.trace(os.dup(trace.fileno()))
+        pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+        try:
+            yield seen
+        finally:
+            pgconn.untrace()  # flushes the trace
+            trace.seek(0)
+            seen.read(trace.read())
 
 
-def test_committing_a_hold_is_four_statements_and_commit(actor: Actor) -> None:
-    calendar = engine.calendar_create(actor=actor, name="room")
-    group = engine.hold_create(actor=actor, calendar=calendar, span=half_hour(30))
-    assert group.hold_token is not None
-    with statements() as sent:
-        engine.hold_commit(actor=actor, calendar=calendar, hold_token=group.hold_token)
-    # group read; calendar lock; the CAS UPDATE … RETURNING; audit + outbox rows
-    assert len(sent) == 4, sent
+@pytest.fixture
+def production_connection(transactional_db: None) -> Iterator[None]:
+    """This thread's database connection as production has it: persistent (CONN_MAX_AGE), health
+    checks on, no pool (the test settings hand out pooled connections, which the pool checks itself)."""
+    pooled = connections["default"]
+    options = {k: v for k, v in pooled.settings_dict["OPTIONS"].items() if k != "pool"}
+    settings_dict = {
+        **pooled.settings_dict,
+        "CONN_MAX_AGE": 60,
+        "CONN_HEALTH_CHECKS": True,
+        "OPTIONS": options,
+    }
+    persistent = load_backend(settings_dict["ENGINE"]).DatabaseWrapper(settings_dict, "default")
+    connections["default"] = persistent
+    try:
+        yield
+    finally:
+        persistent.close()
+        connections["default"] = pooled
 
 
-def test_a_refused_hold_is_three_statements(actor: Actor) -> None:
-    calendar = engine.calendar_create(actor=actor, name="room")
-    span = half_hour(30)
-    engine.booking_create(actor=actor, calendar=calendar, span=span)
-    with statements() as sent, pytest.raises(SlotConflict):
-        engine.hold_create(actor=actor, calendar=calendar, span=span)
-    # pre-check (finds the blocker); the alternatives; the refusal's audit row
-    assert len(sent) == 3, sent
+@dataclass
+class Agentish:
+    client: Client
+    agent: Agent
+
+    def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        # What request_started does in production (Django's test client leaves it out): the next query
+        # runs the health check, with CONN_HEALTH_CHECKS.
+        connection.close_if_unusable_or_obsolete()
+        call = getattr(self.client, method)
+        return call(f"/v1{path}", body or {}, content_type="application/json")
+
+
+def make_agentish(workspace: Workspace, slug: str) -> Agentish:
+    agent = Agent.objects.create(workspace=workspace, name=slug, slug=slug, priority=100, max_priority=500)
+    _, raw = api_key_create(agent=agent, scopes=["calendars:write", "bookings:read", "bookings:write"])
+    return Agentish(client=Client(HTTP_AUTHORIZATION=f"Bearer {raw}"), agent=agent)
+
+
+@pytest.fixture
+def agents(production_connection: None) -> tuple[Agentish, Agentish, str]:
+    """Two agents of one workspace with keys, and a calendar: every cache warm, the connection too."""
+    workspace = Workspace.objects.create(slug="acme", name="Acme")
+    first, second = make_agentish(workspace, "first"), make_agentish(workspace, "second")
+    calendar = first.request("post", "/calendars", {"name": "room"}).json()["id"]
+    # Each agent's key and the calendar as this process keeps them (the poller thread reads the shared
+    # generation every 0.1 s; this reads it now), and each key's last_used_at written once.
+    assert generation.poll_once()
+    for hours_ahead, agent in ((200, first), (202, second)):
+        warm_up = agent.request("post", f"/calendars/{calendar}/holds", slot(hours_ahead=hours_ahead))
+        assert warm_up.status_code == 201, warm_up.content
+    assert generation.poll_once()
+    return first, second, calendar
+
+
+def test_a_winning_hold_is_one_statement(agents: tuple[Agentish, Agentish, str]) -> None:
+    first, _, calendar = agents
+    with wire() as sent:
+        response = first.request("post", f"/calendars/{calendar}/holds", slot(hours_ahead=30))
+    assert response.status_code == 201, response.content
+    # No health check, no key or calendar read, no BEGIN/COMMIT: the hold, its audit row and its event.
+    assert [s.split()[0] for s in sent.statements] == ["WITH"], sent.statements
+    assert sent.round_trips == 1
+    assert (
+        len(audit_rows(event_type="calendar.hold.created", reservation_public_id=response.json()["id"])) == 1
+    )
+
+
+def test_a_booking_in_one_step_is_one_statement(agents: tuple[Agentish, Agentish, str]) -> None:
+    first, _, calendar = agents
+    with wire() as sent:
+        response = first.request("post", f"/calendars/{calendar}/commits", slot(hours_ahead=30))
+    assert response.status_code == 201, response.content
+    assert sent.round_trips == 1, sent.statements
+
+
+def test_a_loser_refused_by_the_precheck_is_two_statements_and_takes_no_lock(
+    agents: tuple[Agentish, Agentish, str],
+) -> None:
+    first, second, calendar = agents
+    span = slot(hours_ahead=30)
+    assert first.request("post", f"/calendars/{calendar}/holds", span).status_code == 201
+    version = Calendar.objects.get(public_id=calendar).version
+
+    with wire() as sent:
+        response = second.request("post", f"/calendars/{calendar}/holds", span)
+
+    assert response.status_code == 409, response.content
+    assert response.json()["alternatives"]
+    # The pre-check (which also read what the alternatives need), then the refusal's audit row.
+    assert [s.split()[0] for s in sent.statements] == ["WITH", "INSERT"], sent.statements
+    assert sent.round_trips == 2
+    assert Calendar.objects.get(public_id=calendar).version == version  # the lock was never taken
+    (refusal,) = audit_rows(event_type="calendar.hold.rejected", calendar_public_id=calendar)
+    assert refusal.agent_public_id == second.agent.public_id
+    assert refusal.conflict_details["alternatives"] == response.json()["alternatives"]
+
+
+def test_a_commit_is_two_statements(agents: tuple[Agentish, Agentish, str]) -> None:
+    first, _, calendar = agents
+    held = first.request("post", f"/calendars/{calendar}/holds", slot(hours_ahead=30)).json()
+
+    with wire() as sent:
+        response = first.request("post", f"/calendars/{calendar}/commits", {"hold_token": held["hold_token"]})
+
+    assert response.status_code == 201, response.content
+    # The hold's rows (by its token); the commit with its audit and outbox rows.
+    assert [s.split()[0] for s in sent.statements] == ["SELECT", "WITH"], sent.statements
+    assert sent.round_trips == 2
+    assert Reservation.objects.get(hold_id=held["id"]).status == "committed"
+
+
+def test_a_loser_that_found_the_winner_writing_is_four_statements(
+    agents: tuple[Agentish, Agentish, str],
+) -> None:
+    first, second, calendar = agents
+    span = slot(hours_ahead=30)
+    calendar_pk = Calendar.objects.get(public_id=calendar).pk
+    with psycopg.connect(conninfo_for_baselines()) as winner:
+        # The winner's write in flight: it holds the calendar's lock until it books the span and commits.
+        winner.execute("UPDATE bookings_calendar SET version = version + 1 WHERE id = %s", [calendar_pk])
+        booked = threading.Event()
+
+        def book_when_the_loser_waits() -> None:
+            with psycopg.connect(conninfo_for_baselines(), autocommit=True) as probe:
+                deadline = time.monotonic() + 10
+                while time.monotonic() < deadline:
+                    if probe.execute(
+                        "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s"
+                        " AND datname = current_database()",
+                        ["%FOR SHARE%"],
+                    ).fetchone():
+                        break
+                    time.sleep(0.01)
+            winner.execute(
+                """INSERT INTO bookings_reservation (hold_id, calendar_id, agent_id, is_primary, status,
+                          priority, start_time, end_time, fencing_token, version, title, attendees, metadata,
+                          created_at, expires_at)
+                   VALUES ('hld_winnerinflight0001', %s, %s, true, 'held', 100, %s, %s, 1, 1, '', '[]', '{}',
+                           now(), now() + interval '5 minutes')""",
+                [calendar_pk, first.agent.pk, span["start_time"], span["end_time"]],
+            )
+            winner.commit()
+            booked.set()
+
+        thread = threading.Thread(target=book_when_the_loser_waits)
+        thread.start()
+        with wire() as sent:
+            response = second.request("post", f"/calendars/{calendar}/holds", span)
+        thread.join()
+
+    assert booked.is_set()
+    assert response.status_code == 409, response.content
+    # The one statement (its NOWAIT refused), the wait for the winner (a share lock, not the lock's
+    # queue), the one statement again (now it sees the winner: refused, with what the alternatives
+    # need), the audit row.
+    assert [s.split()[0] for s in sent.statements] == ["WITH", "SELECT", "WITH", "INSERT"], sent.statements
+    assert sent.round_trips == 4
+
+
+# --- The health check ----------------------------------------------------------------------------------
+
+
+def backend_pid() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return int(cursor.fetchone()[0])
+
+
+def test_a_connection_idle_longer_than_the_limit_is_checked_with_select_1(
+    agents: tuple[Agentish, Agentish, str], settings: Any
+) -> None:
+    first, _, calendar = agents
+    settings.DB_HEALTH_CHECK_IDLE_SECONDS = 0.2
+    time.sleep(0.3)
+    assert generation.poll_once()
+
+    with wire() as sent:
+        response = first.request("post", f"/calendars/{calendar}/holds", slot(hours_ahead=30))
+
+    assert response.status_code == 201, response.content
+    assert sent.statements[0] == "SELECT 1", sent.statements
+
+
+def test_a_connection_the_server_ended_while_idle_is_replaced_before_the_request_uses_it(
+    agents: tuple[Agentish, Agentish, str],
+) -> None:
+    first, _, calendar = agents
+    ended = backend_pid()
+    with psycopg.connect(conninfo_for_baselines(), autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", [ended])
+    # The server's goodbye (a FATAL message, then the end of the stream) reaches the idle socket.
+    deadline = time.monotonic() + 5
+    while not select.select([connection.connection.fileno()], [], [], 0.05)[0]:
+        assert time.monotonic() < deadline
+
+    response = first.request("post", f"/calendars/{calendar}/holds", slot(hours_ahead=30))
+
+    assert response.status_code == 201, response.content
+    assert backend_pid() != ended

@@ -7,6 +7,7 @@ import re
 from datetime import time, timedelta
 
 import pytest
+from django.contrib.sessions.models import Session
 from django.test import Client
 from django.utils import timezone
 
@@ -229,28 +230,94 @@ def test_invalid_priorities_are_refused_inline(team):
     assert (team.sdr.priority, team.sdr.max_priority) == (100, 200)
 
 
+def test_an_admin_renames_an_agent_its_slug_stays_and_the_change_is_audited(team):
+    admin = signed_in(team.admin)
+    response = admin.post(f"{detail(team.sdr)}/name", {"name": "  Outbound SDR  "})
+
+    assert response.status_code == 302 and response["Location"] == detail(team.sdr)
+    team.sdr.refresh_from_db()
+    assert (team.sdr.name, team.sdr.slug) == ("Outbound SDR", "sdr")
+    (row,) = admin_rows("agent.updated")
+    assert row.actor_user == "adam@acme.test"
+    assert row.details == {"agent_id": team.sdr.public_id, "changes": {"name": ["SDR bot", "Outbound SDR"]}}
+    assert "Renamed SDR bot to Outbound SDR" in text(admin.get(detail(team.sdr)))
+    # The same name again changes nothing and writes no row; a blank name is refused inline.
+    admin.post(f"{detail(team.sdr)}/name", {"name": "Outbound SDR"})
+    blank = admin.post(f"{detail(team.sdr)}/name", {"name": "   "})
+    assert blank.status_code == 400 and 'id="r-name-error">This field is required.' in text(blank)
+    assert len(admin_rows("agent.updated")) == 1
+
+
+def test_disabling_an_agent_shows_it_everywhere_and_enabling_restores_it(team):
+    owner = signed_in(team.owner)
+    assert owner.post(f"{detail(team.sdr)}/disable").status_code == 302
+
+    team.sdr.refresh_from_db()
+    assert team.sdr.is_active is False
+    page = text(owner.get(detail(team.sdr)))
+    assert 'data-testid="agent-disabled"' in page and 'data-testid="enable-form"' in page
+    assert 'data-testid="disable-form"' not in page
+    assert '<span class="pill disabled">disabled</span>' in text(owner.get(AGENTS))
+    again = owner.post(f"{detail(team.sdr)}/disable", follow=True)
+    assert "already disabled" in text(again)
+    (row,) = admin_rows("agent.disabled")
+    assert row.actor_user == "olivia@acme.test"
+    assert row.details == {"agent_id": team.sdr.public_id, "name": "SDR bot"}
+
+    assert owner.post(f"{detail(team.sdr)}/enable").status_code == 302
+    team.sdr.refresh_from_db()
+    assert team.sdr.is_active is True and len(admin_rows("agent.enabled")) == 1
+    assert 'data-testid="agent-disabled"' not in text(owner.get(detail(team.sdr)))
+
+
+def test_members_see_the_agents_status_but_no_controls(team):
+    team.sdr.is_active = False
+    team.sdr.save(update_fields=["is_active"])
+    page = text(signed_in(team.member).get(detail(team.sdr)))
+    assert 'data-testid="agent-disabled"' in page
+    for control in ("enable-form", "disable-form", "rename-form"):
+        assert f'data-testid="{control}"' not in page
+
+
 # --- Keys ------------------------------------------------------------------------------------------------
+
+
+def key_count() -> int:
+    return ApiKey.objects.count()
+
+
+def post_for_key(client: Client, path: str, data: dict) -> tuple[str, str]:
+    """POST that makes a key; follow its 303 to the key's page; return that page's URL and the raw key."""
+    posted = client.post(path, data)
+    assert posted.status_code == 303, text(posted)
+    location = posted["Location"]
+    assert re.fullmatch(r"/w/acme/agents/agt_\w+/keys/[a-z0-9]{10}/new", location), location
+    page = client.get(location)
+    assert page.status_code == 200 and "no-store" in page["Cache-Control"]
+    html = text(page)
+    (raw,) = RAW_KEY.findall(html)
+    assert secret_part(raw) not in location  # never in a URL: only the non-secret prefix is
+    assert html.count(raw) == 1 and html.count(secret_part(raw)) == 1
+    return location, raw
 
 
 def test_a_new_key_is_shown_exactly_once_and_stored_nowhere(team):
     owner = signed_in(team.owner)
-    response = owner.post(
-        f"{detail(team.sdr)}/keys", {"name": "worker", "scopes": ["calendars:read", "audit:read"]}
+    new_key_page, raw = post_for_key(
+        owner, f"{detail(team.sdr)}/keys", {"name": "worker", "scopes": ["calendars:read", "audit:read"]}
     )
 
-    assert response.status_code == 201
-    html = text(response)
-    (raw,) = RAW_KEY.findall(html)
-    assert html.count(raw) == 1 and html.count(secret_part(raw)) == 1
-    assert "It will not be shown again" in html and 'data-copy="new-raw-key"' in html
-    assert "no-store" in response["Cache-Control"]
+    html = text(owner.get(new_key_page))  # the reload
+    assert "already shown" in html and 'data-testid="key-already-shown"' in html
+    assert secret_part(raw) not in html and key_count() == 1  # a reload mints nothing
     key = ApiKey.objects.get(prefix=raw[len(KEY_PREFIX) : len(KEY_PREFIX) + LOOKUP_PREFIX_LENGTH])
     assert key.agent == team.sdr and key.scopes == ["audit:read", "calendars:read"] and key.name == "worker"
     assert api_status(raw) == 200
-    # Never again: not on the next page view, not in any table (sessions included), not in the audit row.
+    # Never again: not on the agent's page, not in any table (the session included), not in the audit row.
     assert secret_part(raw) not in text(owner.get(detail(team.sdr)))
     assert tables_containing(raw) == [] and tables_containing(secret_part(raw)) == []
     assert "workspaces_apikey" in tables_containing(key.prefix)  # the scan itself works
+    assert "one_time_secrets" not in owner.session  # cleared once shown
     (row,) = admin_rows("api_key.created")
     assert row.actor_user == "olivia@acme.test"
     assert row.details == {
@@ -259,6 +326,47 @@ def test_a_new_key_is_shown_exactly_once_and_stored_nowhere(team):
         "scopes": ["audit:read", "calendars:read"],
         "name": "worker",
     }
+
+
+def test_between_the_post_and_its_page_the_session_holds_the_key_only_sealed(team):
+    owner = signed_in(team.owner)
+    posted = owner.post(f"{detail(team.sdr)}/keys", {"scopes": ["calendars:read"]})
+    # Every session as stored, and as Django decodes it, while the key waits for its page.
+    sessions = [(row.session_data, str(row.get_decoded())) for row in Session.objects.all()]
+    assert any("one_time_secrets" in decoded for _, decoded in sessions)
+    assert owner.head(posted["Location"]).status_code == 200  # a HEAD leaves the key waiting
+
+    raw = RAW_KEY.findall(text(owner.get(posted["Location"])))[0]
+
+    for stored, decoded in sessions:
+        assert secret_part(raw) not in stored and secret_part(raw) not in decoded
+
+
+def test_the_key_page_shows_nothing_to_anyone_else_and_the_forms_url_leads_back(team):
+    owner = signed_in(team.owner)
+    posted = owner.post(f"{detail(team.sdr)}/keys", {"scopes": ["calendars:read"]})
+    for person in (team.admin, team.member):
+        page = signed_in(person).get(posted["Location"])
+        assert page.status_code == 200 and RAW_KEY.findall(text(page)) == []
+        assert "cannot be shown" in text(page)
+    assert signed_in(team.outsider).get(posted["Location"]).status_code == 404
+    # The URL the form posts to, opened later (or reloaded after an error), is not a blank 405.
+    opened = owner.get(f"{detail(team.sdr)}/keys")
+    assert opened.status_code == 302 and opened["Location"] == f"{detail(team.sdr)}#key-create"
+    key = ApiKey.objects.get()
+    rotate_url = owner.get(f"{detail(team.sdr)}/keys/{key.prefix}/rotate")
+    assert rotate_url.status_code == 302 and rotate_url["Location"] == f"{detail(team.sdr)}#api-keys"
+    assert key_count() == 1
+    # The owner's own page still shows the key, once.
+    assert len(RAW_KEY.findall(text(owner.get(posted["Location"])))) == 1
+
+
+def test_two_keys_made_before_either_page_is_opened_are_both_shown(team):
+    owner = signed_in(team.owner)
+    first = owner.post(f"{detail(team.sdr)}/keys", {"scopes": ["calendars:read"]})["Location"]
+    second = owner.post(f"{detail(team.exec_assistant)}/keys", {"scopes": ["audit:read"]})["Location"]
+    assert len(RAW_KEY.findall(text(owner.get(second)))) == 1
+    assert len(RAW_KEY.findall(text(owner.get(first)))) == 1
 
 
 def test_a_key_needs_a_scope(team):
@@ -289,13 +397,12 @@ def test_rotating_a_key_gives_a_new_one_and_the_old_one_works_until_its_grace_en
     owner = signed_in(team.owner)
     before = timezone.now()
 
-    response = owner.post(f"{detail(team.sdr)}/keys/{old.prefix}/rotate", {"grace": "1h"})
+    page, new_raw = post_for_key(owner, f"{detail(team.sdr)}/keys/{old.prefix}/rotate", {"grace": "1h"})
 
-    assert response.status_code == 201
-    html = text(response)
-    (new_raw,) = RAW_KEY.findall(html)
-    assert html.count(new_raw) == 1 and "keeps working for 1 hour" in html
+    html = text(owner.get(page))
+    assert "already shown" in html and key_count() == 2  # the reload rotates nothing
     new = ApiKey.objects.exclude(pk=old.pk).get(agent=team.sdr)
+    assert new_raw.startswith(KEY_PREFIX + new.prefix)
     assert new.scopes == ["bookings:write", "calendars:read"] and new.expires_at is None
     old.refresh_from_db()
     assert old.expires_at is not None
@@ -304,6 +411,7 @@ def test_rotating_a_key_gives_a_new_one_and_the_old_one_works_until_its_grace_en
     assert tables_containing(secret_part(new_raw)) == []
 
     ApiKey.objects.filter(pk=old.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    verified_keys.clear()  # a queryset update: this process's copy of the key row is dropped by hand
     assert api_status(old_raw) == 401 and api_status(new_raw) == 200
 
     (row,) = admin_rows("api_key.rotated")
@@ -313,6 +421,14 @@ def test_rotating_a_key_gives_a_new_one_and_the_old_one_works_until_its_grace_en
     # An old key in its grace period cannot be rotated again (that would mint a second successor).
     again = owner.post(f"{detail(team.sdr)}/keys/{old.prefix}/rotate", {"grace": "7d"}, follow=True)
     assert "already rotated" in text(again) and ApiKey.objects.filter(agent=team.sdr).count() == 2
+
+
+def test_the_rotated_keys_page_says_how_long_the_old_one_keeps_working(team):
+    old, _ = api_key_create(agent=team.sdr, scopes=["calendars:read"])
+    owner = signed_in(team.owner)
+    posted = owner.post(f"{detail(team.sdr)}/keys/{old.prefix}/rotate", {"grace": "1h"})
+    html = text(owner.get(posted["Location"]))
+    assert "Key rotated" in html and "keeps working for 1 hour" in html and old.prefix in html
 
 
 def test_a_grace_period_outside_the_menu_is_refused(team):
@@ -326,11 +442,21 @@ def test_a_grace_period_outside_the_menu_is_refused(team):
 # --- Who may do what -------------------------------------------------------------------------------------
 
 
+def admin_key(team) -> ApiKey:
+    """A key for the admin actions to act on; and a disabled agent, so that enabling it would change it."""
+    Agent.objects.filter(pk=team.exec_assistant.pk).update(is_active=False)
+    key, _ = api_key_create(agent=team.sdr, scopes=["calendars:read"])
+    return key
+
+
 def admin_actions(team, key: ApiKey) -> list[tuple[str, dict]]:
     base = detail(team.sdr)
     return [
         (AGENTS, {"name": "Sneaky", "priority": "100"}),
         (f"{base}/priority", {"priority": "900", "max_priority": "900"}),
+        (f"{base}/name", {"name": "Renamed"}),
+        (f"{base}/disable", {}),
+        (f"{detail(team.exec_assistant)}/enable", {}),
         (f"{base}/keys", {"scopes": ["calendars:read"]}),
         (f"{base}/keys/{key.prefix}/revoke", {}),
         (f"{base}/keys/{key.prefix}/rotate", {"grace": "1h"}),
@@ -339,14 +465,14 @@ def admin_actions(team, key: ApiKey) -> list[tuple[str, dict]]:
 
 def snapshot() -> tuple:
     return (
-        list(Agent.objects.order_by("id").values_list("name", "priority", "max_priority")),
+        list(Agent.objects.order_by("id").values_list("name", "priority", "max_priority", "is_active")),
         list(ApiKey.objects.order_by("id").values_list("prefix", "revoked_at", "expires_at")),
         AuditRecord.objects.count(),
     )
 
 
 def test_a_member_posting_admin_actions_gets_403_and_nothing_changes(team):
-    key, _ = api_key_create(agent=team.sdr, scopes=["calendars:read"])
+    key = admin_key(team)
     member = signed_in(team.member)
     before = snapshot()
     for path, data in admin_actions(team, key):
@@ -355,7 +481,7 @@ def test_a_member_posting_admin_actions_gets_403_and_nothing_changes(team):
 
 
 def test_another_workspaces_people_get_404_for_every_page_and_action(team):
-    key, _ = api_key_create(agent=team.sdr, scopes=["calendars:read"])
+    key = admin_key(team)
     outsider = signed_in(team.outsider)
     before = snapshot()
     assert outsider.get(AGENTS).status_code == 404
@@ -372,7 +498,7 @@ def test_another_workspaces_people_get_404_for_every_page_and_action(team):
 
 
 def test_anonymous_is_sent_to_sign_in(team, client):
-    key, _ = api_key_create(agent=team.sdr, scopes=["calendars:read"])
+    key = admin_key(team)
     for path in (AGENTS, detail(team.sdr)):
         response = client.get(path)
         assert response.status_code == 302 and response["Location"].startswith("/auth/sign-in")
@@ -382,7 +508,7 @@ def test_anonymous_is_sent_to_sign_in(team, client):
 
 
 def test_posts_without_a_csrf_token_are_refused(team):
-    key, _ = api_key_create(agent=team.sdr, scopes=["calendars:read"])
+    key = admin_key(team)
     owner = signed_in(team.owner, enforce_csrf_checks=True)
     before = snapshot()
     for path, data in admin_actions(team, key):

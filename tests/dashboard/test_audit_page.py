@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import re
 from datetime import UTC, datetime, timedelta
 from html import unescape
@@ -13,6 +15,7 @@ from django.core import signing
 from audit.events import AuditEvent
 from audit.models import Outcome
 from audit.services import audit_record
+from dashboard.views import audit as audit_views
 from tests.dashboard.pages_helpers import (
     actor,
     insert_audit_row,
@@ -21,6 +24,7 @@ from tests.dashboard.pages_helpers import (
     signed_in,
     text,
 )
+from workspaces.models import Agent
 
 AUDIT = "/w/acme/audit"
 
@@ -262,3 +266,129 @@ def test_admin_actions_appear_with_the_persons_email(team):
 def test_a_query_postgresql_cannot_take_is_400_not_500(team, query):
     response = signed_in(team.member).get(f"{AUDIT}?{query}")
     assert response.status_code == 400
+
+
+# --- A table, sortable by time ------------------------------------------------------------------------------
+
+
+def test_the_trail_is_a_table_with_a_caption_and_column_headers(team):
+    audit_record(event_type=AuditEvent.HOLD_CREATED, outcome=Outcome.SUCCESS, actor=actor(team.sdr))
+    html = text(signed_in(team.member).get(AUDIT))
+    assert '<table class="table audit-table">' in html and "<caption" in html
+    headers = re.findall(r'<th scope="col"[^>]*>(.*?)</th>', html, re.S)
+    assert len(headers) == 7 and "Time (UTC)" in headers[0] and "Event" in headers[1]
+    assert 'aria-sort="descending"' in html and 'aria-hidden="true"><span' not in html
+    # Each row's Details button controls the row below it, which htmx fills with the full record.
+    (record_id,) = row_ids(html)
+    assert (
+        f'aria-controls="record-{record_id}"' in html
+        and f'<tr class="record-row" id="record-{record_id}" hidden>' in html
+    )
+
+
+def sort_link_in(html: str) -> str:
+    found = re.search(r'href="([^"]+)" data-testid="sort-time"', html)
+    assert found, "no sort link"
+    return unescape(found.group(1))
+
+
+def test_sorting_oldest_first_flips_the_order_and_its_pages_follow(team):
+    now = datetime.now(UTC)
+    inserted = [
+        insert_audit_row(workspace_id=team.workspace.pk, at=now - timedelta(minutes=60 - n))
+        for n in range(55)
+    ]
+    client = signed_in(team.member)
+    newest_first = text(client.get(AUDIT))
+    sort_link = sort_link_in(newest_first)
+    assert sort_link == f"{AUDIT}?sort=oldest"
+
+    oldest_first = text(client.get(sort_link))
+    assert row_ids(oldest_first) == inserted[:50] and 'aria-sort="ascending"' in oldest_first
+    assert '<input type="hidden" name="sort" value="oldest">' in oldest_first  # the filters keep it
+    link = older_link(oldest_first)
+    assert "sort=oldest" in link and row_ids(text(client.get(link))) == inserted[50:]
+    back = sort_link_in(oldest_first)
+    assert back == AUDIT
+
+
+# --- CSV ------------------------------------------------------------------------------------------------
+
+
+def csv_rows(response) -> list[dict[str, str]]:
+    assert response.status_code == 200 and response.streaming
+    body = b"".join(response.streaming_content).decode()
+    return list(csv.DictReader(io.StringIO(body)))
+
+
+def test_the_csv_link_carries_the_filters_and_the_csv_the_selection(team, monkeypatch):
+    monkeypatch.setattr(audit_views, "CSV_BATCH", 2)  # several batches from a handful of rows
+    now = datetime.now(UTC)
+    ws = team.workspace.pk
+    cal = make_calendar(team.workspace, "Sales team")
+    rejected = [
+        insert_audit_row(
+            workspace_id=ws,
+            at=now - timedelta(minutes=10 - n),
+            event_type="calendar.hold.rejected",
+            outcome="rejected",
+            agent_public_id=team.sdr.public_id,
+            calendar_public_id=cal.public_id,
+            failure_reason="slot_conflict",
+        )
+        for n in range(5)
+    ]
+    insert_audit_row(workspace_id=ws, at=now, event_type="calendar.hold.created")  # filtered out
+    insert_audit_row(workspace_id=ws, at=now - timedelta(days=400), outcome="rejected")  # past retention
+    insert_audit_row(workspace_id=team.other_workspace.pk, at=now, outcome="rejected")  # another workspace
+    client = signed_in(team.member)
+
+    page = text(client.get(AUDIT, {"outcome": "rejected", "sort": "oldest"}))
+    found = re.search(r'href="([^"]+)" download data-testid="audit-csv"', page)
+    assert found
+    link = unescape(found.group(1))
+    assert link == f"{AUDIT}.csv?outcome=rejected&sort=oldest"
+
+    response = client.get(link)
+
+    assert response["Content-Type"] == "text/csv; charset=utf-8"
+    assert re.fullmatch(
+        r'attachment; filename="audit-acme-\d{8}T\d{6}Z\.csv"', response["Content-Disposition"]
+    )
+    rows = csv_rows(response)
+    assert [row["id"] for row in rows] == rejected  # oldest first, every batch, nothing else
+    assert rows[0]["agent_name"] == "SDR bot" and rows[0]["calendar_name"] == "Sales team"
+    assert rows[0]["failure_reason"] == "slot_conflict" and rows[0]["timestamp"].endswith("Z")
+    assert [row["id"] for row in csv_rows(client.get(f"{AUDIT}.csv", {"outcome": "rejected"}))] == rejected[
+        ::-1
+    ]
+
+
+def test_csv_cells_that_a_spreadsheet_would_run_as_formulas_are_defused(team):
+    evil = Agent.objects.create(workspace=team.workspace, name='=HYPERLINK("http://x.test")', slug="evil")
+    record = audit_record(
+        event_type=AuditEvent.HOLD_REJECTED,
+        outcome=Outcome.REJECTED,
+        actor=actor(evil),
+        failure_reason="@SUM(A1)",
+        request_id="+1-555",
+        details={"title": "-2+3"},
+    )
+    (row,) = csv_rows(signed_in(team.member).get(f"{AUDIT}.csv"))
+    assert row["id"] == record.public_id
+    assert row["agent_name"] == '\'=HYPERLINK("http://x.test")'
+    assert row["failure_reason"] == "'@SUM(A1)" and row["request_id"] == "'+1-555"
+    assert row["details"] == '{"title": "-2+3"}'  # JSON starts with a brace: nothing to defuse
+    assert audit_views.csv_cell("-5") == "'-5" and audit_views.csv_cell("\tx") == "'\tx"
+    assert audit_views.csv_cell("plain") == "plain" and audit_views.csv_cell(None) == ""
+
+
+def test_the_csv_follows_the_pages_rules(team, client):
+    record = audit_record(event_type=AuditEvent.HOLD_CREATED, outcome=Outcome.SUCCESS, actor=actor(team.sdr))
+    assert client.get(f"{AUDIT}.csv")["Location"].startswith("/auth/sign-in")
+    assert signed_in(team.outsider).get(f"{AUDIT}.csv").status_code == 404
+    rows = csv_rows(
+        signed_in(team.member).get(f"{AUDIT}.csv", {"since": "yesterday"})
+    )  # ignored, as on the page
+    assert [row["id"] for row in rows] == [record.public_id]
+    assert list(rows[0]) == audit_views.CSV_COLUMNS

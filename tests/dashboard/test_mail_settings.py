@@ -11,9 +11,11 @@ import hmac
 import re
 import time
 from base64 import b64encode
+from datetime import UTC, datetime, timedelta
 from io import StringIO
 
 import pytest
+import time_machine
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from django.core.management import CommandError, call_command
@@ -23,7 +25,7 @@ from django.test import Client
 from audit.models import AuditRecord
 from inboxes.addresses import resolve_recipient
 from inboxes.mail_settings import inbound_webhook_secret
-from tests.dashboard.pages_helpers import make_team, signed_in, text
+from tests.dashboard.pages_helpers import make_team, signed_in, tables_containing, text
 from tests.inboxes.dns_server import dns_server  # noqa: F401 (fixture)
 from workspaces.models import Workspace
 
@@ -297,36 +299,67 @@ def test_members_cannot_change_anything_and_posts_need_a_csrf_token(team):
 # --- The webhook secret ------------------------------------------------------------------------------------
 
 
+def generate(client: Client) -> str:
+    """POST for a secret, follow the 303 to its page, and return the secret it shows (once)."""
+    posted = client.post(SECRET)
+    assert posted.status_code == 303 and posted["Location"] == SECRET  # post/redirect/get
+    page = client.get(SECRET)
+    assert page.status_code == 200 and "no-store" in page["Cache-Control"]
+    match = NEW_SECRET.search(text(page))
+    assert match, text(page)
+    assert match.group(1) not in posted["Location"]
+    return match.group(1)
+
+
 def test_a_generated_secret_is_shown_once_kept_sealed_and_verifies_the_webhook(team):
     owner = signed_in(team.owner)
-    response = owner.post(SECRET)
+    secret = generate(owner)
 
-    assert response.status_code == 201
-    assert "no-store" in response["Cache-Control"]
-    match = NEW_SECRET.search(text(response))
-    assert match, text(response)
-    secret = match.group(1)
     stored = acme().inbound_webhook_secret
     assert secret not in stored and inbound_webhook_secret(acme()) == secret  # sealed, not in the clear
-    assert secret not in text(owner.get(MAIL))  # shown once
+    assert tables_containing(secret) == []  # the session's copy went with the page that showed it
+    # A reload shows "already shown" and generates nothing; the settings page never shows it.
+    reload = owner.get(SECRET)
+    assert reload.status_code == 200 and secret not in text(reload)
+    assert 'data-testid="secret-already-shown"' in text(reload) and "already shown" in text(reload)
+    assert inbound_webhook_secret(acme()) == secret
+    assert secret not in text(owner.get(MAIL))
     assert 'data-testid="secret-status">set' in text(owner.get(MAIL))
     (row,) = audit_rows("workspace.inbound_webhook_secret.created")
     assert row.actor_user == "olivia@acme.test" and secret not in str(row.details)
     assert hook_status(team.workspace, secret) == 422  # verified; then refused for its recipient
 
 
+def test_the_secrets_page_opened_later_or_by_someone_else_explains_instead_of_failing(team):
+    generate(signed_in(team.owner))
+    for person in (team.admin, team.member):  # not the one who generated it
+        page = signed_in(person).get(SECRET)
+        assert page.status_code == 200 and NEW_SECRET.search(text(page)) is None
+        assert "shown once" in text(page)
+
+
+def test_the_secret_waits_for_its_page_only_a_few_minutes(team):
+    owner = signed_in(team.owner)
+    with time_machine.travel(datetime.now(UTC)) as traveller:
+        assert owner.post(SECRET).status_code == 303
+        traveller.shift(timedelta(minutes=11))
+        page = owner.get(SECRET)
+    assert NEW_SECRET.search(text(page)) is None and "shown once" in text(page)
+    assert owner.session.get("one_time_secrets") is None
+
+
 def test_rotating_replaces_the_secret_at_once(team):
     owner = signed_in(team.owner)
-    first = NEW_SECRET.search(text(owner.post(SECRET)))
-    assert first
+    first = generate(owner)
     assert "Rotate secret" in text(owner.get(MAIL))
 
-    response = owner.post(SECRET)
+    assert owner.post(SECRET).status_code == 303
+    response = owner.get(SECRET)
 
-    assert response.status_code == 201 and "Secret rotated" in text(response)
+    assert "Secret rotated" in text(response)
     second = NEW_SECRET.search(text(response))
-    assert second and second.group(1) != first.group(1)
-    assert hook_status(team.workspace, first.group(1)) == 401
+    assert second and second.group(1) != first
+    assert hook_status(team.workspace, first) == 401
     assert hook_status(team.workspace, second.group(1)) == 422
     assert len(audit_rows("workspace.inbound_webhook_secret.rotated")) == 1
 

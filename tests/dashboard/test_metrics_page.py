@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from bookings import engine
 from bookings.spans import Span
+from dashboard.views.metrics import nice_ceiling
 from tests.accounts.conftest import make_person
 from workspaces.actor import Actor
 from workspaces.models import Agent, Workspace
@@ -53,3 +55,33 @@ def test_an_empty_workspace_shows_an_empty_state(client, db):
 def test_another_workspace_cannot_see_the_metrics(client, activity):
     client.force_login(make_person("eve@globex.test", workspace_slug="globex"))
     assert client.get("/w/acme/metrics").status_code == 404
+
+
+def test_charts_have_axes_tooltips_and_a_table_of_their_numbers(client, activity):
+    client.force_login(make_person("olivia@acme.test"))
+    page = client.get("/w/acme/metrics")
+    html = page.content.decode()
+    holds = page.context["charts"][0]
+    assert (holds.peak, holds.scale, holds.y_ticks) == (3, 5, [5, 0])
+    # The count scale and time ticks around each chart.
+    assert html.count('<div class="chart-y" aria-hidden="true"><span>') == 5
+    assert '<div class="chart-x" aria-hidden="true"><span>−60 min</span><span>−45 min</span>' in html
+    assert "<span>now</span>" in html
+    # A tooltip for every bucket, empty ones too; the newest bucket holds this test's activity.
+    titles = re.findall(r"<title>(\d+ holds?), (\d\d:\d\d–\d\d:\d\d) UTC</title>", html)
+    assert len(titles) == 12 and titles[-1][0] == "3 holds" and titles[0][0] == "0 holds"
+    assert 'aria-label="Holds: 3 holds in this window, the most (3) at ' in html
+    # Every number in one table, oldest first.
+    table = html[html.index('data-testid="chart-table"') :]
+    rows = re.findall(r'<tr><th scope="row" class="nowrap">([^<]+)</th>((?:<td[^>]*>\d+</td>)+)</tr>', table)
+    assert len(rows) == 12 and re.findall(r">(\d+)<", rows[-1][1]) == ["3", "1", "1", "1", "0"]
+    assert "style=" not in html[html.index("<svg") : html.rindex("</svg>")]  # CSP: no inline style
+    day = client.get("/w/acme/metrics?window=day").content.decode()
+    assert len(re.findall(r"<title>\d+ (?:hold|holds), ", day)) == 24 and "<span>−24 h</span>" in day
+
+
+@pytest.mark.parametrize(
+    ("value", "ceiling"), [(0, 1), (1, 1), (2, 2), (3, 5), (5, 5), (6, 10), (11, 20), (51, 100), (120, 200)]
+)
+def test_the_count_scale_rounds_up_to_a_readable_number(value, ceiling):
+    assert nice_ceiling(value) == ceiling

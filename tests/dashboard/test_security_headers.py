@@ -84,10 +84,10 @@ def test_the_sign_in_and_magic_link_pages_are_never_stored(db):
     for response in (
         anonymous.get("/auth/sign-in"),
         anonymous.post("/auth/magic-link", {"email": "nobody@acme.test"}),
-        anonymous.get("/auth/magic/not-a-real-token"),  # its URL is the one-time token
+        anonymous.get("/auth/magic/not-a-real-token"),  # its URL is the one-time token (404: no such link)
         anonymous.post("/auth/passkeys/authenticate/options"),  # a WebAuthn challenge
     ):
-        assert response.status_code == 200
+        assert response.status_code in (200, 404)
         assert "no-store" in response["Cache-Control"], response.request["PATH_INFO"]
 
 

@@ -61,11 +61,16 @@ def test_owner_signs_up_with_a_magic_link_adds_a_passkey_and_approves_an_agents_
     screenshot(page, "sign-in")
     # The sign-in page starts a conditional-UI (autofill) passkey request; Chromium's virtual
     # authenticator, which simulates the user's touch, may complete it by itself. Otherwise the button.
+    # A new workspace's owner lands on its getting-started guide.
     try:
-        page.wait_for_url(f"{base}/w/acme/approvals", timeout=3_000)
+        page.wait_for_url(f"{base}/w/acme/start", timeout=3_000)
     except PlaywrightTimeout:
         page.get_by_role("button", name="Sign in with a passkey").click()
-        page.wait_for_url(f"{base}/w/acme/approvals")
+        page.wait_for_url(f"{base}/w/acme/start")
+    assert page.get_by_test_id("guide-agent-form").is_visible()
+    screenshot(page, "get-started")
+    page.get_by_role("link", name="Go to the approvals").click()
+    page.wait_for_url(f"{base}/w/acme/approvals")
     screenshot(page, "approvals-empty")
 
     # 3. An agent opens an approval through the API; the queue shows it without a reload.

@@ -11,7 +11,7 @@ from django.db import connection
 from django.utils import timezone
 
 from tests.conftest import audit_rows
-from workspaces.keys import KEY_PREFIX, LOOKUP_PREFIX_LENGTH, verified_keys
+from workspaces.keys import KEY_PREFIX, LOOKUP_PREFIX_LENGTH, api_keys_changed, verified_keys
 from workspaces.models import ApiKey
 
 
@@ -79,6 +79,7 @@ def test_a_revoked_key_is_401_even_after_it_was_cached(sdr):
     assert verified_keys.matches(sdr.key.pk, verified_keys.digest(sdr.raw_key))
 
     ApiKey.objects.filter(pk=sdr.key.pk).update(revoked_at=timezone.now())
+    api_keys_changed()  # what a change that bypasses save() must say (the services do)
 
     assert_unauthenticated(sdr.client.get("/calendars"))
     assert_unauthenticated(sdr.client.post("/calendars", json={"name": "after revocation"}))
@@ -87,6 +88,7 @@ def test_a_revoked_key_is_401_even_after_it_was_cached(sdr):
 def test_an_expired_key_is_401(sdr):
     assert sdr.client.get("/calendars").status_code == 200
     ApiKey.objects.filter(pk=sdr.key.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    api_keys_changed()
 
     assert_unauthenticated(sdr.client.get("/calendars"))
 
@@ -98,6 +100,7 @@ def test_key_expiry_is_judged_by_the_database_clock(sdr):
         cursor.execute(
             "UPDATE workspaces_apikey SET expires_at = now() - interval '1 hour' WHERE id = %s", [sdr.key.pk]
         )
+    api_keys_changed()
     with time_machine.travel(timezone.now() - timedelta(hours=2), tick=True):
         response = sdr.client.get("/calendars")
 

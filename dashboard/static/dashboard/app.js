@@ -318,3 +318,17 @@ document.addEventListener("click", (event) => {
   const glossary = entry && entry.closest("details");
   if (glossary) glossary.open = true;
 });
+
+// --- Audit trail, getting started (dashboard/templates/dashboard/{audit,home}) -----------------------------
+
+// A row's Details button shows or hides the row below it, which holds the full record (htmx loads it on
+// the first click). Delegated: rows arrive with every filter change.
+document.addEventListener("click", (event) => {
+  const button = event.target.closest("[data-record-toggle]");
+  if (!button) return;
+  const row = document.getElementById(button.getAttribute("aria-controls"));
+  if (!row) return;
+  const open = button.getAttribute("aria-expanded") !== "true";
+  button.setAttribute("aria-expanded", String(open));
+  row.hidden = !open;
+});

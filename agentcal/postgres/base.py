@@ -1,0 +1,66 @@
+"""Django's PostgreSQL backend, with a per-request health check that needs no round trip.
+
+With CONN_HEALTH_CHECKS, Django checks a persistent connection before the first query of every
+request with `SELECT 1`: a round trip per request (about 9 % of a gunicorn worker's samples under
+py-spy). This backend asks the connection itself instead:
+
+- psycopg already knows a connection it has seen fail (`closed`, `broken`);
+- a connection whose server went away while it sat idle has something waiting on its socket: the
+  server's FATAL message (a restart, `pg_terminate_backend`, an idle timeout) or the end of the
+  stream. One `poll()` with a zero timeout sees it, without sending anything;
+- a connection idle for longer than DB_HEALTH_CHECK_IDLE_SECONDS still gets the real `SELECT 1`, for
+  what leaves no trace on the socket (a peer that vanished without closing, a dropped NAT entry).
+
+Any doubt falls back to Django's check. After a query error Django still checks with `SELECT 1`
+(close_if_unusable_or_obsolete), unchanged. docs/performance-notes.md has the measurements.
+"""
+
+from __future__ import annotations
+
+import select
+import time
+from typing import Any
+
+from django.conf import settings
+from django.db.backends.postgresql import base
+from psycopg import pq
+
+
+class DatabaseWrapper(base.DatabaseWrapper):
+    # time.monotonic() of the last health check this connection passed (cheap or real).
+    _checked_at = 0.0
+
+    def get_new_connection(self, conn_params: dict[str, Any]) -> Any:
+        connection = super().get_new_connection(conn_params)
+        self._checked_at = time.monotonic()
+        return connection
+
+    health_check_done: bool  # Django's, set per request (untyped in django-stubs)
+
+    def close_if_health_check_failed(self) -> None:
+        enabled = self.settings_dict["CONN_HEALTH_CHECKS"]
+        if self.pool or self.connection is None or not enabled or self.health_check_done:
+            super().close_if_health_check_failed()
+            return
+        now = time.monotonic()
+        if now - self._checked_at < settings.DB_HEALTH_CHECK_IDLE_SECONDS and self._looks_alive():
+            self.health_check_done = True
+        else:
+            super().close_if_health_check_failed()  # SELECT 1; closes the connection if it fails
+        if self.connection is not None:
+            self._checked_at = now
+
+    def _looks_alive(self) -> bool:
+        """True unless psycopg knows the connection failed or the server said something while it was
+        idle (nothing is expected between requests; see the module docstring)."""
+        raw = self.connection
+        if raw.closed or raw.broken:
+            return False
+        if raw.info.transaction_status != pq.TransactionStatus.IDLE:
+            return False
+        try:
+            poller = select.poll()  # not select(): it fails on descriptors above 1023
+            poller.register(raw.fileno(), select.POLLIN | select.POLLERR | select.POLLHUP)
+            return not poller.poll(0)
+        except (OSError, ValueError):
+            return False

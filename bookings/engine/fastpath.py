@@ -1,0 +1,394 @@
+"""The common write as one statement: a hold or booking on one calendar with nothing in its way, and
+the commit of a one-calendar hold.
+
+The engine's general write is a transaction: BEGIN, the calendar's lock, the look under the lock, the
+rows, COMMIT — five round trips after the pre-check. Most writes find nothing in the way, and for
+them one statement in autocommit does the same: a statement is a transaction by itself, it takes the
+calendar's lock (NOWAIT) and writes the reservation, audit and outbox rows together, or nothing.
+
+Why what it read is as good as a read after the lock: a statement reads one snapshot, taken when it
+starts, before it takes the lock, and a write that committed in between would be missing from it.
+Every write that changes what is on a calendar bumps the calendar's version under its lock, so the
+statement compares the version its snapshot holds with the one it locked (`seen` vs the row the
+UPDATE finds after the lock): equal, and no such write committed in between (one still running holds
+the lock, and NOWAIT refuses); different, and it writes nothing and the caller starts again. The
+exclusion constraint still stands behind it.
+
+A lock another write holds (NOWAIT refuses) or a stale snapshot: the write waits for the other to
+end with a share lock, as a herd's losers do (locking.await_writers), and runs again, up to
+MAX_ONE_STATEMENT_TRIES times; then it takes the general path, which queues for the lock. The general
+path also takes anything at all in the span (a live row, even one the caller may take over, a lapsed
+hold to expire), several calendars, If-Match, and any caller already inside a transaction.
+
+The commit of a one-calendar hold needs no snapshot check (see _commit_statement()).
+docs/performance-notes.md has the measurements.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import IntegrityError, connection, models, transaction
+from psycopg import pq
+from psycopg.errors import LockNotAvailable
+
+from agentcal.db import InsertBatch, bound_cursor
+from agentcal.errors import SlotConflict
+from audit.models import AuditRecord
+from bookings.engine.locking import CalendarBusy, observe_lock_wait
+from bookings.engine.statements import PRECHECK_SQL, busy_near_sql
+from bookings.models import Calendar, Reservation
+from bookings.spans import Span
+from bookings.sql import live_hold, overlaps, span_params
+from webhooks.models import OutboxEvent
+
+# Tries of a one-statement write while other writes hold the calendar's lock, each after waiting for the
+# write in flight to end (or after finding its snapshot older than the lock); then the write takes the
+# general path and queues for the lock like any other.
+MAX_ONE_STATEMENT_TRIES = 3
+
+# The pre-check's columns, named (PRECHECK_SQL reads them positionally).
+_PRECHECK_COLUMNS = (
+    "now, blocker_id, blocker_status, blocker_priority, blocker_start, blocker_end, blocker_expires_at,"
+    " blocker_bump_window_ends_at, blocker_calendar_id, blocker_calendar_public_id, blocker_slot_minutes,"
+    " blocker_agent_id, blocker_agent_public_id, upstream_start, upstream_end, upstream_source,"
+    " upstream_calendar_id, upstream_calendar_public_id, upstream_slot_minutes"
+)
+PRECHECK_WIDTH = 19
+
+
+class RowsFor(InsertBatch):
+    """Collects the rows that audit_record(), outbox_emit() and the engine queue, for one statement to
+    write (instead of the INSERT that InsertBatch.execute() sends)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: dict[type[models.Model], list[dict[str, Any]]] = {}
+
+    def add(self, model: type[models.Model], values: Mapping[str, Any]) -> None:
+        self.rows.setdefault(model, []).append(dict(values))
+
+    def one(self, model: type[models.Model]) -> dict[str, Any]:
+        (row,) = self.rows[model]
+        return row
+
+
+@contextmanager
+def one_statement_transaction() -> Iterator[None]:
+    """Django's bookkeeping of a durable transaction — on_commit callbacks (metrics, the outbox
+    dispatcher's nudge) run only if it commits, none if it raises or calls set_rollback() — around
+    statements sent in autocommit, each its own transaction: no BEGIN and COMMIT round trips. Only
+    statements that are whole writes by themselves (or write nothing) may run inside."""
+    with transaction.atomic(durable=True):
+        raw = connection.connection
+        assert raw is not None
+        with connection.wrap_database_errors:
+            raw.autocommit = True  # idle: Django's atomic only set the flag, nothing was sent yet
+        try:
+            yield
+        finally:
+            # Back to what Django believes; its COMMIT (or ROLLBACK) then finds no transaction open on
+            # the server and sends nothing. A connection that died meanwhile is left as it is: Django's
+            # ROLLBACK fails on it, and Django closes it.
+            if not raw.broken and raw.info.transaction_status == pq.TransactionStatus.IDLE:
+                raw.autocommit = False
+
+
+# --- Statement building ------------------------------------------------------------------------------
+
+
+def iso_z(expression: str) -> str:
+    """A timestamptz as agentcal.clock.isoformat_z() writes it (UTC, `Z`, microseconds only when not
+    zero); NULL stays NULL. For payload fields the database fills in."""
+    return (
+        f"(regexp_replace(to_char(({expression}) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US'),"
+        r" '\.000000$', '') || 'Z')"
+    )
+
+
+def _insert_select(
+    model: type[models.Model], names: Sequence[str], computed: Mapping[str, str], *, source: str
+) -> str:
+    """`INSERT INTO table (columns) SELECT … FROM source`: a row of the caller's values (parameters
+    named `<table>__<field>`), except the `computed` columns (SQL over `source`). One row per row of
+    `source`, none when it is empty."""
+    quote = connection.ops.quote_name
+    table = model._meta.db_table
+    columns = ", ".join(quote(str(_field(model, name).column)) for name in names)
+    values = ", ".join(computed.get(name, f"%({table}__{name})s") for name in names)
+    return f"INSERT INTO {quote(table)} ({columns}) SELECT {values} FROM {source}"
+
+
+def _insert_params(model: type[models.Model], values: Mapping[str, Any]) -> dict[str, Any]:
+    """The parameters of _insert_select() for one row (unused ones are simply not sent)."""
+    table = model._meta.db_table
+    return {
+        f"{table}__{name}": _field(model, name).get_db_prep_save(value, connection)
+        if name in _json_fields(model)
+        else value
+        for name, value in values.items()
+    }
+
+
+@functools.cache
+def _json_fields(model: type[models.Model]) -> frozenset[str]:
+    return frozenset(f.attname for f in model._meta.concrete_fields if isinstance(f, models.JSONField))
+
+
+def _field(model: type[models.Model], name: str) -> models.Field[Any, Any]:
+    field = model._meta.get_field(name)
+    assert isinstance(field, models.Field)
+    return field
+
+
+def _patched_payload(key: str, fields: Mapping[str, str]) -> str:
+    """The outbox payload with the reservation's fields the database decides filled in."""
+    patch = ", ".join(f"'{name}', {expression}" for name, expression in fields.items())
+    param = f"%({OutboxEvent._meta.db_table}__payload)s::jsonb"
+    return f"jsonb_set({param}, '{{{key}}}', ({param} -> '{key}') || jsonb_build_object({patch}))"
+
+
+@dataclass(frozen=True)
+class _Statement:
+    """A statement in PostgreSQL's own `$n` placeholders, and the parameter each stands for: psycopg
+    sends it as it is (no client-side parse of ~6 kB on every write; bound_cursor(raw=True))."""
+
+    sql: str
+    names: tuple[str, ...]
+
+    @classmethod
+    def from_named(cls, sql: str) -> _Statement:
+        numbers: dict[str, int] = {}
+
+        def number(match: re.Match[str]) -> str:
+            return f"${numbers.setdefault(match.group(1), len(numbers) + 1)}"
+
+        text = re.sub(r"%\((\w+)\)s", number, " ".join(sql.split()))
+        assert "%" not in text, "a literal % in a statement: write it %% before converting"
+        return cls(sql=text, names=tuple(numbers))
+
+    def execute(self, cursor: Any, params: Mapping[str, Any]) -> None:
+        try:
+            cursor.execute(self.sql, [params[name] for name in self.names])
+        except LockNotAvailable as exc:  # inside bound_cursor(): psycopg's error, not yet Django's
+            raise CalendarBusy from exc
+
+
+# --- A hold or booking on one calendar ---------------------------------------------------------------
+
+# Live reservations and busy blocks near the request, for the alternatives of a refusal: read only
+# when the pre-check found the span taken (a CASE evaluates its subquery only when chosen).
+_BUSY_NEAR = busy_near_sql(now="now()", params="near_")
+
+
+@functools.cache
+def _reserve_statement(
+    commit: bool, reservation: tuple[str, ...], audit: tuple[str, ...], event: tuple[str, ...]
+) -> _Statement:
+    """The one statement of a hold (or a booking, `commit`) whose rows name these fields."""
+    computed = {"fencing_token": "l.version", "created_at": "l.now"}
+    if commit:
+        bump_window_ends_at = "l.now + make_interval(secs => %(bump)s)"
+        computed |= {"committed_at": "l.now", "bump_window_ends_at": bump_window_ends_at}
+        decided = {
+            "fencing_token": "l.version",
+            "committed_at": iso_z("l.now"),
+            "bump_window_ends_at": iso_z(bump_window_ends_at),
+        }
+    else:
+        expires_at = "l.now + make_interval(secs => %(ttl)s)"
+        computed |= {"expires_at": expires_at}
+        decided = {"fencing_token": "l.version", "expires_at": iso_z(expires_at)}
+    made = _insert_select(Reservation, reservation, computed, source="locked l")
+    audited = _insert_select(AuditRecord, audit, {"fencing_token": "l.version"}, source="locked l")
+    payload = _patched_payload("booking" if commit else "hold", decided)
+    announced = _insert_select(OutboxEvent, event, {"payload": payload}, source="locked l")
+    return _Statement.from_named(f"""
+WITH pre ({_PRECHECK_COLUMNS}) AS ({PRECHECK_SQL}),
+clear AS (
+    SELECT pre.blocker_id IS NULL AND pre.upstream_start IS NULL
+       AND %(end)s > pre.now AND %(start)s >= pre.now - make_interval(secs => %(grace)s)
+       AND NOT EXISTS (SELECT 1 FROM bookings_reservation r
+                        WHERE r.calendar_id = %(calendar)s AND r.status IN ('held', 'committed')
+                          AND {overlaps("r")}) AS clear
+      FROM pre
+),
+seen AS (SELECT version FROM bookings_calendar WHERE id = %(calendar)s),
+locked AS (
+    UPDATE bookings_calendar c SET version = c.version + 1
+      FROM seen
+     WHERE c.id = (SELECT id FROM bookings_calendar WHERE id = %(calendar)s AND (SELECT clear FROM clear)
+                   FOR NO KEY UPDATE NOWAIT)
+       AND c.version = seen.version
+    RETURNING c.version, clock_timestamp() AS now
+),
+made AS ({made} RETURNING id),
+audited AS ({audited}),
+announced AS ({announced})
+SELECT pre.*, (SELECT clear FROM clear), l.version, l.now, (SELECT id FROM made),
+       CASE WHEN pre.blocker_id IS NOT NULL OR pre.upstream_start IS NOT NULL
+            THEN (SELECT array_agg(tstzrange(start_time, end_time)) FROM ({_BUSY_NEAR}) AS busy) END
+  FROM pre LEFT JOIN locked l ON true
+""")
+
+
+@dataclass
+class ReserveOutcome:
+    """What the one statement found: `precheck` is the pre-check's row (as PRECHECK_SQL reads it).
+    `made` is set when it wrote the hold (its id, fencing token and decision time); otherwise
+    `clear` says whether the span was empty (then the lock was busy or the snapshot stale: try
+    again) or not (something the caller may take over, or a lapsed hold: the general path)."""
+
+    precheck: Sequence[Any]
+    clear: bool
+    made: tuple[int, int, datetime] | None
+    busy_near: list[Span]
+
+
+def reserve_in_one_statement(
+    *,
+    calendar: Calendar,
+    span: Span,
+    priority: int,
+    near: Span,
+    grace: timedelta,
+    ttl_seconds: int | None,
+    bump_window_seconds: int,
+    rows: RowsFor,
+    commit: bool,
+) -> ReserveOutcome:
+    """Run the pre-check, and when the span is empty the whole write, in one statement. Raises
+    CalendarBusy when another write holds the calendar's lock."""
+    reservation, audit, event = rows.one(Reservation), rows.one(AuditRecord), rows.one(OutboxEvent)
+    statement = _reserve_statement(commit, tuple(reservation), tuple(audit), tuple(event))
+    params = {
+        **_insert_params(Reservation, reservation),
+        **_insert_params(AuditRecord, audit),
+        **_insert_params(OutboxEvent, event),
+        "calendars": [calendar.pk],
+        "calendar": calendar.pk,
+        **span_params(span),
+        **span_params(near, params="near_"),
+        "priority": priority,
+        "grace": grace.total_seconds(),
+        "ttl": ttl_seconds,
+        "bump": bump_window_seconds,
+    }
+    try:
+        with bound_cursor(raw=True) as cursor:
+            statement.execute(cursor, params)
+            found = cursor.fetchone()
+    except IntegrityError as exc:
+        # Unreachable while every writer takes the calendar lock (see the module docstring); if it ever
+        # happens, the constraint did its job and the caller gets an ordinary conflict.
+        if "reservation_no_overlapping_live" in str(exc):
+            raise SlotConflict("The span was taken concurrently; re-read availability.") from exc
+        raise
+    assert found is not None
+    precheck, (clear, version, now, made_id, busy) = found[:PRECHECK_WIDTH], found[PRECHECK_WIDTH:]
+    if made_id is not None:
+        observe_lock_wait(timedelta(0))  # NOWAIT granted it: no wait
+    return ReserveOutcome(
+        precheck=precheck,
+        clear=bool(clear),
+        made=(made_id, version, now) if made_id is not None else None,
+        busy_near=[Span(r.lower, r.upper) for r in busy or () if r.lower is not None and r.upper is not None],
+    )
+
+
+# --- The commit of a one-calendar hold ---------------------------------------------------------------
+
+
+@functools.cache
+def _commit_statement(audit: tuple[str, ...], event: tuple[str, ...]) -> _Statement:
+    """The one statement of a one-calendar hold's commit whose audit and outbox rows name these fields.
+
+    A commit needs no look at what is in the way, only a CAS on its own row, which UPDATE re-reads as it
+    is once locked whatever the statement's snapshot (so, unlike a hold, it needs no check that its
+    snapshot is as new as the lock). The row is named by its id, not the hold's id: the plan must not
+    depend on statistics a busy table may not have yet (by hold id, without them, the planner scanned
+    every live row). The calendar's lock comes first (NOWAIT: queueing inside
+    the statement measured slower, the queue starving the holds' NOWAIT), then the rows — the order of
+    every write —, the clock is read after the lock, and the version moves only if the hold did: a
+    commit that finds its hold gone changes nothing."""
+    audited = _insert_select(AuditRecord, audit, {}, source="moved m")
+    decided = {
+        "committed_at": iso_z("m.committed_at"),
+        "bump_window_ends_at": iso_z("m.bump_window_ends_at"),
+        "expires_at": iso_z("m.expires_at"),  # a heartbeat may have moved it since the caller's read
+    }
+    announced = _insert_select(
+        OutboxEvent, event, {"payload": _patched_payload("booking", decided)}, source="moved m"
+    )
+    return _Statement.from_named(f"""
+WITH locked AS (
+    SELECT clock_timestamp() AS now, clock_timestamp() - statement_timestamp() AS waited
+      FROM (SELECT id FROM bookings_calendar
+             WHERE id = %(calendar)s
+               AND EXISTS (SELECT 1 FROM bookings_reservation
+                            WHERE id = %(row_id)s AND {live_hold("", now="clock_timestamp()")}
+                              AND (awaiting_approval IS NULL OR %(approved)s))
+               FOR NO KEY UPDATE NOWAIT) AS calendar
+),
+moved AS (
+    UPDATE bookings_reservation r
+       SET status = 'committed', version = r.version + 1, committed_at = k.now,
+           booking_id = 'bk_' || substr(r.hold_id, 5),
+           bump_window_ends_at = k.now + make_interval(secs => c.bump_window_seconds)
+      FROM locked k, bookings_calendar c
+     WHERE r.id = %(row_id)s AND r.hold_id = %(hold_id)s
+       AND c.id = r.calendar_id AND {live_hold("r", now="k.now")}
+       AND (r.awaiting_approval IS NULL OR %(approved)s)
+    RETURNING r.id, r.version, r.booking_id, r.committed_at, r.bump_window_ends_at, r.expires_at
+),
+bumped AS (
+    UPDATE bookings_calendar SET version = version + 1
+     WHERE id = %(calendar)s AND EXISTS (SELECT 1 FROM moved)
+    RETURNING version
+),
+audited AS ({audited}),
+announced AS ({announced})
+SELECT COALESCE(k.now, clock_timestamp()), k.waited, (SELECT version FROM bumped),
+       m.version, m.booking_id, m.committed_at, m.bump_window_ends_at
+  FROM (SELECT 1) AS one LEFT JOIN locked k ON true LEFT JOIN moved m ON true
+""")
+
+
+@dataclass
+class CommitOutcome:
+    """`now`: the clock the commit decided by; `moved`: the committed row's (version, booking id,
+    committed_at, bump_window_ends_at), or None: the hold was no longer live (or gated) by then."""
+
+    now: datetime
+    moved: tuple[int, str, datetime, datetime] | None
+
+
+def commit_in_one_statement(*, hold: Reservation, approved: bool, rows: RowsFor) -> CommitOutcome:
+    """Commit a one-calendar hold (the caller checked owner, token and gate on its read) with its audit
+    and outbox rows, in one statement. Raises CalendarBusy when another write holds the lock."""
+    audit, event = rows.one(AuditRecord), rows.one(OutboxEvent)
+    statement = _commit_statement(tuple(audit), tuple(event))
+    params = {
+        **_insert_params(AuditRecord, audit),
+        **_insert_params(OutboxEvent, event),
+        "calendar": hold.calendar_id,
+        "row_id": hold.pk,
+        "hold_id": hold.hold_id,
+        "approved": approved,
+    }
+    with bound_cursor(raw=True) as cursor:
+        statement.execute(cursor, params)
+        found = cursor.fetchone()
+    assert found is not None
+    now, waited, bumped, version, booking_id, committed_at, bump_window_ends_at = found
+    if waited is not None:
+        observe_lock_wait(waited)
+    assert (bumped is None) == (version is None)  # the calendar's version moved iff the hold did
+    moved = (version, booking_id, committed_at, bump_window_ends_at) if version is not None else None
+    return CommitOutcome(now=now, moved=moved)
