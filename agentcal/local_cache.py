@@ -4,9 +4,10 @@ them reaches every process within a second.
 
 One shared *generation* says "something cached may have changed": a random token in Redis. Whatever
 changes a watched row (a save or delete of ApiKey, Agent, Workspace or Calendar through the ORM, or a
-service's `.update()` that calls `rows_changed()`) writes a new token once its transaction commits,
-and forgets its own process's copies at once. Every process runs one small thread that reads the token
-every POLL_SECONDS; when it differs from the one its copies were read under, it drops them all.
+service's `.update()` that calls `rows_changed()`) forgets its own process's copies at once, and once
+its transaction commits that process's thread writes a new token. Every process runs that one small
+thread: it reads the token every POLL_SECONDS, and when the token differs from the one its copies were
+read under, it drops them all.
 
 A copy is used only while this process *knows* it is current:
 
@@ -20,7 +21,8 @@ A copy is used only while this process *knows* it is current:
   change could not write the token (Redis unreachable from it alone) — heals within that time. That
   process retries the write from a background thread meanwhile.
 
-The request path never talks to Redis: it reads a token and a timestamp the poller left in memory.
+The request path never talks to Redis (a refused connection can take seconds): it reads a token and a
+timestamp the poller left in memory, and a change only wakes the poller to write the new token.
 """
 
 from __future__ import annotations
@@ -66,7 +68,8 @@ class _Generation:
         self._lock = threading.Lock()
         self._pid = 0
         self._client: Any = None
-        self._unpublished = False  # a change whose token could not be written yet
+        self._unpublished = False  # a change whose new token is not written yet
+        self._wake = threading.Event()
 
     # --- The request path: memory only. ---
 
@@ -97,17 +100,14 @@ class _Generation:
 
     def _publish_change(self) -> None:
         if self._pid != os.getpid():
-            self._start()  # the poller also retries a token this could not write
-        token = secrets.token_hex(16).encode()
+            self._start()
         with self._lock:
-            self.token = token  # nothing this process holds was read under it
-            self.fresh_until = 0.0  # and trust nothing until the poller reads it back from Redis
-        self.forget_all()
-        try:
-            self._redis().set(redis_key(), token)
-        except Exception as exc:  # noqa: BLE001 — any failure: other processes must hear of it later
-            logger.warning("could not publish a change to cached rows (%s); retrying", type(exc).__name__)
+            self.fresh_until = 0.0  # trust nothing until the poller has written the new token
             self._unpublished = True
+        self.forget_all()
+        # The poller writes the new token at once: the request that made the change never waits on
+        # Redis (a refused connection can take seconds), and a write that fails is retried by it.
+        self._wake.set()
 
     # --- The poller thread. ---
 
@@ -140,16 +140,22 @@ class _Generation:
         pid = os.getpid()
         while self._pid == pid:
             wait = POLL_SECONDS if self.poll_once() else RETRY_SECONDS
-            time.sleep(wait)
+            self._wake.wait(wait)
+            self._wake.clear()
 
     def poll_once(self) -> bool:
-        """Read the token; on success extend the trust, on a new token drop every copy first."""
+        """Write a new token if this process changed a watched row, then read the token: on success
+        extend the trust, on a new token drop every copy first."""
         started = time.monotonic()
         try:
             client = self._redis()
             if self._unpublished:
-                client.set(redis_key(), secrets.token_hex(16).encode())
                 self._unpublished = False
+                try:
+                    client.set(redis_key(), secrets.token_hex(16).encode())
+                except Exception:
+                    self._unpublished = True  # the other processes must still hear of it
+                    raise
             token = client.get(redis_key())
             if token is None:  # Redis lost it (restarted empty): a fresh token makes every process re-read
                 client.set(redis_key(), secrets.token_hex(16).encode(), nx=True)

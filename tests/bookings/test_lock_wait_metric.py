@@ -107,6 +107,7 @@ def test_the_metrics_page_shows_the_percentiles(actor: Actor, client: Client) ->
     assert page.context["lock_wait"]["count"] >= 1
 
 
+@pytest.mark.slow
 def test_gunicorn_workers_export_one_histogram(actor: Actor, tmp_path: Path, monkeypatch: Any) -> None:
     from bench.server import GunicornServer
 

@@ -108,6 +108,10 @@ class Agentish:
     agent: Agent
 
     def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        # The copies of key and calendar rows are trusted while the poller thread has read the shared
+        # generation in the last 0.5 s; on a loaded machine it may be late, so read it here too (Redis,
+        # not the traced connection).
+        assert generation.poll_once()
         # What request_started does in production (Django's test client leaves it out): the next query
         # runs the health check, with CONN_HEALTH_CHECKS.
         connection.close_if_unusable_or_obsolete()
