@@ -46,6 +46,7 @@ from agentcal.errors import (
     RoleNotAllowed,
 )
 from agentcal.ids import new_public_id
+from agentcal.text import is_one_line
 from approvals import notifications
 from approvals.models import NOTE_MAX_CHARS, SUMMARY_MAX_CHARS, Approval, ApprovalStatus
 from audit.events import AuditEvent
@@ -151,7 +152,7 @@ def approval_request(
 def _checked_request(summary: str, evidence: Any, state: Any, expires_in_seconds: int | None) -> int:
     """The request's shape; the API's serializer checks the same, this guards every other caller."""
     errors: dict[str, list[str]] = {}
-    if summary.splitlines() != [summary] or not summary.strip():
+    if not is_one_line(summary) or not summary.strip():
         errors["summary"] = ["Must be one non-empty line (no line breaks)."]
     elif len(summary) > SUMMARY_MAX_CHARS:
         errors["summary"] = [f"At most {SUMMARY_MAX_CHARS} characters."]

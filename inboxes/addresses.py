@@ -48,7 +48,7 @@ def resolve_recipient(address: str) -> Recipient:
         if workspace is None:
             return Recipient(agent=None, workspace=None)
     agent = (
-        Agent.objects.filter(workspace=workspace, slug__iexact=local, is_active=True)
+        Agent.objects.filter(workspace=workspace, slug=local.lower(), is_active=True)
         .select_related("workspace")
         .first()
     )

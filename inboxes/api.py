@@ -27,7 +27,7 @@ from agentcal.api.views import AgentAPIView
 from agentcal.errors import NotFound
 from agentcal.pagination import paginate
 from inboxes.addresses import agent_address
-from inboxes.attachments import attachment_response
+from inboxes.attachments import attachment_response, download_response
 from inboxes.html import sanitize_html
 from inboxes.invites import InviteFlag
 from inboxes.models import Attachment, Direction, Message, Thread
@@ -323,14 +323,6 @@ class MessageDetailView(AgentAPIView):
         return Response(MessageOutput(message_for(agent, message_id)).data)
 
 
-def _download(content: bytes, *, content_type: str, filename: str) -> HttpResponse:
-    response = HttpResponse(content, content_type=content_type)
-    safe_name = "".join(c for c in filename if c.isalnum() or c in "._- ")[:200] or "download"
-    response["Content-Disposition"] = f'attachment; filename="{safe_name}"'
-    response["X-Content-Type-Options"] = "nosniff"
-    return response
-
-
 class MessageRawView(AgentAPIView):
     required_scopes = {"GET": Scope.INBOX_READ}
     audit_action = "inbox"
@@ -342,7 +334,7 @@ class MessageRawView(AgentAPIView):
             raise NotFound(
                 f"Message {message_id} was sent from this inbox: there is no raw message received."
             )
-        return _download(
+        return download_response(
             bytes(message.raw.raw), content_type="message/rfc822", filename=f"{message.public_id}.eml"
         )
 

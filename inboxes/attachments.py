@@ -55,10 +55,17 @@ def attachment_response(attachment: Attachment) -> HttpResponse:
     if content_type not in SAFE_ATTACHMENT_TYPES:
         content_type = "application/octet-stream"
     with attachment.file.open("rb") as stored:
-        response = HttpResponse(stored.read(), content_type=content_type)
-    response["Content-Disposition"] = content_disposition_header(
-        as_attachment=True, filename=attachment.filename or attachment.public_id
+        content = stored.read()
+    return download_response(
+        content, content_type=content_type, filename=attachment.filename or attachment.public_id
     )
+
+
+def download_response(content: bytes, *, content_type: str, filename: str) -> HttpResponse:
+    """Bytes from a stranger's mail as a download (an attachment, a raw message): never rendered or
+    sniffed as a page of ours."""
+    response = HttpResponse(content, content_type=content_type)
+    response["Content-Disposition"] = content_disposition_header(as_attachment=True, filename=filename)
     response["X-Content-Type-Options"] = "nosniff"
     response["Content-Security-Policy"] = DOWNLOAD_POLICY
     return response

@@ -34,7 +34,7 @@ from audit.events import AuditEvent
 from audit.models import Outcome
 from audit.services import audit_record
 from inboxes.models import Message, MessageStatus
-from inboxes.sending import _enqueue_delivery
+from inboxes.sending import enqueue_delivery
 from workspaces.actor import Actor
 
 SUMMARY_PREFIX = "Send email: "
@@ -177,7 +177,7 @@ def _settle(message: Message, approval: Approval) -> None:
             "recipients": len(message.to) + len(message.cc),
         },
     )
-    transaction.on_commit(partial(_enqueue_delivery, message.pk))
+    transaction.on_commit(partial(enqueue_delivery, message.pk))
 
 
 def _discard(message: Message, *, actor: Actor, reason: str, approval_id: str | None) -> None:

@@ -295,11 +295,11 @@ def _queue(
         },
     )
     if not review_first:
-        transaction.on_commit(partial(_enqueue_delivery, message.pk))
+        transaction.on_commit(partial(enqueue_delivery, message.pk))
     return message
 
 
-def _enqueue_delivery(message_pk: int) -> None:
+def enqueue_delivery(message_pk: int) -> None:
     from inboxes.tasks import deliver  # inboxes.tasks imports this module
 
     # With the broker down the message stays queued and the periodic deliver_pending picks it up.
