@@ -125,7 +125,8 @@ class Bench:
         self._baseline_calendar_ids = itertools.count(1)
         self.app_url: str | None = None
         self.node_urls: list[str] = []  # web node 0 is app_url
-        self._servers: dict[str, GunicornServer] = {}  # the web nodes this run started, by URL
+        # The gunicorns this run started (web nodes, the baseline app), by URL: their CPU is read per phase.
+        self._servers: dict[str, GunicornServer] = {}
         self.baseline_url: str | None = None
         self.conninfo = ""
         self.target: LocalTarget | RemoteTarget
@@ -222,7 +223,7 @@ class Bench:
             yield url
 
     def _web_cpu(self, urls: Sequence[str]) -> float | None:
-        """CPU seconds used so far by the web nodes at these URLs (None unless this run started them all)."""
+        """CPU seconds used so far by the gunicorns at these URLs (None unless this run started them all)."""
         servers = [self._servers.get(url) for url in urls]
         seconds = [server.cpu_seconds() if server else None for server in servers]
         return None if any(s is None for s in seconds) else sum(s for s in seconds if s is not None)
@@ -235,13 +236,15 @@ class Bench:
             ENV_SCHEMA: self.config.baseline_schema,
             ENV_PREPARE: "1" if self.prepare_baselines else "0",
         }
-        with GunicornServer(
+        server = GunicornServer(
             "bench.baseline_wsgi:app",
             workers=self.config.workers,
             health_path="/health",
             env=env,
             log_dir=self.config.log_dir,
-        ) as url:
+        )
+        with server as url:
+            self._servers[url] = server
             yield url
 
     @property
@@ -557,8 +560,14 @@ class Bench:
     ) -> ScenarioResult:
         config = self.config
         title = title or f"{scenario} · {variant} · {mode}"
-        web = self.node_urls[:nodes] if variant == "engine" and mode == HTTP else []
+        web: list[str] = []
+        if mode == HTTP:
+            baseline = [self.baseline_url] if self.baseline_url else []
+            web = self.node_urls[:nodes] if variant == "engine" else baseline
         web_cpu_before = self._web_cpu(web) if web else None
+        # In-process and psycopg phases do all their client-side work in this process, so its CPU time
+        # (every thread's) is what a write costs outside PostgreSQL.
+        process_cpu_before = time.process_time()
         with self.progress.phase(title, total=config.duration, unit="s") as bar:
             run: TimedRun = disjoint(
                 open_worker,
@@ -569,6 +578,7 @@ class Bench:
                 span_for=span_for,
                 bar=bar,
             )
+        process_cpu = time.process_time() - process_cpu_before
         result = ScenarioResult(
             scenario,
             variant,
@@ -585,8 +595,11 @@ class Bench:
         }
         web_cpu_after = self._web_cpu(web) if web else None
         if web_cpu_before is not None and web_cpu_after is not None and result.attempts:
-            # What the web workers spent per write: Django, DRF, the key check and the engine's Python.
+            # What the web workers spent per write: Django, DRF, the key check and the engine's Python
+            # (for the baseline app, its few lines of WSGI and psycopg).
             result.extra["web_cpu_ms_per_write"] = 1000 * (web_cpu_after - web_cpu_before) / result.attempts
+        if mode != HTTP and result.attempts:
+            result.extra["process_cpu_ms_per_write"] = 1000 * process_cpu / result.attempts
         return result
 
     # --- 3. mix ------------------------------------------------------------------------------------------
