@@ -9,6 +9,8 @@ under a lock, and returns; the publisher thread does the waiting:
   database (the outbox dispatcher). Nudges of a task that is already pending collapse into one; at
   most one round of nudges goes out per NUDGE_MIN_INTERVAL_SECONDS, and one skipped inside the
   interval goes out at its end. While the broker is in back-off, nudges wait for the back-off to end.
+  `nudge(task, items=ids)` collapses the same way, into one `task(sorted ids)` message carrying every
+  id nudged meanwhile (write-behind of changed calendars: one message per interval, not per write).
 - `enqueue(task, args, fallback=...)`: a message that must not be lost. If the broker refuses it (or
   is in back-off), the publisher thread calls `fallback` instead.
 
@@ -23,7 +25,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,7 +62,8 @@ class _Publisher:
         # One condition for every change: the thread waits on it for work, `wait_idle` for the end of it.
         self._changed = threading.Condition()
         self._jobs: deque[_Job] = deque()
-        self._nudges: dict[str, Any] = {}  # by task name: a nudge already pending absorbs the next ones
+        # By task name: a nudge already pending absorbs the next ones (and their items).
+        self._nudges: dict[str, tuple[Any, set[Any]]] = {}
         self._next_nudge_at = 0.0  # time.monotonic()
         self._broker_down_until = 0.0
         self._busy = False
@@ -68,9 +71,10 @@ class _Publisher:
 
     # --- Called from request threads: only the lock, never the broker. ---
 
-    def nudge(self, task: Any) -> None:
+    def nudge(self, task: Any, items: Iterable[Any]) -> None:
         with self._changed:
-            self._nudges[task.name] = task
+            _, pending = self._nudges.setdefault(task.name, (task, set()))
+            pending.update(items)
             self._wake()
 
     def enqueue(self, job: _Job) -> None:
@@ -134,10 +138,10 @@ class _Publisher:
             job = self._jobs.popleft()
             return lambda: self._publish(job)
         if self._nudges and self._seconds_until_nudge() == 0:
-            tasks = list(self._nudges.values())
+            nudges = list(self._nudges.values())
             self._nudges.clear()
             self._next_nudge_at = time.monotonic() + NUDGE_MIN_INTERVAL_SECONDS
-            return lambda: self._send_nudges(tasks)
+            return lambda: self._send_nudges(nudges)
         return None
 
     def _seconds_until_nudge(self) -> float | None:
@@ -146,10 +150,10 @@ class _Publisher:
         due_at = max(self._next_nudge_at, self._broker_down_until)
         return max(0.0, due_at - time.monotonic())
 
-    def _send_nudges(self, tasks: list[Any]) -> None:
-        for task in tasks:
+    def _send_nudges(self, nudges: list[tuple[Any, set[Any]]]) -> None:
+        for task, items in nudges:
             try:
-                task.apply_async(retry=False)
+                task.apply_async((sorted(items),) if items else (), retry=False)
             except Exception as exc:
                 self._broker_refused(exc, task.name)
                 return  # the rest would be refused too; their rows wait for the catch-up
@@ -199,9 +203,10 @@ def _current() -> _Publisher:
     return publisher
 
 
-def nudge(task: Any) -> None:
-    """Ask for `task()` to run soon; may be coalesced with other nudges, or lost while the broker is down."""
-    _current().nudge(task)
+def nudge(task: Any, *, items: Iterable[Any] = ()) -> None:
+    """Ask for `task()` to run soon — `task(sorted items)` with `items` — coalesced with the task's other
+    nudges meanwhile; lost while the broker is down."""
+    _current().nudge(task, items)
 
 
 def enqueue(task: Any, args: tuple[Any, ...], *, fallback: Callable[[], object]) -> None:

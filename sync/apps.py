@@ -17,15 +17,12 @@ class SyncConfig(AppConfig):
 
 def _copy_upstream_soon(sender: Any, calendar_ids: list[int], **kwargs: Any) -> None:
     """After the booking's transaction commits, ask for its calendars' upstream copies to be updated.
-    No query here (it would lengthen every commit): the task looks up whether a calendar is linked.
-    If the broker is down the message is dropped; the next scheduled sync writes behind anyway."""
+    No query here (it would lengthen every commit): the task looks up which calendars are linked. A
+    nudge, so a busy process sends one message per interval for every calendar changed meanwhile, not
+    a message per write. If the broker is down it is dropped; the next scheduled sync writes behind."""
     from django.db import transaction
 
     from agentcal import broker
-    from sync.tasks import write_behind_for_calendar
+    from sync.tasks import write_behind_for_calendars
 
-    def publish() -> None:
-        for calendar_id in calendar_ids:
-            broker.enqueue(write_behind_for_calendar, (calendar_id,), fallback=lambda: None)
-
-    transaction.on_commit(publish)
+    transaction.on_commit(lambda: broker.nudge(write_behind_for_calendars, items=calendar_ids))

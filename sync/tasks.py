@@ -47,12 +47,17 @@ def write_behind_task(self: object, connection_id: int) -> None:
         raise self.retry(exc=exc, countdown=countdown) from exc  # type: ignore[attr-defined]
 
 
+@shared_task(name="sync.write_behind_for_calendars", ignore_result=True)
+def write_behind_for_calendars(calendar_ids: list[int]) -> None:
+    """Bookings on these calendars changed: copy them upstream where a calendar is linked."""
+    for connection_id in Connection.objects.filter(calendar_id__in=calendar_ids).values_list("pk", flat=True):
+        write_behind_task.delay(connection_id)
+
+
 @shared_task(name="sync.write_behind_for_calendar", ignore_result=True)
 def write_behind_for_calendar(calendar_id: int) -> None:
-    """A booking on this calendar changed: copy it upstream if the calendar is linked."""
-    connection_id = Connection.objects.filter(calendar_id=calendar_id).values_list("pk", flat=True).first()
-    if connection_id is not None:
-        write_behind_task.delay(connection_id)
+    # The one-calendar message of earlier versions: kept so messages queued before an upgrade still run.
+    write_behind_for_calendars([calendar_id])
 
 
 @shared_task(name="sync.notify_owners", ignore_result=True)

@@ -3,13 +3,19 @@ on cancel, and their echo never blocks them."""
 
 from __future__ import annotations
 
+import base64
+import json
 import threading
 from datetime import timedelta
 from typing import Any
 
 import pytest
+import redis
+from celery.contrib.testing.worker import start_worker
 from django.db import connection as db
 
+from agentcal import broker
+from agentcal.celery import app as celery_app
 from sync import caldav
 from sync.models import Connection, ConnectionStatus, UpstreamCopy
 from sync.writeback import write_behind
@@ -79,6 +85,37 @@ def test_a_changed_title_is_rewritten_with_a_higher_sequence(linked: Linked, sdr
     assert done.updated == [booking["id"]]
     data = linked.human.get(f"{booking['id']}.ics")
     assert data is not None and "moved room" in data and "SEQUENCE:1" in data
+
+
+def _queued_write_behind_messages() -> list[list[int]]:
+    """The calendar ids of each write-behind message waiting in the broker's queue (read, not taken)."""
+    queued = redis.Redis.from_url(celery_app.conf.broker_url).lrange("celery", 0, -1)
+    messages = [json.loads(raw) for raw in queued]
+    return [
+        json.loads(base64.b64decode(m["body"]))[0][0]
+        for m in messages
+        if m["headers"]["task"] == "sync.write_behind_for_calendars"
+    ]
+
+
+def test_a_burst_of_commits_shares_write_behind_messages_and_every_copy_arrives(
+    linked: Linked, sdr: Persona, human: Human, webhook_settings: Any
+) -> None:
+    with celery_app.connection_for_write() as connection:
+        celery_app.amqp.queues["celery"].bind(connection).purge()
+    bookings = [commit(sdr, linked, hours_ahead=30 + i) for i in range(6)]
+    assert broker.wait_idle(timeout=10)
+
+    # One message per nudge interval carrying the calendar, not one per write: the burst's first commit
+    # goes out at once, the rest ride on the interval's trailing message.
+    messages = _queued_write_behind_messages()
+    assert 1 <= len(messages) < len(bookings), messages
+    assert {calendar for ids in messages for calendar in ids} == {linked.connection.calendar_id}
+
+    with start_worker(celery_app, pool="solo", perform_ping_check=False, shutdown_timeout=10):
+        wanted = {f"{booking['id']}.ics" for booking in bookings}
+        wait_until(lambda: wanted <= set(human.list()), timeout=30)
+    assert UpstreamCopy.objects.count() == len(bookings)
 
 
 def test_the_write_task_honours_retry_after_and_still_writes_once(
