@@ -49,6 +49,34 @@ class StrictSerializer(serializers.Serializer):
     # (not trimmed) but may not be blank unless the field allows it. (A comment, not a docstring:
     # drf-spectacular would publish a docstring as the description of every input schema.)
 
+    # Validating never changes a field, so, as for OutputSerializer, each class binds its fields once
+    # rather than deep-copying them for every request. Fields read `partial` and `context` from their
+    # root, so a top-level serializer without context shares the fields bound to a blank instance of its
+    # class with the same `partial`; a nested one (bound once, with its parent's fields) or one given a
+    # context keeps its own.
+    _shared_fields: dict[bool, BindingDict]
+
+    @property
+    def fields(self) -> BindingDict:
+        if self.parent is not None or self._context:
+            own: BindingDict | None = self.__dict__.get("_own_fields")
+            if own is None:
+                own = self.__dict__["_own_fields"] = self._bound_fields()
+            return own
+        cls = type(self)
+        shared: dict[bool, BindingDict] = cls.__dict__.get("_shared_fields") or {}
+        fields = shared.get(self.partial)
+        if fields is None:
+            fields = shared[self.partial] = cls(partial=self.partial)._bound_fields()
+            cls._shared_fields = shared
+        return fields
+
+    def _bound_fields(self) -> BindingDict:
+        fields = BindingDict(self)
+        for name, field in self.get_fields().items():
+            fields[name] = field
+        return fields
+
     def get_fields(self) -> dict[str, serializers.Field]:
         fields = super().get_fields()
         for field in [
