@@ -4,8 +4,9 @@
 results as text, parsing every timestamp in Python. This cursor, on the same connection and inside
 the same transaction, binds parameters on the server and reads results in binary (timestamps and JSON
 decoded in C). Its statements bypass Django's cursor wrapper, so they are not in `connection.queries`
-or debug logging, but they do pass through `connection.execute_wrapper` hooks. Nothing is prepared on
-the connection, so it works behind PgBouncer in transaction mode (docs/benchmark.md has why).
+or debug logging, but they do pass through `connection.execute_wrapper` hooks. Its statements are
+prepared on the server after a few executions unless a transaction pooler is in front
+(settings.DB_PREPARED_STATEMENTS); Django's own cursors never prepare.
 
 `InsertBatch`: an engine write used to send its reservation, audit and outbox INSERTs as three
 statements, each a round trip and a parse/plan. The batch sends them as one statement of chained

@@ -33,16 +33,25 @@ _database = dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("DB_CONN_MA
 # server connection for one transaction at a time, so nothing may rely on a session (docs/scaling.md).
 # The code keeps to that always (tests/test_architecture.py); this says what else must change with it.
 DB_TRANSACTION_POOLER = env_bool("DB_TRANSACTION_POOLER", False)
+# Statements the engine sends through agentcal.db are prepared on the server on their 5th execution
+# (psycopg's threshold), so its one-statement write is planned once per connection rather than on every
+# request: planning was about half of PostgreSQL's CPU per write (docs/performance-notes.md). A prepared
+# statement lives on one server connection, which a transaction pooler lends to someone else after each
+# transaction, so behind one they are off unless the pooler tracks them (PgBouncer >= 1.21 with
+# `max_prepared_statements` set): then DB_PREPARED_STATEMENTS=1 turns them back on.
+DB_PREPARED_STATEMENTS = env_bool("DB_PREPARED_STATEMENTS", not DB_TRANSACTION_POOLER)
+PREPARE_THRESHOLD = 5
 # A persistent connection idle longer than this is checked with a real `SELECT 1` before a request
 # uses it; a busier one only by a look at its socket (agentcal/postgres/base.py).
 DB_HEALTH_CHECK_IDLE_SECONDS = env_int("DB_HEALTH_CHECK_IDLE_SECONDS", 5, minimum=0)
 DATABASES = {
     "default": {
         **_database,
-        # Never prepare statements (psycopg would after 5 executions): a prepared statement lives on one
-        # server connection, which a pooler gives to someone else after the transaction. Django's default
-        # too, stated here because a pooler depends on it (and PgBouncer < 1.21 cannot track them).
-        "OPTIONS": {**_database.get("OPTIONS", {}), "prepare_threshold": None},
+        # Django's own queries bind on the client and are never prepared; see DB_PREPARED_STATEMENTS.
+        "OPTIONS": {
+            **_database.get("OPTIONS", {}),
+            "prepare_threshold": PREPARE_THRESHOLD if DB_PREPARED_STATEMENTS else None,
+        },
         # `.iterator()` outside a transaction uses a cursor WITH HOLD, which lives on after its transaction:
         # through a transaction pooler, read everything client-side instead.
         "DISABLE_SERVER_SIDE_CURSORS": DB_TRANSACTION_POOLER,

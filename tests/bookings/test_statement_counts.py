@@ -51,6 +51,7 @@ class Wire:
 
     statements: list[str] = field(default_factory=list)
     round_trips: int = 0
+    prepared: set[str] = field(default_factory=set)  # names of statements the trace saw prepared
 
     def read(self, trace: str) -> None:
         # One message per line, except that a statement's text keeps its own line breaks.
@@ -59,8 +60,15 @@ class Wire:
         ):
             if direction == "F" and message == "Query":  # simple protocol: BEGIN, COMMIT, ROLLBACK
                 self.statements.append(text.strip().strip('"'))
-            elif direction == "F" and message == "Parse":  # `"" "<statement>" <parameter types>`
-                self.statements.append(" ".join(text.split('"', 3)[3].split())[:40])
+            elif direction == "F" and message == "Parse":  # `"<name>" "<statement>" <parameter types>`
+                name, statement = text.split('"', 3)[1], text.split('"', 3)[3]
+                self.statements.append(" ".join(statement.split())[:40])
+                if name:
+                    self.prepared.add(name)
+            elif direction == "F" and message == "Bind":  # `"<portal>" "<statement name>" …`
+                name = text.split('"', 4)[3]
+                if name and name not in self.prepared:  # one prepared before the trace: no Parse
+                    self.statements.append(f"(prepared {name})")
             elif direction == "B" and message == "ReadyForQuery":
                 self.round_trips += 1
 
@@ -152,6 +160,32 @@ def test_a_winning_hold_is_one_statement(agents: tuple[Agentish, Agentish, str])
     assert (
         len(audit_rows(event_type="calendar.hold.created", reservation_public_id=response.json()["id"])) == 1
     )
+
+
+def test_the_write_is_prepared_on_its_connection_and_still_one_statement(
+    agents: tuple[Agentish, Agentish, str], settings: Any
+) -> None:
+    first, _, calendar = agents
+    assert settings.DB_PREPARED_STATEMENTS, "no pooler in front of the test database"
+    for hours_ahead in range(40, 40 + settings.PREPARE_THRESHOLD):
+        assert (
+            first.request("post", f"/calendars/{calendar}/holds", slot(hours_ahead=hours_ahead)).status_code
+            == 201
+        )
+
+    with wire() as sent:
+        response = first.request("post", f"/calendars/{calendar}/holds", slot(hours_ahead=30))
+
+    assert response.status_code == 201, response.content
+    # Sent by name, with no statement text to parse or plan; still one round trip.
+    assert len(sent.statements) == 1 and sent.statements[0].startswith("(prepared "), sent.statements
+    assert sent.round_trips == 1
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT statement FROM pg_prepared_statements WHERE name = %s", [sent.statements[0][10:-1]]
+        )
+        (statement,) = cursor.fetchone()
+    assert "bookings_reservation" in statement and "audit_auditrecord" in statement
 
 
 def test_a_booking_in_one_step_is_one_statement(agents: tuple[Agentish, Agentish, str]) -> None:
