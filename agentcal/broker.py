@@ -73,8 +73,13 @@ class _Publisher:
 
     def nudge(self, task: Any, items: Iterable[Any]) -> None:
         with self._changed:
-            _, pending = self._nudges.setdefault(task.name, (task, set()))
-            pending.update(items)
+            pending = self._nudges.get(task.name)
+            if pending is not None:
+                # The thread already knows of this task's nudge (a wake per write was a measurable part
+                # of a write's CPU under load): the items only join it.
+                pending[1].update(items)
+                return
+            self._nudges[task.name] = (task, set(items))
             self._wake()
 
     def enqueue(self, job: _Job) -> None:
