@@ -65,6 +65,7 @@ class BenchConfig:
     max_ops: int = 50_000  # cap per timed phase
     herd_time_limit: float = 60.0  # seconds per herd phase; rounds not started by then are skipped
     workers: int = field(default_factory=default_workers)  # gunicorn workers per node, as `agentcal run`
+    threads: int = 1  # threads per gunicorn worker, as `agentcal run` (WEB_THREADS)
     nodes: int = 1  # nodes scenario: web nodes (gunicorn masters), measured with 1, 2, … of them
     herd_racers: int = 500  # herd500: agents racing for each slot
     herd_racers_rounds: int = 5
@@ -213,6 +214,7 @@ class Bench:
         server = GunicornServer(
             "agentcal.wsgi:application",
             workers=self.config.workers,
+            threads=self.config.threads,
             health_path="/v1/health",
             env=self.config.server_env,
             log_dir=self.config.log_dir,
@@ -239,6 +241,7 @@ class Bench:
         server = GunicornServer(
             "bench.baseline_wsgi:app",
             workers=self.config.workers,
+            threads=self.config.threads,
             health_path="/health",
             env=env,
             log_dir=self.config.log_dir,

@@ -43,6 +43,7 @@ class GunicornServer:
         app: str,
         *,
         workers: int,
+        threads: int = 1,
         health_path: str,
         env: dict[str, str] | None = None,
         log_dir: Path | None = None,
@@ -50,6 +51,7 @@ class GunicornServer:
     ) -> None:
         self.app = app
         self.workers = workers
+        self.threads = threads
         self.health_path = health_path
         self.env = {**os.environ, **(env or {})}
         # A log folder of our own is removed on stop; failures quote the log's tail in the exception.
@@ -75,6 +77,9 @@ class GunicornServer:
             f"127.0.0.1:{self.port}",
             "--workers",
             str(self.workers),
+            # More than one: gunicorn's gthread worker, which also keeps client connections alive.
+            "--threads",
+            str(self.threads),
             "--graceful-timeout",
             "10",
         ]

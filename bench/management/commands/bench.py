@@ -104,6 +104,12 @@ class Command(BaseCommand):
             help="gunicorn workers per web node (as `agentcal run`)",
         )
         what.add_argument(
+            "--threads",
+            type=int,
+            default=1,
+            help="threads per gunicorn worker; more than 1 is gunicorn's gthread worker (1)",
+        )
+        what.add_argument(
             "--nodes",
             type=int,
             default=2,
@@ -150,6 +156,7 @@ class Command(BaseCommand):
             "concurrency",
             "calendars",
             "workers",
+            "threads",
             "max_ops",
             "nodes",
             "herd_racers",
@@ -175,6 +182,7 @@ class Command(BaseCommand):
             max_ops=options["max_ops"],
             herd_time_limit=options["herd_time_limit"],
             workers=options["workers"],
+            threads=options["threads"],
             nodes=options["nodes"],
             herd_racers=options["herd_racers"],
             herd_racers_rounds=options["herd_racers_rounds"],
