@@ -21,7 +21,7 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -87,7 +87,7 @@ def cost_probe(
             book()
             bar.tick(2)
             bar.advance()
-    wire = _read_trace(trace[0])
+    wire = _read_trace(trace[0], prepared=_prepared_statements())
 
     hot = target.calendar_create("bench hot calendar", slot_minutes=5)
     with progress.phase(f"cost · {threads} agents on one calendar", total=duration, unit="s") as bar:
@@ -138,13 +138,22 @@ class _Wire:
         self.lock_holds: list[float] = []
 
 
-def _read_trace(text: str) -> _Wire:
+def _prepared_statements() -> dict[str, str]:
+    """This connection's prepared statements by name: a statement prepared before the trace appears in it
+    only by name (a Bind with no Parse)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT name, statement FROM pg_prepared_statements")
+        return dict(cursor.fetchall())
+
+
+def _read_trace(text: str, *, prepared: Mapping[str, str] | None = None) -> _Wire:
     """Round trips, time waiting for answers, and lock hold times, from a PQtrace with timestamps.
 
     A lock taken inside a transaction is held from the locking statement's answer to the answer that
     ends the transaction (ReadyForQuery back to idle). A locking statement sent on its own (autocommit:
     the statement is the transaction) holds it at most from the request's first byte to its answer."""
     wire = _Wire()
+    statements = dict(prepared or {})  # prepared statements' text by name
     request_started: float | None = None  # the current request's first message
     sent_at: float | None = None  # its last message
     locking = failed = False  # the current request takes a calendar's lock; it failed
@@ -153,7 +162,14 @@ def _read_trace(text: str) -> _Wire:
         if direction == "F":
             request_started = stamp if request_started is None else request_started
             sent_at = stamp
-            locking = locking or (kind in ("Query", "Parse") and bool(_LOCKING.search(body)))
+            if kind == "Parse":  # `"<name>" "<statement>" …`: a name when it is being prepared
+                name, _, statement = body.partition(" ")
+                if name.strip('"'):
+                    statements[name.strip('"')] = statement
+            elif kind == "Bind":  # `"<portal>" "<statement name>" …`: prepared, sent by name
+                parts = body.split('"', 4)
+                body = statements.get(parts[3], "") if len(parts) > 3 else ""
+            locking = locking or (kind in ("Query", "Parse", "Bind") and bool(_LOCKING.search(body)))
         elif kind == "ErrorResponse":
             failed = True
         elif kind == "ReadyForQuery":
