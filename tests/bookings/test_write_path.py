@@ -1,10 +1,19 @@
 """The write path's plumbing (agentcal.db): one statement for a write's rows, all or nothing; new rows
-get their own ids; nothing is left prepared on the connection (so PgBouncer's transaction mode works)."""
+get their own ids; statements are prepared on the connection, except behind a transaction pooler (where
+a prepared statement would be on someone else's server connection by the next transaction)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
-from django.db import IntegrityError, connection, transaction
+from django.conf import settings
+from django.db import IntegrityError, connection, connections, transaction
+from django.db.utils import load_backend
 
 from agentcal.db import InsertBatch
 from audit.models import AuditRecord
@@ -60,11 +69,60 @@ def _prepared_statements() -> int:
         return int(cursor.fetchone()[0])
 
 
-def test_the_write_path_leaves_no_prepared_statement_on_the_connection(actor: Actor) -> None:
+@pytest.fixture
+def connection_options() -> Iterator[dict[str, object]]:
+    """This thread's connection rebuilt from settings with OPTIONS the test changes (no test pool)."""
+    pooled = connections["default"]
+    options = {k: v for k, v in pooled.settings_dict["OPTIONS"].items() if k != "pool"}
+    rebuilt = load_backend(pooled.settings_dict["ENGINE"]).DatabaseWrapper(
+        {**pooled.settings_dict, "OPTIONS": options}, "default"
+    )
+    connections["default"] = rebuilt
+    try:
+        yield options
+    finally:
+        rebuilt.close()
+        connections["default"] = pooled
+
+
+def _book_more_than_the_threshold(actor: Actor) -> None:
     calendar = engine.calendar_create(actor=actor, name="room")
-    connection.close()  # a fresh connection
-    for hours in range(32, 35):
+    for hours in range(32, 33 + settings.PREPARE_THRESHOLD):
         group = engine.hold_create(actor=actor, calendar=calendar, span=half_hour(hours))
         assert group.hold_token is not None
         engine.hold_commit(actor=actor, calendar=calendar, hold_token=group.hold_token)
+
+
+def test_the_write_path_prepares_its_statements_on_the_connection(
+    actor: Actor, connection_options: dict[str, object]
+) -> None:
+    _book_more_than_the_threshold(actor)
+    assert _prepared_statements() >= 2  # the hold and the commit at least
+
+
+def test_behind_a_transaction_pooler_the_write_path_prepares_nothing(
+    actor: Actor, connection_options: dict[str, object]
+) -> None:
+    connection_options["prepare_threshold"] = _settings_with(DB_TRANSACTION_POOLER="1")
+    _book_more_than_the_threshold(actor)
     assert _prepared_statements() == 0
+
+
+def _settings_with(**environ: str) -> object:
+    """The prepare_threshold the settings module computes under these environment variables."""
+    script = "import agentcal.settings as s; print(s.DATABASES['default']['OPTIONS']['prepare_threshold'])"
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, **environ},
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    return None if out == "None" else int(out)
+
+
+def test_the_pooler_setting_turns_preparing_off_unless_told_the_pooler_carries_them() -> None:
+    assert _settings_with(DB_TRANSACTION_POOLER="0") == settings.PREPARE_THRESHOLD
+    assert _settings_with(DB_TRANSACTION_POOLER="1") is None
+    assert _settings_with(DB_TRANSACTION_POOLER="1", DB_PREPARED_STATEMENTS="1") == settings.PREPARE_THRESHOLD
