@@ -16,7 +16,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from django.db import connection
+from django.db import connection, connections
 
 from tests.conftest import Persona, http_client, iso, overlapping_live_pairs
 
@@ -53,7 +53,9 @@ def hold_request(persona: Persona, client: Any, calendar_id: str, span: dict[str
     return client.post(f"/calendars/{calendar_id}/holds", json=span, headers={"Idempotency-Key": key})
 
 
-def test_killed_connections_answer_503_and_a_retry_with_the_key_settles(make_agent, calendar, app_server):
+def test_killed_connections_answer_503_and_a_retry_with_the_key_settles(
+    make_agent, calendar, app_server, request
+):
     agents = [make_agent(f"agent-{i}", priority=100) for i in range(AGENTS)]
     base = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) + timedelta(days=3)
     # Few distinct slots for many requests: conflicts (409) and wins (201) both happen.
@@ -91,6 +93,9 @@ def test_killed_connections_answer_503_and_a_retry_with_the_key_settles(make_age
     finally:
         killer.stop.set()
         killer.join()
+        # The killer also ended this process's pooled connections, some while the pool was opening
+        # them; such a pool was seen to hand out nothing for its whole timeout in the next test.
+        request.addfinalizer(connections["default"].close_pool)
 
     statuses = [response.status_code for *_, response in attempts]
     assert set(statuses) <= {201, 409, 503}, [
