@@ -95,7 +95,7 @@ def test_killed_connections_answer_503_and_a_retry_with_the_key_settles(
         killer.join()
         # The killer also ended this process's pooled connections, some while the pool was opening
         # them; such a pool was seen to hand out nothing for its whole timeout in the next test.
-        request.addfinalizer(connections["default"].close_pool)
+        request.addfinalizer(connections["default"].close_pool)  # type: ignore[attr-defined]
 
     statuses = [response.status_code for *_, response in attempts]
     assert set(statuses) <= {201, 409, 503}, [

@@ -95,6 +95,7 @@ def test_booking_answers_match_the_serializer(actor: Actor) -> None:
     booked = engine.hold_commit(actor=actor, calendar=room, hold_token=held.hold_token)
 
     _assert_same(booking_payload(booked), _rendered_by_serializer(booked, BookingOutput, None))
+    assert booked.primary.committed_at is not None
     frozen_at = booked.primary.committed_at + timedelta(minutes=5)
     _assert_same(
         booking_payload(booked, now=frozen_at), _rendered_by_serializer(booked, BookingOutput, frozen_at)
