@@ -43,17 +43,15 @@ _JSON_TYPES: tuple[tuple[type[serializers.Field], tuple[type, ...], str], ...] =
 )
 
 
-class StrictSerializer(serializers.Serializer):
-    # A JSON body held to its schema: unknown fields are refused (a typo such as `ttl_second` must not
-    # be silently ignored), every value must have its field's JSON type, and text is taken as sent
-    # (not trimmed) but may not be blank unless the field allows it. (A comment, not a docstring:
-    # drf-spectacular would publish a docstring as the description of every input schema.)
+class FieldsBoundOnce(serializers.Serializer):
+    # Comments, not a docstring: drf-spectacular would publish a docstring as every schema's
+    # description. DRF deep-copies and binds every declared field for each serializer instance
+    # (docs/performance-notes.md has the cost); validating or rendering never changes a field, so each
+    # class binds its fields once and later instances reuse them. Fields read `partial` and `context`
+    # from their root, so a top-level serializer without context shares the fields bound to a blank
+    # instance of its class with the same `partial`; a nested one (bound once, with its parent's fields)
+    # or one given a context keeps its own.
 
-    # Validating never changes a field, so, as for OutputSerializer, each class binds its fields once
-    # rather than deep-copying them for every request. Fields read `partial` and `context` from their
-    # root, so a top-level serializer without context shares the fields bound to a blank instance of its
-    # class with the same `partial`; a nested one (bound once, with its parent's fields) or one given a
-    # context keeps its own.
     _shared_fields: dict[bool, BindingDict]
 
     @property
@@ -76,6 +74,13 @@ class StrictSerializer(serializers.Serializer):
         for name, field in self.get_fields().items():
             fields[name] = field
         return fields
+
+
+class StrictSerializer(FieldsBoundOnce):
+    # A JSON body held to its schema: unknown fields are refused (a typo such as `ttl_second` must not
+    # be silently ignored), every value must have its field's JSON type, and text is taken as sent
+    # (not trimmed) but may not be blank unless the field allows it. (A comment, not a docstring:
+    # drf-spectacular would publish a docstring as the description of every input schema.)
 
     def get_fields(self) -> dict[str, serializers.Field]:
         fields = super().get_fields()
@@ -149,24 +154,9 @@ def validated(serializer_class: type[serializers.Serializer], data: Any, **kwarg
     return dict(serializer.validated_data)
 
 
-class OutputSerializer(serializers.Serializer):
-    # Comments, not a docstring: drf-spectacular would publish a docstring as every output schema's
-    # description. A serializer that only renders: DRF deep-copies and binds every declared field for
-    # each instance (docs/performance-notes.md has the cost); rendering never changes a field, so each
-    # class binds its fields once, on first use, and every later instance reuses them.
-
-    _shared_fields: BindingDict | None = None
-
-    @property
-    def fields(self) -> BindingDict:
-        cls = type(self)
-        shared: BindingDict | None = cls.__dict__.get("_shared_fields")
-        if shared is None:
-            shared = BindingDict(self)
-            for name, field in self.get_fields().items():
-                shared[name] = field
-            cls._shared_fields = shared
-        return shared
+class OutputSerializer(FieldsBoundOnce):
+    # A serializer that only renders (a comment: see FieldsBoundOnce).
+    pass
 
 
 @extend_schema_field(OpenApiTypes.DATETIME)
