@@ -197,7 +197,9 @@ class Displaced(Model):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Hold(Model):
+class _Reservation(Model):
+    """What holds and bookings have in common (as the API's ReservationOutput)."""
+
     id: str
     status: str
     calendar: str
@@ -213,6 +215,10 @@ class Hold(Model):
     metadata: Any
     created_at: datetime
     ended_at: datetime | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Hold(_Reservation):
     # Only in the answer to the hold's creation: the secret that extends, releases and commits it.
     hold_token: str | None = None
     expires_at: datetime | None = None
@@ -221,22 +227,7 @@ class Hold(Model):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Booking(Model):
-    id: str
-    status: str
-    calendar: str
-    also_calendars: tuple[str, ...]
-    calendars: tuple[CalendarShare, ...]
-    start_time: datetime
-    end_time: datetime
-    priority: int
-    fencing_token: int
-    agent_id: str
-    title: str
-    attendees: Any
-    metadata: Any
-    created_at: datetime
-    ended_at: datetime | None = None
+class Booking(_Reservation):
     hold_id: str
     committed_at: datetime
     bump_window_ends_at: datetime
