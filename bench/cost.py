@@ -162,13 +162,12 @@ def _read_trace(text: str, *, prepared: Mapping[str, str] | None = None) -> _Wir
         if direction == "F":
             request_started = stamp if request_started is None else request_started
             sent_at = stamp
-            if kind == "Parse":  # `"<name>" "<statement>" …`: a name when it is being prepared
-                name, _, statement = body.partition(" ")
-                if name.strip('"'):
-                    statements[name.strip('"')] = statement
-            elif kind == "Bind":  # `"<portal>" "<statement name>" …`: prepared, sent by name
-                parts = body.split('"', 4)
-                body = statements.get(parts[3], "") if len(parts) > 3 else ""
+            if kind == "Parse":
+                name, statement = parsed_statement(body)
+                if name:  # being prepared
+                    statements[name] = statement
+            elif kind == "Bind":  # a statement prepared earlier is sent by name alone
+                body = statements.get(bound_statement_name(body), "")
             locking = locking or (kind in ("Query", "Parse", "Bind") and bool(_LOCKING.search(body)))
         elif kind == "ErrorResponse":
             failed = True
@@ -190,6 +189,19 @@ def _read_trace(text: str, *, prepared: Mapping[str, str] | None = None) -> _Wir
             request_started = sent_at = None
             locking = failed = False
     return wire
+
+
+def parsed_statement(body: str) -> tuple[str, str]:
+    """A traced Parse message's statement name ('' when unnamed) and text (followed by its parameter
+    types): `"<name>" "<statement>" <types>`."""
+    _, name, _, statement = body.split('"', 3)
+    return name, statement
+
+
+def bound_statement_name(body: str) -> str:
+    """A traced Bind message's statement name ('' when unnamed): `"<portal>" "<statement name>" …`."""
+    parts = body.split('"', 4)
+    return parts[3] if len(parts) > 3 else ""
 
 
 # A message's first line: timestamp, direction (F: to the server, B: from it), length, type, then its body,

@@ -36,6 +36,7 @@ from django.test import Client
 from psycopg import pq
 
 from agentcal.local_cache import generation
+from bench.cost import bound_statement_name, parsed_statement
 from bench.runner import conninfo_for_baselines
 from bookings.models import Calendar, Reservation
 from tests.conftest import audit_rows, slot
@@ -60,13 +61,13 @@ class Wire:
         ):
             if direction == "F" and message == "Query":  # simple protocol: BEGIN, COMMIT, ROLLBACK
                 self.statements.append(text.strip().strip('"'))
-            elif direction == "F" and message == "Parse":  # `"<name>" "<statement>" <parameter types>`
-                name, statement = text.split('"', 3)[1], text.split('"', 3)[3]
+            elif direction == "F" and message == "Parse":
+                name, statement = parsed_statement(text)
                 self.statements.append(" ".join(statement.split())[:40])
                 if name:
                     self.prepared.add(name)
-            elif direction == "F" and message == "Bind":  # `"<portal>" "<statement name>" …`
-                name = text.split('"', 4)[3]
+            elif direction == "F" and message == "Bind":
+                name = bound_statement_name(text)
                 if name and name not in self.prepared:  # one prepared before the trace: no Parse
                     self.statements.append(f"(prepared {name})")
             elif direction == "B" and message == "ReadyForQuery":
