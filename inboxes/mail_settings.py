@@ -50,6 +50,13 @@ VERIFICATION_PREFIX = "agentcal-verification="
 # TXT values kept in the audit row of a failed attempt (what was found instead), each cut to this length.
 AUDITED_TXT_VALUES = 5
 AUDITED_TXT_LENGTH = 120
+# The workspace's domain columns, all saved whenever its domain is set or cleared.
+_DOMAIN_FIELDS = [
+    "inbound_domain",
+    "inbound_domain_verified_at",
+    "inbound_domain_pending",
+    "inbound_domain_token",
+]
 
 
 class InboundDomainInvalid(AgentCalError):
@@ -103,14 +110,7 @@ def inbound_domain_set(*, actor: Actor, domain: str) -> str:
             if not requested:
                 locked.inbound_domain, locked.inbound_domain_verified_at = "", None
             locked.inbound_domain_pending = locked.inbound_domain_token = ""
-            locked.save(
-                update_fields=[
-                    "inbound_domain",
-                    "inbound_domain_verified_at",
-                    "inbound_domain_pending",
-                    "inbound_domain_token",
-                ]
-            )
+            locked.save(update_fields=_DOMAIN_FIELDS)
             if previous != workspace_domain(locked):
                 audit_record(
                     event_type=AuditEvent.WORKSPACE_INBOUND_DOMAIN_UPDATED,
@@ -169,14 +169,7 @@ def inbound_domain_verify(*, actor: Actor) -> str:
                 previous = workspace_domain(locked)
                 locked.inbound_domain, locked.inbound_domain_verified_at = domain, Now()
                 locked.inbound_domain_pending = locked.inbound_domain_token = ""
-                locked.save(
-                    update_fields=[
-                        "inbound_domain",
-                        "inbound_domain_verified_at",
-                        "inbound_domain_pending",
-                        "inbound_domain_token",
-                    ]
-                )
+                locked.save(update_fields=_DOMAIN_FIELDS)
                 audit_record(
                     event_type=AuditEvent.WORKSPACE_INBOUND_DOMAIN_VERIFIED,
                     outcome=Outcome.SUCCESS,
