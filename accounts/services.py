@@ -114,14 +114,21 @@ def magic_link_url(token: str) -> str:
     return f"{settings.DASHBOARD_BASE_URL}/auth/magic/{token}"
 
 
+def links_throttled_for(email: str) -> bool:
+    """Have enough links gone to this address within THROTTLE_WINDOW that no more may (sign-in links
+    and team invitations alike)?"""
+    since = timezone.now() - THROTTLE_WINDOW
+    return MagicLink.objects.filter(email=email, created_at__gte=since).count() >= MAX_LINKS_PER_EMAIL
+
+
 def magic_link_request(*, email: str, ip: str | None) -> None:
     """Email a sign-in link if the address has an account. Answers the same in every case, so it
     never reveals whether an address exists, and silently stops past the throttles."""
     email = normalize_email(email)
-    since = timezone.now() - THROTTLE_WINDOW
-    if MagicLink.objects.filter(email=email, created_at__gte=since).count() >= MAX_LINKS_PER_EMAIL:
+    if links_throttled_for(email):
         logger.info("magic link throttled for an address")
         return
+    since = timezone.now() - THROTTLE_WINDOW
     if ip and MagicLink.objects.filter(requested_ip=ip, created_at__gte=since).count() >= MAX_LINKS_PER_IP:
         logger.info("magic link throttled for ip %s", ip)
         return

@@ -31,8 +31,7 @@ from django.utils import timezone
 from accounts.models import Invitation, MagicLink, Membership, Permission, Role
 from accounts.roles import ROLE_SUMMARIES
 from accounts.services import (
-    MAX_LINKS_PER_EMAIL,
-    THROTTLE_WINDOW,
+    links_throttled_for,
     magic_link_issue,
     magic_link_url,
     normalize_email,
@@ -183,11 +182,7 @@ def invitation_resend(*, actor: Actor, by: Any, invitation_id: int) -> Invitatio
                 f"The invitation of {invitation.email} was already accepted or revoked."
             )
         # The same per-address throttle as sign-in links: an owner's button must not become a mail bomb.
-        since = timezone.now() - THROTTLE_WINDOW
-        if (
-            MagicLink.objects.filter(email=invitation.email, created_at__gte=since).count()
-            >= MAX_LINKS_PER_EMAIL
-        ):
+        if links_throttled_for(invitation.email):
             raise InvitationThrottled(
                 f"Several links went to {invitation.email} in the last few minutes; try again later."
             )
