@@ -23,16 +23,10 @@ from tests.dashboard.pages_helpers import (
     actor,
     future_day,
     make_calendar,
-    make_team,
     signed_in,
     span_on,
     text,
 )
-
-
-@pytest.fixture
-def team(db, django_user_model):
-    return make_team(django_user_model)
 
 
 def ask(agent, summary="Send the proposal to Dana", evidence=None, **fields):

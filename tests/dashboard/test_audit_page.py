@@ -20,18 +20,12 @@ from tests.dashboard.pages_helpers import (
     actor,
     insert_audit_row,
     make_calendar,
-    make_team,
     signed_in,
     text,
 )
 from workspaces.models import Agent
 
 AUDIT = "/w/acme/audit"
-
-
-@pytest.fixture
-def team(db, django_user_model):
-    return make_team(django_user_model)
 
 
 def row_ids(html: str) -> list[str]:

@@ -31,18 +31,12 @@ from tests.dashboard.pages_helpers import (
     actor,
     future_day,
     make_calendar,
-    make_team,
     signed_in,
     span_on,
     text,
 )
 from webhooks.models import OutboxEvent
 from workspaces.actor import Actor
-
-
-@pytest.fixture
-def team(db, django_user_model):
-    return make_team(django_user_model)
 
 
 @pytest.fixture

@@ -15,7 +15,6 @@ from tests.dashboard.pages_helpers import (
     actor,
     future_day,
     make_calendar,
-    make_team,
     signed_in,
     span_on,
     text,
@@ -24,11 +23,6 @@ from tests.dashboard.pages_helpers import (
 BLOCK = re.compile(
     r'class="block (\w+)(?: [\w-]+)*" data-testid="block" data-status="([\w ]+)" data-reservation="([^"]+)"'
 )
-
-
-@pytest.fixture
-def team(db, django_user_model):
-    return make_team(django_user_model)
 
 
 @pytest.fixture

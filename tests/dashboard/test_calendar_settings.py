@@ -10,12 +10,7 @@ import pytest
 from audit.events import AuditEvent
 from audit.models import AuditRecord
 from bookings.models import Calendar
-from tests.dashboard.pages_helpers import make_calendar, make_team, signed_in, text
-
-
-@pytest.fixture
-def team(db, django_user_model):
-    return make_team(django_user_model)
+from tests.dashboard.pages_helpers import make_calendar, signed_in, text
 
 
 @pytest.fixture

@@ -3,16 +3,9 @@ only the known ones by class, and shows anything else as escaped text with a neu
 
 from __future__ import annotations
 
-import pytest
-
 from inboxes.models import Message
-from tests.dashboard.pages_helpers import make_team, signed_in, text
+from tests.dashboard.pages_helpers import signed_in, text
 from tests.dashboard.test_inbox_views import inbox_url, receive
-
-
-@pytest.fixture
-def team(db, django_user_model):
-    return make_team(django_user_model)
 
 
 def test_only_known_answers_become_css_classes(team):

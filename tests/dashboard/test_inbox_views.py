@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, time, timedelta
 
-import pytest
 from django.db.models.functions import Now
 
 from bookings.engine import booking_create
@@ -21,17 +20,11 @@ from tests.dashboard.pages_helpers import (
     actor,
     future_day,
     make_calendar,
-    make_team,
     signed_in,
     span_on,
     text,
 )
 from tests.inboxes.conftest import deliver_raw, mail
-
-
-@pytest.fixture
-def team(db, django_user_model):
-    return make_team(django_user_model)
 
 
 def receive(agent, *, minutes_ago: int = 0, **kwargs) -> Message:

@@ -25,18 +25,13 @@ from django.test import Client
 from audit.models import AuditRecord
 from inboxes.addresses import resolve_recipient
 from inboxes.mail_settings import inbound_webhook_secret
-from tests.dashboard.pages_helpers import make_team, signed_in, tables_containing, text
+from tests.dashboard.pages_helpers import signed_in, tables_containing, text
 from tests.inboxes.dns_server import dns_server  # noqa: F401 (fixture)
 from workspaces.models import Workspace
 
 MAIL = "/w/acme/settings/mail"
 SECRET = "/w/acme/settings/mail/secret"
 NEW_SECRET = re.compile(r'<code id="new-secret">(whsec_[A-Za-z0-9+/=]+)</code>')
-
-
-@pytest.fixture
-def team(db, django_user_model):
-    return make_team(django_user_model)
 
 
 def audit_rows(event_type: str) -> list[AuditRecord]:

@@ -7,19 +7,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import pytest
 from django.conf import settings
 from django.template.utils import get_app_template_dirs
 from django.test import Client
 
-from tests.dashboard.pages_helpers import make_calendar, make_team, signed_in
+from tests.dashboard.pages_helpers import make_calendar, signed_in
 
 ONE_YEAR = 365 * 86400
-
-
-@pytest.fixture
-def team(db, django_user_model):
-    return make_team(django_user_model)
 
 
 def directives(policy: str) -> dict[str, list[str]]:
