@@ -110,20 +110,20 @@ def shown(persona, message: Message) -> dict[str, Any]:
     return response.json()
 
 
+def send_invite(persona, booking_id: str, to: list[str], *, subject: str = "Handover", text: str = "."):
+    """POST /inbox/send with the booking's invite attached (the response, as the API gave it)."""
+    return persona.client.post(
+        "/inbox/send",
+        json={"to": to, "subject": subject, "text": text, "invite": {"booking_id": booking_id}},
+    )
+
+
 def booking_with_invite(
     persona, calendar, *, attendees: list[Any], title: str = "Intro call", hours_ahead: int = 26
 ) -> tuple[dict[str, Any], Message]:
     """A committed booking and the message that sent its invite to Ana (queued, not delivered)."""
     booking = created(commit(persona, calendar["id"], slot(hours_ahead), title=title, attendees=attendees))
-    response = persona.client.post(
-        "/inbox/send",
-        json={
-            "to": [ANA],
-            "subject": "Intro",
-            "text": "Invite attached.",
-            "invite": {"booking_id": booking["id"]},
-        },
-    )
+    response = send_invite(persona, booking["id"], [ANA], subject="Intro", text="Invite attached.")
     assert response.status_code == 202, response.text
     return booking, Message.objects.get(public_id=response.json()["id"])
 
@@ -379,15 +379,7 @@ def test_a_cancel_from_another_agent_delivered_here_is_the_organizers_and_the_sa
     booking = created(commit(sdr, calendar["id"], slot(34), title="Handover"))
     other_calendar = exec_assistant.client.post("/calendars", json={"name": "Assistant"}).json()
     held = created(hold(exec_assistant, other_calendar["id"], slot(34), ttl_seconds=600))
-    response = sdr.client.post(
-        "/inbox/send",
-        json={
-            "to": [address_of(exec_assistant)],
-            "subject": "Handover",
-            "text": ".",
-            "invite": {"booking_id": booking["id"]},
-        },
-    )
+    response = send_invite(sdr, booking["id"], [address_of(exec_assistant)])
     assert message_deliver(Message.objects.get(public_id=response.json()["id"]).pk) == MessageStatus.SENT
     assert sdr.client.delete(f"/bookings/{booking['id']}").status_code == 200
     assert invites_cancel_ended() == 1
@@ -446,15 +438,7 @@ def test_an_invite_goes_to_the_relay_as_a_request_with_a_stable_uid(sdr, calenda
     assert listed["calendar_event"]["uid"] == str(event["UID"])
 
     # Sent again (the booking unchanged): the same UID and SEQUENCE, one invite row.
-    again = sdr.client.post(
-        "/inbox/send",
-        json={
-            "to": ["bo@example.org"],
-            "subject": "Intro",
-            "text": ".",
-            "invite": {"booking_id": booking["id"]},
-        },
-    )
+    again = send_invite(sdr, booking["id"], ["bo@example.org"], subject="Intro")
     second = Message.objects.get(public_id=again.json()["id"])
     assert (event_of(second)["uid"], event_of(second)["sequence"]) == (str(event["UID"]), 0)
     assert [a["email"] for a in event_of(second)["attendees"]] == [ANA, "bo@example.org"]
@@ -468,15 +452,7 @@ def test_an_invite_to_another_agent_links_to_its_hold(sdr, exec_assistant, calen
     # The assistant's hold on another calendar has the booking's span exactly.
     other_calendar = exec_assistant.client.post("/calendars", json={"name": "Assistant"}).json()
     held = created(hold(exec_assistant, other_calendar["id"], slot(34), ttl_seconds=600))
-    response = sdr.client.post(
-        "/inbox/send",
-        json={
-            "to": [address_of(exec_assistant)],
-            "subject": "Handover",
-            "text": ".",
-            "invite": {"booking_id": booking["id"]},
-        },
-    )
+    response = send_invite(sdr, booking["id"], [address_of(exec_assistant)])
     assert message_deliver(Message.objects.get(public_id=response.json()["id"]).pk) == MessageStatus.SENT
     (received,) = Message.objects.filter(agent=exec_assistant.agent)
     assert event_of(received)["method"] == "REQUEST"
@@ -485,10 +461,7 @@ def test_an_invite_to_another_agent_links_to_its_hold(sdr, exec_assistant, calen
 
 def test_sending_an_invite_for_no_live_booking_of_ones_own_is_refused(sdr, exec_assistant, calendar):
     def send(booking_id: str):
-        return sdr.client.post(
-            "/inbox/send",
-            json={"to": [ANA], "subject": "x", "text": "x", "invite": {"booking_id": booking_id}},
-        )
+        return send_invite(sdr, booking_id, [ANA], subject="x", text="x")
 
     problem(send("bk_nothing"), 404, "not_found")
     theirs = created(commit(exec_assistant, calendar["id"], slot(40)))
