@@ -55,6 +55,15 @@ def chromium_context_factory() -> Iterator[Any]:
 
 
 @pytest.fixture
+def dashboard_settings(live_server: Any, settings: Any) -> Any:
+    # Browse http://localhost:PORT: an IP address is not a valid WebAuthn relying-party id.
+    settings.DASHBOARD_BASE_URL = live_server.url.replace("127.0.0.1", "localhost")
+    settings.WEBAUTHN_RP_ID = "localhost"
+    settings.CSRF_TRUSTED_ORIGINS = [settings.DASHBOARD_BASE_URL]
+    return settings
+
+
+@pytest.fixture
 def browser_page(chromium_context_factory: Any) -> Iterator[Any]:
     context = chromium_context_factory()
     page = context.pages[0] if context.pages else context.new_page()

@@ -31,14 +31,10 @@ SCREENSHOT = "/tmp/dashboard-connection.png"
 
 
 @pytest.fixture
-def dashboard_settings(live_server: Any, settings: Any) -> Any:
-    # Browse http://localhost:PORT, as the owner journey does (an IP address is no WebAuthn RP id).
-    settings.DASHBOARD_BASE_URL = live_server.url.replace("127.0.0.1", "localhost")
-    settings.WEBAUTHN_RP_ID = "localhost"
-    settings.CSRF_TRUSTED_ORIGINS = [settings.DASHBOARD_BASE_URL]
+def dashboard_settings(dashboard_settings: Any) -> Any:
     # Radicale listens on 127.0.0.1, which upstream URLs may not reach in production.
-    settings.SYNC_ALLOW_PRIVATE_TARGETS = True
-    return settings
+    dashboard_settings.SYNC_ALLOW_PRIVATE_TARGETS = True
+    return dashboard_settings
 
 
 def test_owner_links_a_caldav_calendar_and_its_events_block_the_timeline(

@@ -81,15 +81,6 @@ def tracker() -> Iterator[TrackingServer]:
         yield server
 
 
-@pytest.fixture
-def dashboard_settings(live_server: Any, settings: Any) -> Any:
-    # Browse http://localhost:PORT, as the owner journey does (an IP address is no WebAuthn RP id).
-    settings.DASHBOARD_BASE_URL = live_server.url.replace("127.0.0.1", "localhost")
-    settings.WEBAUTHN_RP_ID = "localhost"
-    settings.CSRF_TRUSTED_ORIGINS = [settings.DASHBOARD_BASE_URL]
-    return settings
-
-
 def hostile_html(tracker_url: str) -> str:
     return f"""
 <html><head><title>Offer</title>

@@ -18,15 +18,6 @@ from workspaces.models import Agent, ApiKey, Workspace
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def dashboard_settings(live_server, settings):
-    # Browse http://localhost:PORT: an IP address is not a valid WebAuthn relying-party id.
-    settings.DASHBOARD_BASE_URL = live_server.url.replace("127.0.0.1", "localhost")
-    settings.WEBAUTHN_RP_ID = "localhost"
-    settings.CSRF_TRUSTED_ORIGINS = [settings.DASHBOARD_BASE_URL]
-    return settings
-
-
 def test_owner_signs_up_with_a_magic_link_adds_a_passkey_and_approves_an_agents_request(
     live_server, dashboard_settings, browser_page, transactional_db
 ):

@@ -40,15 +40,6 @@ DESKTOP = {"width": 1280, "height": 860}
 TOUR_IMG = Path(__file__).resolve().parents[2] / "docs" / "img" / "tour"
 
 
-@pytest.fixture
-def dashboard_settings(live_server: Any, settings: Any) -> Any:
-    # Browse http://localhost:PORT, as the other browser tests do (an IP address is no WebAuthn RP id).
-    settings.DASHBOARD_BASE_URL = live_server.url.replace("127.0.0.1", "localhost")
-    settings.WEBAUTHN_RP_ID = "localhost"
-    settings.CSRF_TRUSTED_ORIGINS = [settings.DASHBOARD_BASE_URL]
-    return settings
-
-
 @dataclass
 class Tour:
     owner: Any

@@ -19,15 +19,6 @@ from workspaces.models import Agent, Workspace
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def dashboard_settings(live_server, settings):
-    # Browse http://localhost:PORT: an IP address is not a valid WebAuthn relying-party id.
-    settings.DASHBOARD_BASE_URL = live_server.url.replace("127.0.0.1", "localhost")
-    settings.WEBAUTHN_RP_ID = "localhost"
-    settings.CSRF_TRUSTED_ORIGINS = [settings.DASHBOARD_BASE_URL]
-    return settings
-
-
 def test_an_owner_invites_a_viewer_who_joins_with_a_passkey_and_can_only_read(
     live_server, dashboard_settings, browser_page, chromium_context_factory, transactional_db, mailoutbox
 ):
