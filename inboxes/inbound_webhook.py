@@ -55,6 +55,7 @@ from django.views.decorators.http import require_POST
 from agentcal.errors import AgentCalError, PayloadTooLarge, ServiceUnavailable
 from agentcal.ids import is_public_id
 from agentcal.metrics import INBOUND_WEBHOOK_UNAUDITED
+from agentcal.rate_limits import RateLimiter, limiter_for
 from agentcal.sealing import SealedSecretUnreadable
 from agentcal.text import is_storable, storable_text
 from audit.events import AuditEvent
@@ -64,7 +65,7 @@ from inboxes.addresses import workspace_domain
 from inboxes.mail_settings import default_inbound_domain, inbound_webhook_secret
 from inboxes.models import InboundRaw, InboundWebhookDelivery
 from inboxes.services import InboundRefusal, inbound_recipient_refusal, inbound_store
-from inboxes.smtp import MAX_RECIPIENTS_PER_MESSAGE, RateLimiter
+from inboxes.smtp import MAX_RECIPIENTS_PER_MESSAGE
 from webhooks.signing import signature
 from workspaces.models import Workspace
 
@@ -418,28 +419,17 @@ def _envelope_from(headers: Any) -> str:
 
 # --- Rate ---------------------------------------------------------------------------------------------------
 
-# In this process (as the SMTP listener's per peer address), each made again when its setting changes.
-_limiters: dict[str, RateLimiter] = {}
-
-
-def _limiter_for(setting: str) -> RateLimiter:
-    per_minute: int = getattr(settings, setting)
-    limiter = _limiters.get(setting)
-    if limiter is None or limiter.capacity != per_minute:
-        limiter = _limiters[setting] = RateLimiter(per_minute)
-    return limiter
-
 
 def _workspace_limiter() -> RateLimiter:
     """One token bucket per workspace: the messages it may be sent."""
-    return _limiter_for("INBOUND_WEBHOOK_MAX_MESSAGES_PER_MINUTE")
+    return limiter_for("INBOUND_WEBHOOK_MAX_MESSAGES_PER_MINUTE")
 
 
 def _peer_limiter() -> RateLimiter:
     """One token bucket per workspace id (as written) and peer address, for every request, signed or not."""
-    return _limiter_for("INBOUND_WEBHOOK_MAX_REQUESTS_PER_MINUTE_PER_IP")
+    return limiter_for("INBOUND_WEBHOOK_MAX_REQUESTS_PER_MINUTE_PER_IP")
 
 
 def _refusal_audit_limiter() -> RateLimiter:
     """One token bucket per peer address: the refusals before the signature that are audited."""
-    return _limiter_for("INBOUND_WEBHOOK_AUDITED_REFUSALS_PER_MINUTE_PER_IP")
+    return limiter_for("INBOUND_WEBHOOK_AUDITED_REFUSALS_PER_MINUTE_PER_IP")

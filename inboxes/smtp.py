@@ -9,8 +9,6 @@ holds no connection between messages.
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -19,50 +17,18 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections, connections
 
+from agentcal.rate_limits import RateLimiter
 from inboxes.services import inbound_recipient_refusal, inbound_store
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# Buckets kept before full ones are forgotten (a full bucket is the same as none).
-MAX_BUCKETS = 10_000
 # RCPT commands one message may have, accepted or refused: each costs a lookup (and a refused one an
 # audit row), so a client naming a hundred thousand must not cost as many. A hundred is the least RFC 5321
 # lets a server take (§4.5.3.1.8); the client sends the rest in another transaction.
 MAX_RECIPIENTS_PER_MESSAGE = 100
 TOO_MANY_RECIPIENTS = "452 4.5.3 Too many recipients"
-
-
-class RateLimiter:
-    """A token bucket per key (a peer IP, ...), in this process's memory: `per_minute` messages, refilled
-    smoothly."""
-
-    def __init__(self, per_minute: int) -> None:
-        self.capacity = float(per_minute)
-        self.refill_per_second = per_minute / 60.0
-        self._buckets: dict[str, tuple[float, float]] = {}  # ip -> (tokens, at monotonic time)
-        self._lock = threading.Lock()
-
-    def allow(self, ip: str) -> bool:
-        now = time.monotonic()
-        with self._lock:
-            if len(self._buckets) > MAX_BUCKETS:
-                self._forget_full(now)
-            tokens, at = self._buckets.get(ip, (self.capacity, now))
-            tokens = min(self.capacity, tokens + (now - at) * self.refill_per_second)
-            if tokens < 1.0:
-                self._buckets[ip] = (tokens, now)
-                return False
-            self._buckets[ip] = (tokens - 1.0, now)
-            return True
-
-    def _forget_full(self, now: float) -> None:
-        # Keys may be many (a webhook's keys include the workspace id from the URL, any id a client makes
-        # up), but only those that used their bucket within the last refill are kept.
-        for key, (tokens, at) in list(self._buckets.items()):
-            if tokens + (now - at) * self.refill_per_second >= self.capacity:
-                del self._buckets[key]
 
 
 def _with_own_connection(function: Callable[..., T]) -> Callable[..., T]:

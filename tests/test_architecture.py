@@ -39,6 +39,7 @@ KERNEL = tuple(
         "embedded",
         "retry_after",
         "sealing",
+        "rate_limits",
     )
 )
 # The composition root wires the apps together; nothing imports it (settings are read via django.conf).

@@ -9,10 +9,10 @@ import time
 import pytest
 from standardwebhooks import Webhook
 
+from agentcal.rate_limits import MAX_BUCKETS, RateLimiter
 from audit.models import AuditRecord
 from inboxes.models import InboundRaw, Message, Thread
 from inboxes.services import inbound_parse
-from inboxes.smtp import MAX_BUCKETS, RateLimiter
 from tests.inboxes.conftest import address_of, mail
 from tests.webhooks.conftest import wait_until
 from webhooks.models import OutboxEvent
