@@ -139,6 +139,18 @@ class PayloadTooLarge(AgentCalError):
     status, code, title = 413, "payload_too_large", "The request body is too large"
 
 
+class RateLimited(AgentCalError):
+    """Too many requests of one kind from one caller, refused before the work they would cost.
+    `limit_name` says which budget; `retry_after_seconds` (also the Retry-After header) is when it has
+    room again."""
+
+    status, code, title = 429, "rate_limited", "Too many requests; retry later"
+
+    def __init__(self, detail: str | None = None, *, limit_name: str, retry_after_seconds: int) -> None:
+        super().__init__(detail, limit_name=limit_name, retry_after=retry_after_seconds)
+        self.retry_after_seconds = retry_after_seconds
+
+
 class ServiceUnavailable(AgentCalError):
     status, code, title = (
         503,
@@ -203,6 +215,14 @@ class InvalidKey(Unauthenticated):
         super().__init__("The API key is invalid, revoked or expired.")
         self.reason = reason
         self.workspace_id = workspace_id
+
+
+class WrongKeysRateLimited(RateLimited):
+    """Too many secrets refused from one address (for one key prefix, or for all): refused before argon2
+    runs. Audited as the refusals that led to it are, with the prefix and its workspace."""
+
+    key_prefix = ""
+    workspace_id: int | None = None
 
 
 class InvalidScopes(AgentCalError):

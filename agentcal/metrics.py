@@ -50,6 +50,16 @@ WEBHOOK_FAILURES = Counter(
 )
 # Inbound-webhook requests refused without an audit row (the rest are audited), before their signature
 # was checked: over their peer's request rate, or past its budget of audited refusals.
+AUTH_UNAUDITED = Counter(
+    "agentcal_auth_unaudited_refusals_total",
+    "Agent API requests refused before a key was proved, past the peer's audit budget (by error code).",
+    ["reason"],
+)
+KEY_VERIFICATIONS_SPARED = Counter(
+    "agentcal_api_key_verifications_spared_total",
+    "Wrong secrets answered without argon2: refused_before (a secret already refused) or over_budget.",
+    ["reason"],
+)
 INBOUND_WEBHOOK_UNAUDITED = Counter(
     "agentcal_inbound_webhook_unaudited_refusals_total",
     "Inbound-webhook requests refused without an audit row (rate_limited, over_audit_budget).",

@@ -35,6 +35,14 @@ class RateLimiter:
             self._buckets[key] = (tokens - 1.0, now)
             return True
 
+    def seconds_until_allowed(self, key: str) -> float:
+        """0 when `allow(key)` would pass now; else how long until it would (nothing is spent)."""
+        now = time.monotonic()
+        with self._lock:
+            tokens, at = self._buckets.get(key, (self.capacity, now))
+        tokens = min(self.capacity, tokens + (now - at) * self.refill_per_second)
+        return 0.0 if tokens >= 1.0 else (1.0 - tokens) / self.refill_per_second
+
     def _forget_full(self, now: float) -> None:
         # Keys may be many (a webhook's keys include the workspace id from the URL, any id a client makes
         # up), but only those that used their bucket within the last refill are kept.
@@ -46,6 +54,12 @@ class RateLimiter:
 # In this process, each made again when its setting changes (tests change settings).
 _limiters: dict[str, RateLimiter] = {}
 _limiters_lock = threading.Lock()
+
+
+def reset() -> None:
+    """Forget every bucket (tests: each starts with full budgets)."""
+    with _limiters_lock:
+        _limiters.clear()
 
 
 def limiter_for(setting: str) -> RateLimiter:

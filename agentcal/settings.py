@@ -248,6 +248,23 @@ ARGON2_TIME_COST = env_int("ARGON2_TIME_COST", 3, minimum=1)
 ARGON2_MEMORY_COST_KIB = env_int("ARGON2_MEMORY_COST_KIB", 65536, minimum=8)
 ARGON2_PARALLELISM = env_int("ARGON2_PARALLELISM", 4, minimum=1)
 API_KEY_CACHE_SECONDS = env_int("API_KEY_CACHE_SECONDS", 300, minimum=0)
+# A key's prefix is not secret (the dashboard and audit rows show it), so a wrong secret under a real
+# prefix must not buy an argon2 verification (64 MiB, a few hundred ms) each time: a secret already
+# refused is refused again from memory for this long, and each peer address may have only this many
+# argon2 verifications fail per minute per key prefix (burst the same), and this many across all
+# prefixes; past either the answer is 429 before argon2 runs. A real key's first verification in a
+# process never counts against them, only failures do. Per process, like every budget in memory.
+API_KEY_REFUSED_SECRET_CACHE_SECONDS = env_int("API_KEY_REFUSED_SECRET_CACHE_SECONDS", 600, minimum=0)
+API_KEY_WRONG_SECRETS_PER_MINUTE_PER_KEY_AND_IP = env_int(
+    "API_KEY_WRONG_SECRETS_PER_MINUTE_PER_KEY_AND_IP", 2, minimum=1
+)
+API_KEY_WRONG_SECRETS_PER_MINUTE_PER_IP = env_int("API_KEY_WRONG_SECRETS_PER_MINUTE_PER_IP", 10, minimum=1)
+# Requests refused before a key was proved (no key, an unknown or wrong one, the budget above) are
+# audited up to this many a minute per peer address; the rest are counted in
+# agentcal_auth_unaudited_refusals_total, so nobody without a key can fill the audit trail.
+API_AUDITED_AUTH_REFUSALS_PER_MINUTE_PER_IP = env_int(
+    "API_AUDITED_AUTH_REFUSALS_PER_MINUTE_PER_IP", 60, minimum=1
+)
 
 # Idempotency records are kept (and honoured) for this long.
 IDEMPOTENCY_TTL_SECONDS = env_int("IDEMPOTENCY_TTL_SECONDS", 24 * 3600, minimum=60)

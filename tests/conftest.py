@@ -23,6 +23,7 @@ import httpx
 import pytest
 from django.db import connection
 
+from agentcal import rate_limits
 from workspaces.keys import api_key_create, verified_keys
 from workspaces.models import Agent, ApiKey, Scope, Workspace
 
@@ -140,6 +141,13 @@ def app_server(transactional_db: None) -> Iterator[str]:
         env={"DATABASE_URL": test_database_url(), "DB_CONN_MAX_AGE": "60"},
     ) as url:
         yield url
+
+
+@pytest.fixture(autouse=True)
+def _full_rate_budgets() -> None:
+    """The in-memory budgets of callers without a key are per address, and every test calls from
+    127.0.0.1: each test starts with them full."""
+    rate_limits.reset()
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ class ApiKeyAuthentication(BaseAuthentication):
         if scheme.lower() != "bearer" or not raw:
             raise Unauthenticated("Send `Authorization: Bearer avs_live_…`.")
         try:
-            key = api_key_verify(raw)
+            key = api_key_verify(raw, peer=request.META.get("REMOTE_ADDR", ""))
         except InvalidKey as exc:
             # Only the non-secret prefix is ever logged.
             exc.key_prefix = lookup_prefix(raw) or ""  # for the audit row, not the response

@@ -10,12 +10,19 @@ copy (agentcal.local_cache), trusted only while it knows no key, agent or worksp
 so a revocation, rotation or a disabled agent is refused by every process within a second. Expiry is
 judged against the database's clock as read with the row, advanced by this process's monotonic clock.
 `last_used_at` is written at most once a minute per key and process.
+
+The prefix is not secret, so a wrong secret under a real prefix must cost less than a right one: a
+secret argon2 refused is remembered (as the same HMAC, per prefix) and refused again without argon2, and
+failed verifications have a budget per peer address and prefix, and per peer address: past it the answer
+is 429 before argon2 runs. Only failures spend it, so a real key's verification is never held back by
+its own successes, and another address's failures do not lock a key out.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import math
 import secrets
 import string
 import threading
@@ -33,8 +40,10 @@ from django.db.models import Model, Q
 from django.db.models.base import ModelState
 from django.db.models.functions import Now
 
-from agentcal.errors import InvalidKey
+from agentcal.errors import InvalidKey, WrongKeysRateLimited
 from agentcal.local_cache import LocalCache, rows_changed
+from agentcal.metrics import KEY_VERIFICATIONS_SPARED
+from agentcal.rate_limits import limiter_for
 from workspaces.models import Agent, ApiKey, Workspace
 
 KEY_PREFIX = "avs_live_"
@@ -104,9 +113,43 @@ class _VerifiedKeyCache:
             self._entries.clear()
         key_rows.clear()
         _last_used_checked.clear()
+        refused_secrets.clear()
 
 
 verified_keys = _VerifiedKeyCache()
+
+
+class _RefusedSecrets:
+    """(prefix, HMAC of a presented raw key) that argon2 refused -> when. Bounded LRU, per process: a
+    prefix's hash never changes, so a refused secret stays refused; the time bound only frees memory."""
+
+    def __init__(self) -> None:
+        self._entries: OrderedDict[tuple[str, bytes], float] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __contains__(self, entry: tuple[str, bytes]) -> bool:
+        with self._lock:
+            refused_at = self._entries.get(entry)
+            if refused_at is None:
+                return False
+            if time.monotonic() - refused_at > settings.API_KEY_REFUSED_SECRET_CACHE_SECONDS:
+                del self._entries[entry]
+                return False
+            return True
+
+    def add(self, entry: tuple[str, bytes]) -> None:
+        with self._lock:
+            self._entries[entry] = time.monotonic()
+            self._entries.move_to_end(entry)
+            while len(self._entries) > _CACHE_MAX_ENTRIES:
+                self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+refused_secrets = _RefusedSecrets()
 
 
 @dataclass(frozen=True)
@@ -161,8 +204,9 @@ def api_keys_changed() -> None:
     rows_changed()
 
 
-def api_key_verify(raw: str) -> ApiKey:
-    """Return the live key (with its agent and workspace loaded) for a raw key, or raise InvalidKey."""
+def api_key_verify(raw: str, *, peer: str = "") -> ApiKey:
+    """Return the live key (with its agent and workspace loaded) for a raw key, or raise InvalidKey;
+    RateLimited when `peer` (the caller's address) has had too many secrets refused lately."""
     prefix = lookup_prefix(raw)
     if prefix is None:
         raise InvalidKey("malformed")
@@ -178,10 +222,7 @@ def api_key_verify(raw: str) -> ApiKey:
     workspace_id = key.agent.workspace_id
     digest = verified_keys.digest(raw)
     if not verified_keys.matches(key.pk, digest):
-        try:
-            _hasher().verify(key.key_hash, raw)
-        except (VerificationError, InvalidHashError) as exc:
-            raise InvalidKey("wrong secret", workspace_id) from exc
+        _verify_secret(key, raw, digest, peer=peer)
         verified_keys.remember(key.pk, digest)
     # Checked after the secret so that a wrong secret cannot learn whether a prefix was revoked.
     if key.revoked_at is not None:
@@ -192,6 +233,35 @@ def api_key_verify(raw: str) -> ApiKey:
         raise InvalidKey("agent disabled", workspace_id)
     _touch_last_used(key, db_now)
     return key
+
+
+def _verify_secret(key: ApiKey, raw: str, digest: bytes, *, peer: str) -> None:
+    """argon2, unless this secret was refused before or the peer's budget of refusals is spent."""
+    workspace_id = key.agent.workspace_id
+    if (key.prefix, digest) in refused_secrets:
+        KEY_VERIFICATIONS_SPARED.labels("refused_before").inc()
+        raise InvalidKey("wrong secret (refused before)", workspace_id)
+    per_key = limiter_for("API_KEY_WRONG_SECRETS_PER_MINUTE_PER_KEY_AND_IP")
+    per_peer = limiter_for("API_KEY_WRONG_SECRETS_PER_MINUTE_PER_IP")
+    per_key_bucket, per_peer_bucket = f"{key.prefix} {peer}", peer
+    wait = max(per_key.seconds_until_allowed(per_key_bucket), per_peer.seconds_until_allowed(per_peer_bucket))
+    if wait > 0:
+        KEY_VERIFICATIONS_SPARED.labels("over_budget").inc()
+        error = WrongKeysRateLimited(
+            "Too many wrong API keys from this address; check the key and retry later.",
+            limit_name="api_key_wrong_secrets",
+            retry_after_seconds=max(1, math.ceil(wait)),
+        )
+        # For the audit row, as for InvalidKey: where the workspace sees attempts on its own keys.
+        error.key_prefix, error.workspace_id = key.prefix, workspace_id
+        raise error
+    try:
+        _hasher().verify(key.key_hash, raw)
+    except (VerificationError, InvalidHashError) as exc:
+        refused_secrets.add((key.prefix, digest))
+        per_key.allow(per_key_bucket)
+        per_peer.allow(per_peer_bucket)
+        raise InvalidKey("wrong secret", workspace_id) from exc
 
 
 _KEY_COLUMNS = {

@@ -22,10 +22,14 @@ from agentcal.errors import (
     NotFound,
     PayloadTooLarge,
     QuotaExceeded,
+    RateLimited,
     ServiceUnavailable,
     Unauthenticated,
+    WrongKeysRateLimited,
 )
 from agentcal.ids import is_public_id
+from agentcal.metrics import AUTH_UNAUDITED
+from agentcal.rate_limits import limiter_for
 from agentcal.text import storable_text
 from audit.events import AuditEvent
 from audit.models import Outcome
@@ -102,7 +106,7 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
     if isinstance(error, ServiceUnavailable):
         logger.warning("503 for %s: %s", getattr(request, "path", "?"), exc)
         _drop_broken_connection()
-    if not error.audited:
+    if not error.audited and _within_audit_budget(error, request):
         try:
             _audit_refusal(error, request, view, exc)
         except DatabaseError:
@@ -114,9 +118,24 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
         headers["WWW-Authenticate"] = 'Bearer realm="agentcal"'
     if error.status == 409 and error.code == "idempotency_in_progress":
         headers["Retry-After"] = "1"
-    if isinstance(error, ServiceUnavailable | QuotaExceeded) and error.retry_after_seconds is not None:
+    if (
+        isinstance(error, ServiceUnavailable | QuotaExceeded | RateLimited)
+        and error.retry_after_seconds is not None
+    ):
         headers["Retry-After"] = str(error.retry_after_seconds)
     return ProblemResponse(error, headers=headers)
+
+
+def _within_audit_budget(error: AgentCalError, request: Any) -> bool:
+    """Refusals before a key was proved are audited within their peer address's budget, counted past it:
+    whoever holds no key cannot fill the audit trail (or its table) at the price of a request."""
+    if not isinstance(error, Unauthenticated | WrongKeysRateLimited):
+        return True
+    peer = getattr(request, "META", {}).get("REMOTE_ADDR", "")
+    if limiter_for("API_AUDITED_AUTH_REFUSALS_PER_MINUTE_PER_IP").allow(peer):
+        return True
+    AUTH_UNAUDITED.labels(error.code).inc()
+    return False
 
 
 def _drop_broken_connection() -> None:
@@ -133,7 +152,7 @@ def _audit_refusal(error: AgentCalError, request: Any, view: Any, original: Exce
     actor = actor if isinstance(actor, Actor) else None
     action = getattr(view, "audit_action", None)
     event: str
-    if error.status == 401:
+    if error.status == 401 or isinstance(error, WrongKeysRateLimited):
         event = AuditEvent.AUTH_REJECTED
     elif action:
         event = f"{action}.rejected"
