@@ -16,6 +16,7 @@ from typing import Any
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from django.conf import settings
+from django.db import transaction
 from django.db.models import QuerySet
 
 
@@ -75,13 +76,16 @@ def reseal_column(rows: QuerySet[Any], column: str, *, batch: int = 500) -> Rese
         found = list(page.values_list("pk", column)[:batch])
         if not found:
             return done
-        for pk, sealed in found:
-            try:
-                resealed = reseal_secret(sealed)
-            except SealedSecretUnreadable:
-                done.unreadable.append(pk)
-                continue
-            done.count += rows.model._default_manager.filter(pk=pk, **{column: sealed}).update(
-                **{column: resealed}
-            )
+        # One commit per page, not per row (a commit per row took over twice as long); a writer waiting
+        # on one of the page's rows waits a fraction of a second at most.
+        with transaction.atomic():
+            for pk, sealed in found:
+                try:
+                    resealed = reseal_secret(sealed)
+                except SealedSecretUnreadable:
+                    done.unreadable.append(pk)
+                    continue
+                done.count += rows.model._default_manager.filter(pk=pk, **{column: sealed}).update(
+                    **{column: resealed}
+                )
         last_pk = found[-1][0]

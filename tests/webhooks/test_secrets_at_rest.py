@@ -25,6 +25,7 @@ from tests.conftest import Persona, create_calendar, slot
 from tests.conftest import test_database_url as child_database_url
 from tests.webhooks.conftest import Receiver, wait_until
 from webhooks.models import DeliveryAttempt, DeliveryStatus, WebhookDelivery, WebhookEndpoint
+from workspaces.models import Workspace
 
 BEFORE = ("webhooks", "0005_booking_attendee_responded_event")
 SEALED = ("webhooks", "0006_seal_endpoint_secrets")
@@ -125,14 +126,19 @@ def test_a_key_rotation_reseals_webhook_secrets_and_deliveries_still_verify(
     webhook_settings.SYNC_CREDENTIAL_KEYS = [old]
     endpoint = register(sdr, receiver.url)
     before = WebhookEndpoint.objects.get(public_id=endpoint["id"]).sealed_secret
+    # The inbound-mail webhook's secret shares the keyring, so the same rotation must carry it over.
+    inbound = "whsec_" + base64.b64encode(os.urandom(24)).decode()
+    Workspace.objects.filter(pk=sdr.agent.workspace_id).update(inbound_webhook_secret=seal_secret(inbound))
 
     done = rotate([new, old])
     assert done.returncode == 0, done.stderr
     assert "re-encrypted the signing secrets of 1 webhook endpoint(s)" in done.stdout
+    assert "re-encrypted the inbound webhook secrets of 1 workspace(s)" in done.stdout
 
     webhook_settings.SYNC_CREDENTIAL_KEYS = [new]  # the old key dropped
     after = WebhookEndpoint.objects.get(public_id=endpoint["id"]).sealed_secret
     assert after != before and unseal_secret(after) == endpoint["secret"]
+    assert unseal_secret(Workspace.objects.get(pk=sdr.agent.workspace_id).inbound_webhook_secret) == inbound
     cal = create_calendar(sdr)
     sdr.client.post(f"/calendars/{cal['id']}/holds", json=slot(hours_ahead=40)).raise_for_status()
     (request,) = receiver.wait_for(1)
