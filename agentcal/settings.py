@@ -330,9 +330,10 @@ CELERY_BEAT_SCHEDULE = {
     "expire-due-approvals": {"task": "approvals.expire_due", "schedule": 30.0},
 }
 # --- Upstream calendar sync ------------------------------------------------------------------------
-# Fernet keys for stored upstream credentials, comma-separated, newest first: the first encrypts, all
-# decrypt (rotation: prepend a new key, run `python manage.py sync_rotate_credentials`, then drop the
-# old one). Unset: a key derived from SECRET_KEY, so a fresh clone works; production sets its own.
+# Fernet keys for every secret the server keeps sealed (agentcal.sealing: upstream credentials, webhook
+# signing secrets), comma-separated, newest first: the first encrypts, all decrypt (rotation: prepend a
+# new key, run `python manage.py sync --rotate-credentials`, then drop the old one). Unset: a key derived
+# from SECRET_KEY, so a fresh clone works; production sets its own.
 SYNC_CREDENTIAL_KEYS = env_list("SYNC_CREDENTIAL_KEYS", [])
 # How far ahead recurring events are expanded into busy blocks; re-expanded daily as time moves on.
 SYNC_HORIZON_DAYS = env_int("SYNC_HORIZON_DAYS", 180, minimum=7)

@@ -165,8 +165,9 @@ class EndpointListView(AgentAPIView):
     @extend_schema(request=EndpointInput, responses={201: EndpointCreatedOutput})
     def post(self, request: Request) -> Response:
         data = validated(EndpointInput, request.data)
-        endpoint = services.endpoint_create(actor=self.actor, **data)
-        body = EndpointCreatedOutput(endpoint).data
+        endpoint, secret = services.endpoint_create(actor=self.actor, **data)
+        # The secret in clear exists only here: the endpoint keeps it sealed.
+        body = {**EndpointOutput(endpoint).data, "secret": secret}
         return Response(body, status=201, headers={"Location": f"/v1/webhook-endpoints/{endpoint.public_id}"})
 
 

@@ -75,9 +75,10 @@ class WebhookEndpoint(models.Model):
     description = models.CharField(max_length=200, blank=True)
     # Exact event types or families such as "hold.*"; ["*"] for everything.
     events = ArrayField(models.CharField(max_length=64))
-    # The signing secret must be usable to sign, so it is stored as issued (like any HMAC key);
-    # it is shown once at creation and never returned again.
-    secret = models.CharField(max_length=100)
+    # The whsec_… signing secret, sealed (agentcal.sealing): it must be read back to sign, so a hash
+    # will not do, but a database dump alone must not be enough to sign events as us. Shown once at
+    # creation, never returned again; webhooks.services.endpoint_signing_secret unseals it to sign.
+    sealed_secret = models.TextField()
     created_at = models.DateTimeField(auto_now_add=True)
     disabled_at = models.DateTimeField(null=True, blank=True)
     disabled_reason = models.CharField(max_length=200, blank=True)

@@ -30,6 +30,7 @@ from agentcal.clock import isoformat_z
 from agentcal.db import InsertBatch
 from agentcal.ids import new_public_id
 from agentcal.metrics import WEBHOOK_FAILURES, WEBHOOK_SECONDS
+from agentcal.sealing import SealedSecretUnreadable
 from webhooks.models import (
     DeliveryAttempt,
     DeliveryStatus,
@@ -39,7 +40,7 @@ from webhooks.models import (
     WebhookEndpoint,
 )
 from webhooks.sender import AttemptResult, send_webhook
-from webhooks.services import endpoint_disable
+from webhooks.services import endpoint_disable, endpoint_signing_secret
 
 logger = logging.getLogger(__name__)
 
@@ -131,11 +132,30 @@ def webhook_body(event: OutboxEvent) -> bytes:
     return json.dumps(envelope, separators=(",", ":"), sort_keys=True).encode()
 
 
+# The attempt's error when the endpoint's sealed secret cannot be opened (the prefix is the metric's reason).
+_UNREADABLE_WHY = "no configured key (SYNC_CREDENTIAL_KEYS) unseals this endpoint's signing secret"
+SECRET_UNREADABLE = f"secret_unreadable: {_UNREADABLE_WHY}"
+
+
 def _send(delivery: WebhookDelivery) -> AttemptResult:
+    try:
+        secret = endpoint_signing_secret(delivery.endpoint)
+    except SealedSecretUnreadable:
+        # Nothing is sent: a body signed with anything but the agent's secret would be refused by a
+        # careful receiver and, worse, accepted by a careless one. The attempt is recorded (the agent
+        # and the dashboard see why) and retried on the schedule, so putting the key back heals it.
+        logger.error("webhook endpoint %s: %s", delivery.endpoint.public_id, _UNREADABLE_WHY)
+        return AttemptResult(
+            status_code=None,
+            latency_ms=0,
+            response_excerpt="",
+            error=SECRET_UNREADABLE,
+            retry_after_seconds=None,
+        )
     # webhook-timestamp is the send time: receivers compare it with their clock to refuse replays.
     return send_webhook(
         url=delivery.endpoint.url,
-        secret=delivery.endpoint.secret,
+        secret=secret,
         msg_id=delivery.event.public_id,
         timestamp=int(time.time()),
         body=webhook_body(delivery.event),

@@ -10,6 +10,7 @@ from django.db.models.functions import Now
 
 from agentcal import broker
 from agentcal.errors import TooManyEndpoints
+from agentcal.sealing import Resealed, reseal_column, seal_secret, unseal_secret
 from audit.events import AuditEvent
 from audit.models import Outcome
 from audit.services import audit_record
@@ -23,17 +24,25 @@ logger = logging.getLogger(__name__)
 MAX_ENDPOINTS_PER_AGENT = 20
 
 
-def endpoint_create(*, actor: Actor, url: str, events: list[str], description: str = "") -> WebhookEndpoint:
+def endpoint_create(
+    *, actor: Actor, url: str, events: list[str], description: str = ""
+) -> tuple[WebhookEndpoint, str]:
     """Subscribe the agent to `events` at `url` (refused when the URL is not a public address, or
-    the agent already has MAX_ENDPOINTS_PER_AGENT active endpoints). The signing secret is new."""
+    the agent already has MAX_ENDPOINTS_PER_AGENT active endpoints). Returns the endpoint and its new
+    signing secret in clear, the one time it is shown: only its sealed form is stored."""
     assert actor.agent is not None
     validate_webhook_url(url)
+    secret = new_signing_secret()
     with transaction.atomic(durable=True):
         active = WebhookEndpoint.objects.filter(agent=actor.agent, disabled_at__isnull=True)
         if active.count() >= MAX_ENDPOINTS_PER_AGENT:
             raise TooManyEndpoints(f"At most {MAX_ENDPOINTS_PER_AGENT} active endpoints per agent.")
         endpoint = WebhookEndpoint.objects.create(
-            agent=actor.agent, url=url, events=events, description=description, secret=new_signing_secret()
+            agent=actor.agent,
+            url=url,
+            events=events,
+            description=description,
+            sealed_secret=seal_secret(secret),
         )
         audit_record(
             event_type=AuditEvent.WEBHOOK_ENDPOINT_CREATED,
@@ -41,7 +50,19 @@ def endpoint_create(*, actor: Actor, url: str, events: list[str], description: s
             actor=actor,
             details={"endpoint_id": endpoint.public_id, "url": endpoint.url, "events": endpoint.events},
         )
-    return endpoint
+    return endpoint, secret
+
+
+def endpoint_signing_secret(endpoint: WebhookEndpoint) -> str:
+    """The endpoint's whsec_… secret, to sign with. Raises agentcal.sealing.SealedSecretUnreadable when
+    no configured key unseals it: the caller must not sign with anything else."""
+    return unseal_secret(endpoint.sealed_secret)
+
+
+def endpoint_secrets_reseal() -> Resealed:
+    """Every endpoint's signing secret sealed under the current first key (part of a key rotation:
+    `manage.py sync --rotate-credentials`). The secrets themselves do not change."""
+    return reseal_column(WebhookEndpoint.objects.all(), "sealed_secret")
 
 
 def endpoint_disable(endpoint: WebhookEndpoint, *, reason: str, actor: Actor | None = None) -> bool:

@@ -12,6 +12,7 @@ from django.test import Client
 from django.utils import timezone
 
 from agentcal.errors import SlotConflict
+from agentcal.sealing import seal_secret
 from audit.models import AuditRecord
 from bookings.engine import hold_commit, hold_create
 from tests.dashboard.pages_helpers import (
@@ -113,7 +114,10 @@ def test_the_detail_page_shows_keys_with_status_and_webhook_attempts(team):
     ApiKey.objects.filter(pk=revoked.pk).update(revoked_at=timezone.now())
     ApiKey.objects.filter(pk=expiring.pk).update(expires_at=timezone.now() + timedelta(hours=1))
     endpoint = WebhookEndpoint.objects.create(
-        agent=team.sdr, url="https://hooks.example.test/agentcal", events=["hold.*"], secret="whsec_x"
+        agent=team.sdr,
+        url="https://hooks.example.test/agentcal",
+        events=["hold.*"],
+        sealed_secret=seal_secret("whsec_x"),
     )
     event = OutboxEvent.objects.create(
         workspace=team.workspace, agent=team.sdr, event_type="hold.created", payload={}

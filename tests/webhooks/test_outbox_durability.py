@@ -11,6 +11,7 @@ from django.db import transaction
 
 from agentcal import broker
 from agentcal.celery import app as celery_app
+from agentcal.sealing import seal_secret
 from bookings.models import Reservation
 from tests.conftest import create_calendar, slot
 from webhooks.models import EventType, OutboxEvent, WebhookDelivery
@@ -115,7 +116,7 @@ def test_old_dispatched_events_are_purged_but_pending_work_is_kept(sdr, webhook_
     from webhooks.outbox import outbox_dispatch, outbox_purge_old
 
     endpoint = WebhookEndpoint.objects.create(
-        agent=sdr.agent, url="http://127.0.0.1:9/h", events=["*"], secret="whsec_AA=="
+        agent=sdr.agent, url="http://127.0.0.1:9/h", events=["*"], sealed_secret=seal_secret("whsec_AA==")
     )
     for i in range(3):
         outbox_emit(
