@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import smtplib
 import time
+from pathlib import Path
 
 import pytest
 from standardwebhooks import Webhook
@@ -13,7 +14,7 @@ from agentcal.rate_limits import MAX_BUCKETS, RateLimiter
 from audit.models import AuditRecord
 from inboxes.models import InboundRaw, Message, Thread
 from inboxes.services import inbound_parse
-from tests.inboxes.conftest import address_of, mail
+from tests.inboxes.conftest import ListenerProcess, address_of, mail
 from tests.webhooks.conftest import wait_until
 from webhooks.models import OutboxEvent
 
@@ -21,6 +22,16 @@ from webhooks.models import OutboxEvent
 def send(port: int, message, *, to: list[str] | None = None, sender: str = "ana@example.com") -> None:
     with smtplib.SMTP("127.0.0.1", port, timeout=10) as client:
         client.send_message(message, from_addr=sender, to_addrs=to)
+
+
+def unread_bytes(port: int) -> int:
+    """Bytes that reached the listener's sockets on `port` but that it has not read yet (/proc/net/tcp)."""
+    unread = 0
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        _, local, _, state, queues, *_ = line.split()
+        if int(local.rsplit(":", 1)[1], 16) == port and state == "01":  # ESTABLISHED
+            unread += int(queues.split(":")[1], 16)
+    return unread
 
 
 def stored_raw() -> InboundRaw:
@@ -203,3 +214,70 @@ def test_message_received_reaches_a_webhook_signed_through_the_worker(
         "untrusted": True,
     }
     assert InboundRaw.objects.get().parsed_at is not None
+
+
+# Every session's DATA is 9 MiB (under INBOUND_MAX_MESSAGE_BYTES, 10 MiB), in lines of 1,000 bytes with
+# their CRLF (RFC 5321's longest): the listener reads a line at a time, so longer lines send faster.
+UNFINISHED_DATA = (b"x" * 998 + b"\r\n") * (9 * 1024 * 1024 // 1000)
+FLOOD_SESSIONS = 100
+# Sessions come from ten addresses, 127.0.0.2 to 127.0.0.11: all of 127.0.0.0/8 is this host.
+FLOOD_PEERS = 10
+MIB = 1024
+
+
+def open_with_unfinished_data(listener: ListenerProcess, to: str, *, source_ip: str) -> smtplib.SMTP:
+    client = smtplib.SMTP("127.0.0.1", listener.port, timeout=30, source_address=(source_ip, 0))
+    client.ehlo("flood.example")
+    client.mail("flood@example.com")
+    assert client.rcpt(to)[0] == 250
+    assert client.docmd("DATA")[0] == 354
+    assert client.sock is not None
+    client.sock.sendall(UNFINISHED_DATA)  # and never the final dot
+    return client
+
+
+@pytest.mark.slow
+def test_a_hundred_sessions_holding_unfinished_data_keep_the_listeners_memory_flat(sdr, listener_process):
+    """Unfinished DATA is spooled to disk past a small buffer: the listener's memory stays flat (within
+    50 MB) while a hundred sessions each hold 9 MiB, the next session is told 421 at the greeting, and
+    once they close a message is accepted as before."""
+    listener = listener_process(INBOUND_SMTP_MAX_SESSIONS=FLOOD_SESSIONS, INBOUND_SMTP_MAX_SESSIONS_PER_IP=10)
+    address = address_of(sdr)
+    # A first message sets the listener up (its imports, a database connection, a thread pool).
+    send(listener.port, mail(address, message_id="before@example.com"))
+    baseline = listener.memory_kib()
+    listener.reset_peak_memory()
+
+    sessions = [
+        open_with_unfinished_data(listener, address, source_ip=f"127.0.0.{2 + n % FLOOD_PEERS}")
+        for n in range(FLOOD_SESSIONS)
+    ]
+    wait_until(lambda: unread_bytes(listener.port) == 0, timeout=30)
+    holding, peak = listener.memory_kib(), listener.memory_kib("VmHWM")
+    growth = (
+        f"listener RSS {baseline / MIB:.0f} MiB, then +{(holding - baseline) / MIB:.1f} MiB holding "
+        f"{FLOOD_SESSIONS} unfinished DATA (+{(peak - baseline) / MIB:.1f} MiB at the peak)"
+    )
+    print(growth)
+    assert peak - baseline < 50 * MIB, growth
+
+    with pytest.raises(smtplib.SMTPConnectError) as refused:
+        smtplib.SMTP("127.0.0.1", listener.port, timeout=10, source_address=("127.0.0.12", 0))
+    assert refused.value.smtp_code == 421 and refused.value.smtp_error.startswith(b"4.7.0"), refused.value
+
+    for client in sessions:
+        client.close()
+
+    def accepted() -> bool:
+        try:
+            send(listener.port, mail(address, message_id="after@example.com"))
+        except smtplib.SMTPConnectError:
+            return False  # the listener has not seen every session close yet
+        return True
+
+    wait_until(accepted, timeout=10)
+    closed = listener.memory_kib()
+    print(f"+{(closed - baseline) / MIB:.1f} MiB once they closed")
+    assert closed - baseline < 50 * MIB, f"{growth}, +{(closed - baseline) / MIB:.1f} MiB once they closed"
+    assert [bytes(raw.raw).count(b"Message-ID") for raw in InboundRaw.objects.order_by("pk")] == [1, 1]
+    assert b"<after@example.com>" in bytes(InboundRaw.objects.latest("pk").raw)
