@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from email.message import EmailMessage
@@ -63,6 +64,12 @@ class ListenerProcess:
             if name == field:
                 return int(value.split()[0])
         raise AssertionError(f"no {field} in /proc/{self.process.pid}/status")
+
+    def spool_files(self) -> int:
+        """Temporary files (unlinked, in the temporary folder) the listener has open: DATA spooled past its
+        memory buffer."""
+        links = [os.readlink(fd) for fd in Path(f"/proc/{self.process.pid}/fd").iterdir()]
+        return sum(link.startswith(tempfile.gettempdir()) and link.endswith(" (deleted)") for link in links)
 
     def reset_peak_memory(self) -> None:
         """VmHWM starts again from VmRSS (proc(5): clear_refs, 5)."""
