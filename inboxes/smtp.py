@@ -35,6 +35,7 @@ T = TypeVar("T")
 # lets a server take (§4.5.3.1.8); the client sends the rest in another transaction.
 MAX_RECIPIENTS_PER_MESSAGE = 100
 TOO_MANY_RECIPIENTS = "452 4.5.3 Too many recipients"
+LINE_TOO_LONG = "500 Line too long (see RFC5321 4.5.3.1.6)"  # aiosmtpd's words
 
 # DATA kept in memory before the rest goes to a temporary file: most mail (text, a small attachment) never
 # touches the disk, and a session in the middle of a 10 MiB DATA holds a quarter of a MiB, not ten.
@@ -128,7 +129,8 @@ class SessionCounts:
         self.open_per_ip: dict[str, int] = {}
 
     def claim(self, ip: str) -> str:
-        """ "" when the session may go on (counted until `release`), else why not."""
+        """Why a session from `ip` may not start now (the metric's reason), or an empty string when it may:
+        then it counts until `release`."""
         if self.open >= self.max_sessions:
             return "over_sessions"
         if self.open_per_ip.get(ip, 0) >= self.max_sessions_per_ip:
@@ -265,25 +267,29 @@ class InboundSMTP(SMTP):
         limit = self.data_size_limit
         received = 0
         refusal = ""
-        in_long_line = False  # between the pieces of a line longer than the reader's limit
+        in_long_line = False  # a piece of a line longer than the reader takes at once, without its CRLF
         while True:
             try:
                 line = await self._reader.readuntil(b"\r\n")
             except asyncio.LimitOverrunError as overrun:
-                refusal = refusal or "500 Line too long (see RFC5321 4.5.3.1.6)"
                 line = await self._reader.read(overrun.consumed)
             self.last_data_line_at = self.loop.time()
             if line == b".\r\n" and not in_long_line:
                 return refusal
             received += len(line)
             in_long_line = not line.endswith(b"\r\n")
-            if not refusal and limit and received > limit:
+            if refusal:
+                continue
+            # In aiosmtpd's order, so a message refused for two reasons gets the same reply as before.
+            if in_long_line:
+                refusal = LINE_TOO_LONG
+            elif limit and received > limit:
                 refusal = "552 Error: Too much mail data"
-            elif not refusal and len(line) > self.line_length_limit:
-                refusal = "500 Line too long (see RFC5321 4.5.3.1.6)"
+            elif len(line) > self.line_length_limit:
+                refusal = LINE_TOO_LONG
             if refusal:
                 spool.seek(0)
-                spool.truncate()
+                spool.truncate()  # nothing of a refused message is kept
                 continue
             spool.write(line[1:] if line.startswith(b".") else line)
 
