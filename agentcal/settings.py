@@ -383,9 +383,9 @@ INBOUND_SMTP_MAX_SESSIONS = env_int("INBOUND_SMTP_MAX_SESSIONS", 100, minimum=1)
 INBOUND_SMTP_MAX_SESSIONS_PER_IP = env_int("INBOUND_SMTP_MAX_SESSIONS_PER_IP", 20, minimum=1)
 # A session with no command and no line of DATA for this long is closed (421): RFC 5321 §4.5.3.2.7's five
 # minutes. A session is closed after INBOUND_SMTP_MAX_SESSION_SECONDS whatever it does, so a peer trickling
-# a line just inside the idle timeout cannot hold its slot forever; ten minutes let a full-size message
-# (INBOUND_MAX_MESSAGE_BYTES) arrive at ~150 kbit/s, and a message cut off was not accepted, so its sender
-# keeps it and tries again.
+# a line just inside the idle timeout cannot hold its slot forever. Ten minutes let a full-size message
+# (INBOUND_MAX_MESSAGE_BYTES) arrive at ~140 kbit/s and are twice as long as Postfix reuses a connection
+# (smtp_connection_reuse_time_limit); a message cut off was not accepted, so its sender tries again.
 INBOUND_SMTP_IDLE_TIMEOUT_SECONDS = env_int("INBOUND_SMTP_IDLE_TIMEOUT_SECONDS", 300, minimum=1)
 INBOUND_SMTP_MAX_SESSION_SECONDS = env_int("INBOUND_SMTP_MAX_SESSION_SECONDS", 600, minimum=1)
 # The inbound-mail webhook (POST /hooks/inbound-mail/<workspace id>, inboxes/inbound_webhook.py): a
