@@ -65,6 +65,13 @@ INBOUND_WEBHOOK_UNAUDITED = Counter(
     "Inbound-webhook requests refused without an audit row (rate_limited, over_audit_budget).",
     ["reason"],
 )
+# SMTP sessions the inbound listener ended itself: refused at the greeting over its session limits, or
+# closed for idling or for lasting too long (no audit row: a flood must not fill the audit log).
+INBOUND_SMTP_SESSIONS_CLOSED = Counter(
+    "agentcal_inbound_smtp_sessions_closed_total",
+    "SMTP sessions the inbound listener closed itself (over_sessions, over_sessions_per_ip, idle, too_long).",
+    ["reason"],
+)
 
 # From the upstream change (its LAST-MODIFIED, or a push's arrival) to its busy block being enforced.
 SYNC_LAG_SECONDS = Histogram(

@@ -392,6 +392,20 @@ INBOUND_MAX_MESSAGE_BYTES = env_int("INBOUND_MAX_MESSAGE_BYTES", 10 * 1024 * 102
 INBOUND_MAX_ATTACHMENT_BYTES = env_int("INBOUND_MAX_ATTACHMENT_BYTES", 5 * 1024 * 1024, minimum=0)
 # Messages one peer address may start per minute (per listener process) before getting 421.
 INBOUND_MAX_MESSAGES_PER_MINUTE_PER_IP = env_int("INBOUND_MAX_MESSAGES_PER_MINUTE_PER_IP", 120, minimum=1)
+# SMTP sessions the listener (per process) holds at once, and from one peer address; a session past either
+# is answered 421 at the greeting and closed. A session costs at most about half a MiB of memory (DATA past
+# 256 KiB is spooled to a temporary file), so 100 (Postfix's default process limit) bound it near 50 MiB.
+# 20 per address is Postfix's default concurrency towards one destination: an MTA relaying to us never
+# meets it, and no single peer takes more than a fifth of the sessions.
+INBOUND_SMTP_MAX_SESSIONS = env_int("INBOUND_SMTP_MAX_SESSIONS", 100, minimum=1)
+INBOUND_SMTP_MAX_SESSIONS_PER_IP = env_int("INBOUND_SMTP_MAX_SESSIONS_PER_IP", 20, minimum=1)
+# A session with no command and no line of DATA for this long is closed (421): RFC 5321 §4.5.3.2.7's five
+# minutes. A session is closed after INBOUND_SMTP_MAX_SESSION_SECONDS whatever it does, so a peer trickling
+# a line just inside the idle timeout cannot hold its slot forever. Ten minutes let a full-size message
+# (INBOUND_MAX_MESSAGE_BYTES) arrive at ~140 kbit/s and are twice as long as Postfix reuses a connection
+# (smtp_connection_reuse_time_limit); a message cut off was not accepted, so its sender tries again.
+INBOUND_SMTP_IDLE_TIMEOUT_SECONDS = env_int("INBOUND_SMTP_IDLE_TIMEOUT_SECONDS", 300, minimum=1)
+INBOUND_SMTP_MAX_SESSION_SECONDS = env_int("INBOUND_SMTP_MAX_SESSION_SECONDS", 600, minimum=1)
 # The inbound-mail webhook (POST /hooks/inbound-mail/<workspace id>, inboxes/inbound_webhook.py): a
 # signature whose webhook-timestamp is further than this from our clock is refused, and a webhook-id is
 # deduplicated for at least this long (Standard Webhooks' default tolerance).

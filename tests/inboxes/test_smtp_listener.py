@@ -3,17 +3,22 @@ threaded and announced; what is not for one of our agents is refused at RCPT."""
 
 from __future__ import annotations
 
+import re
+import select
 import smtplib
+import socket
 import time
+from pathlib import Path
 
 import pytest
+from prometheus_client import REGISTRY
 from standardwebhooks import Webhook
 
 from agentcal.rate_limits import MAX_BUCKETS, RateLimiter
 from audit.models import AuditRecord
 from inboxes.models import InboundRaw, Message, Thread
 from inboxes.services import inbound_parse
-from tests.inboxes.conftest import address_of, mail
+from tests.inboxes.conftest import ListenerProcess, address_of, mail
 from tests.webhooks.conftest import wait_until
 from webhooks.models import OutboxEvent
 
@@ -21,6 +26,21 @@ from webhooks.models import OutboxEvent
 def send(port: int, message, *, to: list[str] | None = None, sender: str = "ana@example.com") -> None:
     with smtplib.SMTP("127.0.0.1", port, timeout=10) as client:
         client.send_message(message, from_addr=sender, to_addrs=to)
+
+
+def unread_bytes(port: int) -> int:
+    """Bytes that reached the listener's sockets on `port` but that it has not read yet (/proc/net/tcp)."""
+    unread = 0
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        _, local, _, state, queues, *_ = line.split()
+        if int(local.rsplit(":", 1)[1], 16) == port and state == "01":  # ESTABLISHED
+            unread += int(queues.split(":")[1], 16)
+    return unread
+
+
+def reply_text(error: smtplib.SMTPResponseException) -> bytes:
+    assert isinstance(error.smtp_error, bytes), error
+    return error.smtp_error
 
 
 def stored_raw() -> InboundRaw:
@@ -203,3 +223,196 @@ def test_message_received_reaches_a_webhook_signed_through_the_worker(
         "untrusted": True,
     }
     assert InboundRaw.objects.get().parsed_at is not None
+
+
+# Every session's DATA is 9 MiB (under INBOUND_MAX_MESSAGE_BYTES, 10 MiB), in lines of 1,000 bytes with
+# their CRLF (RFC 5321's longest): the listener reads a line at a time, so longer lines send faster.
+UNFINISHED_DATA_LINES = 9 * 1024 * 1024 // 1000
+FLOOD_SESSIONS = 100
+# Sessions come from ten addresses, 127.0.0.2 to 127.0.0.11: all of 127.0.0.0/8 is this host.
+FLOOD_PEERS = 10
+KIB_PER_MIB = 1024
+FLAT_KIB = 50_000_000 // 1024  # 50 MB, in the KiB that /proc counts in
+
+
+def open_with_unfinished_data(
+    listener: ListenerProcess, to: str, data: bytes, *, source_ip: str
+) -> smtplib.SMTP:
+    client = smtplib.SMTP("127.0.0.1", listener.port, timeout=30, source_address=(source_ip, 0))
+    client.ehlo("flood.example")
+    client.mail("flood@example.com")
+    assert client.rcpt(to)[0] == 250
+    assert client.docmd("DATA")[0] == 354
+    assert client.sock is not None
+    client.sock.sendall(data)  # and never the final dot
+    return client
+
+
+@pytest.mark.slow
+def test_a_hundred_sessions_holding_unfinished_data_keep_the_listeners_memory_flat(sdr, listener_process):
+    """Unfinished DATA is spooled to disk past a small buffer: the listener's memory stays flat (within
+    50 MB) while a hundred sessions each hold 9 MiB, the next session is told 421 at the greeting, and
+    once they close a message is accepted as before."""
+    listener = listener_process(INBOUND_SMTP_MAX_SESSIONS=FLOOD_SESSIONS, INBOUND_SMTP_MAX_SESSIONS_PER_IP=10)
+    address = address_of(sdr)
+    # A first message sets the listener up (its imports, a database connection, a thread pool).
+    send(listener.port, mail(address, message_id="before@example.com"))
+    baseline = listener.memory_kib()
+    listener.reset_peak_memory()
+
+    data = (b"x" * 998 + b"\r\n") * UNFINISHED_DATA_LINES
+    sessions = [
+        open_with_unfinished_data(listener, address, data, source_ip=f"127.0.0.{2 + n % FLOOD_PEERS}")
+        for n in range(FLOOD_SESSIONS)
+    ]
+    wait_until(lambda: unread_bytes(listener.port) == 0, timeout=30)
+    holding, peak = listener.memory_kib(), listener.memory_kib("VmHWM")
+    growth = (
+        f"listener RSS {baseline / KIB_PER_MIB:.0f} MiB, then +{(holding - baseline) / KIB_PER_MIB:.1f} MiB "
+        f"holding {FLOOD_SESSIONS} unfinished DATA (+{(peak - baseline) / KIB_PER_MIB:.1f} MiB at the peak)"
+    )
+    assert peak - baseline < FLAT_KIB, growth
+    assert listener.spool_files() == FLOOD_SESSIONS  # their DATA is on disk
+
+    with pytest.raises(smtplib.SMTPConnectError) as refused:
+        smtplib.SMTP("127.0.0.1", listener.port, timeout=10, source_address=("127.0.0.12", 0))
+    assert refused.value.smtp_code == 421
+    assert re.fullmatch(rb"4\.7\.0 \S+ Too many sessions, try again later", reply_text(refused.value))
+
+    for client in sessions:
+        client.close()
+
+    def accepted() -> bool:
+        try:
+            send(listener.port, mail(address, message_id="after@example.com"))
+        except smtplib.SMTPConnectError:
+            return False  # the listener has not seen every session close yet
+        return True
+
+    wait_until(accepted, timeout=10)
+    closed = listener.memory_kib()
+    growth += f", +{(closed - baseline) / KIB_PER_MIB:.1f} MiB once they closed"
+    print(growth)
+    assert closed - baseline < FLAT_KIB, growth
+    assert listener.spool_files() == 0
+    before, after = (bytes(raw.raw) for raw in InboundRaw.objects.order_by("pk"))
+    assert b"<before@example.com>" in before and b"<after@example.com>" in after
+
+
+def closed_sessions(reason: str) -> float:
+    """The in-process listener's counter of sessions it closed itself."""
+    value = REGISTRY.get_sample_value("agentcal_inbound_smtp_sessions_closed_total", {"reason": reason})
+    return value or 0.0
+
+
+def test_sessions_past_the_limits_are_told_421_at_the_greeting(settings, start_listener):
+    settings.INBOUND_SMTP_MAX_SESSIONS = 3
+    settings.INBOUND_SMTP_MAX_SESSIONS_PER_IP = 2
+    port = start_listener()
+    before = {reason: closed_sessions(reason) for reason in ("over_sessions", "over_sessions_per_ip")}
+
+    def session_from(ip: str) -> smtplib.SMTP:
+        return smtplib.SMTP("127.0.0.1", port, timeout=10, source_address=(ip, 0))
+
+    first, second = session_from("127.0.0.1"), session_from("127.0.0.1")
+    with pytest.raises(smtplib.SMTPConnectError) as over_per_ip:
+        session_from("127.0.0.1")
+    third = session_from("127.0.0.2")
+    with pytest.raises(smtplib.SMTPConnectError) as over_all:
+        session_from("127.0.0.3")
+    first.quit()
+    again = session_from("127.0.0.1")  # a session that ended gave its place back
+
+    assert over_per_ip.value.smtp_code == over_all.value.smtp_code == 421
+    assert re.fullmatch(
+        rb"4\.7\.0 \S+ Too many sessions from your address, try again later", reply_text(over_per_ip.value)
+    )
+    assert re.fullmatch(rb"4\.7\.0 \S+ Too many sessions, try again later", reply_text(over_all.value))
+    assert closed_sessions("over_sessions_per_ip") == before["over_sessions_per_ip"] + 1
+    assert closed_sessions("over_sessions") == before["over_sessions"] + 1
+    for client in (second, third, again):
+        assert client.noop()[0] == 250
+        client.quit()
+
+
+def test_an_idle_session_is_told_421_and_closed_after_the_idle_timeout(sdr, settings, start_listener):
+    settings.INBOUND_SMTP_IDLE_TIMEOUT_SECONDS = 1
+    settings.INBOUND_SMTP_MAX_SESSIONS = 1
+    port = start_listener()
+    idle_before = closed_sessions("idle")
+
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as idle, idle.makefile("rb") as replies:
+        started = time.monotonic()
+        greeting = replies.readline()
+        goodbye = replies.readline()
+        end = replies.readline()
+        idled = time.monotonic() - started
+    send(port, mail(address_of(sdr)))  # the only session there may be: the idle one gave it back
+
+    assert greeting.startswith(b"220 ")
+    assert re.fullmatch(rb"421 4\.4\.2 \S+ Idle too long, closing\r\n", goodbye)
+    assert end == b""  # closed
+    assert 1 <= idled < 5
+    assert closed_sessions("idle") == idle_before + 1
+    assert InboundRaw.objects.count() == 1
+
+
+def test_a_session_trickling_its_data_is_closed_at_the_session_deadline_and_nothing_is_stored(
+    sdr, settings, start_listener
+):
+    """A line of DATA every 0.3 s is never a second idle, but the session ends at its deadline all the
+    same: a client cannot hold a session for ever by sending slowly."""
+    settings.INBOUND_SMTP_IDLE_TIMEOUT_SECONDS = 1
+    settings.INBOUND_SMTP_MAX_SESSION_SECONDS = 2
+    port = start_listener()
+    deadline_before = closed_sessions("too_long")
+
+    with smtplib.SMTP("127.0.0.1", port, timeout=10) as client:
+        started = time.monotonic()
+        client.ehlo()
+        client.mail("ana@example.com")
+        client.rcpt(address_of(sdr))
+        assert client.docmd("DATA")[0] == 354
+        assert client.sock is not None
+        while not select.select([client.sock], [], [], 0.3)[0] and time.monotonic() - started < 10:
+            client.sock.sendall(b"Still typing.\r\n")
+        lasted = time.monotonic() - started
+        code, reply = client.getreply()
+
+    assert code == 421 and re.fullmatch(rb"4\.4\.2 \S+ Session too long, closing", reply)
+    assert 2 <= lasted < 5
+    assert closed_sessions("too_long") == deadline_before + 1
+    assert not InboundRaw.objects.exists()
+
+
+def test_data_past_the_memory_buffer_is_stored_exactly_as_sent(sdr, smtp_port):
+    """DATA past 256 KiB goes to a temporary file; what is stored is the message as sent, dot-unstuffed
+    (RFC 5321 §4.5.2): lines of a lone dot or starting with one, 998-octet lines, 8-bit bytes, CRLFs."""
+    address = address_of(sdr)
+    raw = (
+        f"From: Ana <ana@example.com>\r\nTo: {address}\r\nSubject: Minutes\r\n\r\n".encode()
+        + b".\r\n..two dots\r\n.one dot\r\n\xe9t\xe9 \xff\r\n"
+        + b"".join(b"." + f"{n:06d}".encode() + b"x" * 991 + b"\r\n" for n in range(400))
+        + b"The end.\r\n"
+    )
+    assert len(raw) > 256 * 1024
+    with smtplib.SMTP("127.0.0.1", smtp_port, timeout=10) as client:
+        client.sendmail("ana@example.com", [address], raw)
+
+    assert bytes(InboundRaw.objects.get().raw) == raw
+
+
+@pytest.mark.parametrize("length", [1000, 100_000])
+def test_a_line_longer_than_rfc_5321_allows_is_refused_with_500_and_the_session_goes_on(
+    sdr, smtp_port, length
+):
+    """998 octets and CRLF, and one more for a stuffed dot, is the longest line (RFC 5321 §4.5.3.1.6): a
+    longer one is refused once DATA ends, and the next message on the session is taken."""
+    address = address_of(sdr)
+    with smtplib.SMTP("127.0.0.1", smtp_port, timeout=10) as client:
+        with pytest.raises(smtplib.SMTPDataError) as refused:
+            client.sendmail("ana@example.com", [address], b"Subject: long\r\n\r\n" + b"y" * length + b"\r\n")
+        client.sendmail("ana@example.com", [address], b"Subject: short\r\n\r\nFine.\r\n")
+
+    assert refused.value.smtp_code == 500
+    assert bytes(InboundRaw.objects.get().raw) == b"Subject: short\r\n\r\nFine.\r\n"
