@@ -11,7 +11,9 @@ import email
 import email.policy
 import email.utils
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from email.feedparser import BytesFeedParser
 from email.message import EmailMessage, Message
 from typing import Any
 
@@ -53,26 +55,116 @@ class ParsedMail:
     # The text/calendar parts and .ics attachments, decoded, and the invite read from them.
     calendar_parts: list[bytes] = field(default_factory=list)
     invite: CalendarInvite | None = None
+    # What was left unread under the limits on a message's structure (ParseLimits), said to the agent:
+    # the raw message still holds all of it.
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ParseLimits:
+    """How much of a message's MIME structure is read (the INBOUND_MAX_* settings): together with the
+    message size limit they bound the work one message can cost, whatever its structure."""
+
+    max_parts: int
+    max_depth: int
+    max_attachments: int
+
+    @classmethod
+    def from_settings(cls) -> ParseLimits:
+        return cls(
+            max_parts=settings.INBOUND_MAX_MIME_PARTS,
+            max_depth=settings.INBOUND_MAX_MIME_DEPTH,
+            max_attachments=settings.INBOUND_MAX_ATTACHMENTS_PER_MESSAGE,
+        )
 
 
 def clean(text: str, max_chars: int = MAX_HEADER_CHARS) -> str:
     return storable_text(text, max_chars)
 
 
-def parse_mail(raw: bytes, *, max_attachment_bytes: int) -> ParsedMail:
+def parse_mail(raw: bytes, *, max_attachment_bytes: int, limits: ParseLimits | None = None) -> ParsedMail:
+    limits = limits or ParseLimits.from_settings()
     parsed = ParsedMail()
     try:
-        message = email.message_from_bytes(raw, policy=email.policy.default)
+        message = _bounded_parse(raw, limits, parsed)
     except Exception as exc:  # the parser is lenient, but a message must never fail to be stored
         parsed.problems.append(f"unreadable message: {type(exc).__name__}")
         return parsed
     _read_headers(message, parsed)
-    _read_parts(message, parsed, max_attachment_bytes=max_attachment_bytes)
+    _read_parts(message, parsed, max_attachment_bytes=max_attachment_bytes, limits=limits)
+    parsed.problems.extend(parsed.notes)
     parsed.reply_text = strip_quoted_history(parsed.text)
     parsed.invite = invite_read(parsed.calendar_parts)
     if parsed.invite is not None and parsed.invite.problem:
         parsed.problems.append(f"unreadable calendar invite: {parsed.invite.problem}")
     return parsed
+
+
+# --- Structure ---------------------------------------------------------------------------------------
+
+RAW_MESSAGE_HINT = "the raw message (/raw) has all of it"
+
+
+class _BoundedFeedParser(BytesFeedParser):
+    """The email package's parser, told to stop taking input once a message has more MIME parts, or
+    parts nested deeper, than the limits allow. Its parser is recursive: a multipart nested a few
+    thousand deep exhausts Python's recursion limit (the whole message unreadable) after seconds of
+    work, and every part is an object however small; so the structure is bounded while it is read,
+    not afterwards."""
+
+    def __init__(self, limits: ParseLimits) -> None:
+        super().__init__(policy=email.policy.default)
+        self.limits = limits
+        self.parts = 0
+        self.over = ""  # which limit stopped the input, once one has
+
+    def _new_message(self) -> None:
+        # The feedparser's one place a part (the root, a multipart's part, a message/* body, a
+        # delivery-status block) comes into being; its `_msgstack` is the chain of open parts above it.
+        super()._new_message()  # type: ignore[misc]
+        self.parts += 1
+        depth = len(self._msgstack)  # type: ignore[attr-defined]
+        if not self.over and self.parts > self.limits.max_parts:
+            self.over = f"The message has more than {self.limits.max_parts} MIME parts"
+        elif not self.over and depth > self.limits.max_depth:
+            self.over = f"The message's MIME parts are nested more than {self.limits.max_depth} deep"
+
+
+def _structural_chunks(raw: bytes) -> Iterator[bytes]:
+    """`raw` in pieces that each end with a line where the parser may begin a part: a blank line (the
+    body of a message/* part, a delivery-status block) or one starting with "--" (a boundary). Fed one
+    piece at a time, the parser begins at most one part per piece, so it stops within a part of a limit.
+    Lines are split where the parser splits them (CR, LF or CRLF)."""
+    start = 0
+    position = 0
+    for line in raw.splitlines(keepends=True):
+        position += len(line)
+        if line.startswith(b"--") or not line.strip(b"\r\n"):
+            yield raw[start:position]
+            start = position
+    if start < len(raw):
+        yield raw[start:]
+
+
+def _bounded_parse(raw: bytes, limits: ParseLimits, parsed: ParsedMail) -> EmailMessage:
+    parser = _BoundedFeedParser(limits)
+    for chunk in _structural_chunks(raw):
+        parser.feed(chunk)
+        if parser.over:
+            # The rest is not read: the parser closes the parts still open as if the input ended here.
+            parsed.notes.append(f"{parser.over}: only what comes before was read; {RAW_MESSAGE_HINT}.")
+            break
+    message = parser.close()
+    assert isinstance(message, EmailMessage)  # the default policy's message_factory
+    return message
+
+
+def _walk(message: Message, max_parts: int) -> Iterator[Message]:
+    """message.walk(), at most `max_parts` parts (the parser may have begun one more than the limit)."""
+    for count, part in enumerate(message.walk()):
+        if count >= max_parts:
+            return
+        yield part
 
 
 # --- Headers -----------------------------------------------------------------------------------------
@@ -108,8 +200,20 @@ def _addresses(message: Message, name: str, parsed: ParsedMail) -> list[dict[str
     return found
 
 
+# Control characters (C0, DEL, C1) and the line breaks the email package and str.splitlines() know.
+_NOT_ONE_LINE = re.compile("\r\n|[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def one_line_header(value: str) -> str:
+    """A header value as one line of text: unfolded (RFC 5322 2.2.3: a CRLF followed by white space is
+    removed, the white space kept), then every other line break (CRLF, CR, LF, ...) or control character,
+    which only an encoded word (RFC 2047) can carry into a decoded value, made one space. A subject is
+    shown to agents and people and copied into replies: "Hello\r\nBcc: x" must not read as two lines."""
+    return _NOT_ONE_LINE.sub(" ", re.sub(r"\r?\n(?=[ \t])", "", value))
+
+
 def _read_headers(message: Message, parsed: ParsedMail) -> None:
-    parsed.subject = clean(_header(message, "Subject", parsed))
+    parsed.subject = clean(one_line_header(_header(message, "Subject", parsed)))
     parsed.message_id = next(iter(message_ids(_header(message, "Message-ID", parsed))), "")
     parsed.in_reply_to = next(iter(message_ids(_header(message, "In-Reply-To", parsed))), "")
     parsed.references = message_ids(_header(message, "References", parsed))[-50:]
@@ -167,9 +271,10 @@ def _lf(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def _read_parts(message: Message, parsed: ParsedMail, *, max_attachment_bytes: int) -> None:
+def _read_parts(message: Message, parsed: ParsedMail, *, max_attachment_bytes: int, limits: ParseLimits) -> None:
     defects = [type(d).__name__ for d in message.defects]
-    for part in message.walk():
+    attachments_beyond = 0
+    for part in _walk(message, limits.max_parts):
         if part is not message:
             defects.extend(type(d).__name__ for d in part.defects)
         if part.is_multipart():
@@ -192,11 +297,21 @@ def _read_parts(message: Message, parsed: ParsedMail, *, max_attachment_bytes: i
             continue
         if content_type == "message/rfc822" and disposition != "attachment":
             continue  # its own parts are walked
+        is_calendar = is_calendar_part(content_type, filename)
+        beyond = len(parsed.attachments) >= limits.max_attachments
+        if beyond:
+            # Not stored: each would be a file and a row, and thousands of them offer the agent nothing
+            # the raw message does not. An invite among them is still read.
+            attachments_beyond += 1
+            if not is_calendar:
+                continue
         payload = part.get_payload(decode=True)
         content = payload if isinstance(payload, bytes) else b""
         too_big = len(content) > max_attachment_bytes
-        if is_calendar_part(content_type, filename):
+        if is_calendar:
             parsed.calendar_parts.append(content)
+        if beyond:
+            continue
         parsed.attachments.append(
             ParsedAttachment(
                 filename=clean(filename, 500),
@@ -210,6 +325,11 @@ def _read_parts(message: Message, parsed: ParsedMail, *, max_attachment_bytes: i
         defects.extend(type(d).__name__ for d in part.defects if type(d).__name__ not in defects)
     for name in dict.fromkeys(defects):
         parsed.problems.append(f"MIME defect: {name}")
+    if attachments_beyond:
+        parsed.notes.append(
+            f"{attachments_beyond} more attachments were not stored: at most {limits.max_attachments} are "
+            f"kept per message; {RAW_MESSAGE_HINT}."
+        )
 
 
 # --- Quoted history ----------------------------------------------------------------------------------
