@@ -105,58 +105,53 @@ def parse_mail(raw: bytes, *, max_attachment_bytes: int, limits: ParseLimits | N
 RAW_MESSAGE_HINT = "the raw message (/raw) has all of it"
 
 
+class _LimitReached(Exception):
+    pass
+
+
 class _BoundedFeedParser(BytesFeedParser):
-    """The email package's parser, told to stop taking input once a message has more MIME parts, or
-    parts nested deeper, than the limits allow. Its parser is recursive: a multipart nested a few
-    thousand deep exhausts Python's recursion limit (the whole message unreadable) after seconds of
-    work, and every part is an object however small; so the structure is bounded while it is read,
-    not afterwards."""
+    """The email package's parser, made to stop where a message would have more MIME parts, or parts
+    nested deeper, than the limits allow. Its parser is recursive: a multipart nested a few thousand
+    deep exhausts Python's recursion limit (the whole message unreadable) after seconds of work, and
+    every part is an object however small; so the structure is bounded while it is read, not after."""
 
     def __init__(self, limits: ParseLimits) -> None:
         super().__init__(policy=email.policy.default)
         self.limits = limits
         self.parts = 0
-        self.over = ""  # which limit stopped the input, once one has
+        self.over = ""  # the limit that stopped the parse, if one did
 
     def _new_message(self) -> None:
         # The feedparser's one place a part (the root, a multipart's part, a message/* body, a
-        # delivery-status block) comes into being; its `_msgstack` is the chain of open parts above it.
+        # delivery-status block) comes into being; `_msgstack` is the chain of parts open now, the root
+        # first. Checked before the part exists, so what was read is whole up to here.
+        depth = len(self._msgstack) + 1  # type: ignore[attr-defined]
+        if self.parts + 1 > self.limits.max_parts:
+            self.over = f"The message has more than {self.limits.max_parts} MIME parts"
+        elif depth > self.limits.max_depth:
+            self.over = f"The message's MIME parts are nested more than {self.limits.max_depth} deep"
+        if self.over:
+            raise _LimitReached
         super()._new_message()  # type: ignore[misc]
         self.parts += 1
-        depth = len(self._msgstack)  # type: ignore[attr-defined]
-        if not self.over and self.parts > self.limits.max_parts:
-            self.over = f"The message has more than {self.limits.max_parts} MIME parts"
-        elif not self.over and depth > self.limits.max_depth:
-            self.over = f"The message's MIME parts are nested more than {self.limits.max_depth} deep"
+
+    def root(self) -> Message:
+        """The message read so far, once a limit stopped the parse: every part before that one as it was
+        read, the parts still open (containers) holding the parts they had."""
+        root = self._msgstack[0]  # type: ignore[attr-defined]
+        assert isinstance(root, Message)
+        return root
 
 
-def _structural_chunks(raw: bytes) -> Iterator[bytes]:
-    """`raw` in pieces that each end with a line where the parser may begin a part: a blank line (the
-    body of a message/* part, a delivery-status block) or one starting with "--" (a boundary). Fed one
-    piece at a time, the parser begins at most one part per piece, so it stops within a part of a limit.
-    Lines are split where the parser splits them (CR, LF or CRLF)."""
-    start = 0
-    position = 0
-    for line in raw.splitlines(keepends=True):
-        position += len(line)
-        if line.startswith(b"--") or not line.strip(b"\r\n"):
-            yield raw[start:position]
-            start = position
-    if start < len(raw):
-        yield raw[start:]
-
-
-def _bounded_parse(raw: bytes, limits: ParseLimits, parsed: ParsedMail) -> EmailMessage:
+def _bounded_parse(raw: bytes, limits: ParseLimits, parsed: ParsedMail) -> Message:
     parser = _BoundedFeedParser(limits)
-    for chunk in _structural_chunks(raw):
-        parser.feed(chunk)
-        if parser.over:
-            # The rest is not read: the parser closes the parts still open as if the input ended here.
-            parsed.notes.append(f"{parser.over}: only what comes before was read; {RAW_MESSAGE_HINT}.")
-            break
-    message = parser.close()
-    assert isinstance(message, EmailMessage)  # the default policy's message_factory
-    return message
+    try:
+        parser.feed(raw)
+        return parser.close()
+    except _LimitReached:
+        # The rest is not read (nor parsed: that is the point).
+        parsed.notes.append(f"{parser.over}: only what comes before was read; {RAW_MESSAGE_HINT}.")
+        return parser.root()
 
 
 def _walk(message: Message, max_parts: int) -> Iterator[Message]:
@@ -271,7 +266,9 @@ def _lf(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def _read_parts(message: Message, parsed: ParsedMail, *, max_attachment_bytes: int, limits: ParseLimits) -> None:
+def _read_parts(
+    message: Message, parsed: ParsedMail, *, max_attachment_bytes: int, limits: ParseLimits
+) -> None:
     defects = [type(d).__name__ for d in message.defects]
     attachments_beyond = 0
     for part in _walk(message, limits.max_parts):
