@@ -1,8 +1,10 @@
 """Reading an RFC 5322 message into what an inbox shows: addresses, bodies, attachments, threading headers,
 sender authentication results and the reply without its quoted history.
 
-Everything here is a pure function of the bytes. Nothing raises on bad input: malformed MIME, unknown
-charsets and broken encodings are read as far as they go and described in `ParsedMail.problems`.
+Everything here is a pure function of the bytes (and the limits). Nothing raises on bad input: malformed
+MIME, unknown charsets and broken encodings are read as far as they go and described in
+`ParsedMail.problems`. A structure beyond the limits (ParseLimits: parts, nesting, attachments) is read up
+to them, and what was left out is said in `ParsedMail.notes`, which the agent sees.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ import email
 import email.policy
 import email.utils
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from email.feedparser import BytesFeedParser
 from email.message import EmailMessage, Message
@@ -154,14 +155,6 @@ def _bounded_parse(raw: bytes, limits: ParseLimits, parsed: ParsedMail) -> Messa
         return parser.root()
 
 
-def _walk(message: Message, max_parts: int) -> Iterator[Message]:
-    """message.walk(), at most `max_parts` parts (the parser may have begun one more than the limit)."""
-    for count, part in enumerate(message.walk()):
-        if count >= max_parts:
-            return
-        yield part
-
-
 # --- Headers -----------------------------------------------------------------------------------------
 
 
@@ -271,7 +264,7 @@ def _read_parts(
 ) -> None:
     defects = [type(d).__name__ for d in message.defects]
     attachments_beyond = 0
-    for part in _walk(message, limits.max_parts):
+    for part in message.walk():  # at most limits.max_parts parts, limits.max_depth deep
         if part is not message:
             defects.extend(type(d).__name__ for d in part.defects)
         if part.is_multipart():

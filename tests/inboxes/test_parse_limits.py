@@ -195,3 +195,16 @@ def test_the_sweep_reports_rows_it_skipped_apart_from_those_it_parsed(sdr):
     assert Message.objects.get().raw_id == second.pk
     assert inbound_parse_pending() == type(report)(parsed=1, skipped=0, failed=0)
     assert Message.objects.count() == 2
+
+
+def test_an_agent_can_reply_to_a_3000_deep_nested_multipart(sdr, smtp_port):
+    address = address_of(sdr)
+    raw = deeply_nested(address, 3000).replace(b"Subject: Deep", b"Subject: Deep\r\nReply-To: bo@example.org")
+    (message,) = inbound_parse(send_raw(smtp_port, raw, address).pk)
+
+    response = sdr.client.post(f"/inbox/messages/{message.public_id}/reply", json={"text": "Got it."})
+
+    assert response.status_code == 202, response.text
+    reply = Message.objects.get(public_id=response.json()["id"])
+    assert [a["address"] for a in reply.to] == ["bo@example.org"]
+    assert reply.subject == "Re: Deep"
