@@ -317,8 +317,8 @@ def _read_parts(
         parsed.problems.append(f"MIME defect: {name}")
     if attachments_beyond:
         parsed.notes.append(
-            f"{attachments_beyond} more attachments were not stored: at most {limits.max_attachments} are "
-            f"kept per message; {RAW_MESSAGE_HINT}."
+            f"Attachments beyond the first {limits.max_attachments} were not stored ({attachments_beyond} of "
+            f"them); {RAW_MESSAGE_HINT}."
         )
 
 

@@ -13,7 +13,7 @@ import pytest
 from django.db import connection, transaction
 
 from inboxes.models import Attachment, InboundRaw, Message, Thread
-from inboxes.parsing import parse_mail
+from inboxes.parsing import RAW_MESSAGE_HINT, ParseLimits, parse_mail
 from inboxes.services import inbound_parse, inbound_parse_pending
 from tests.inboxes.conftest import address_of, mail
 from tests.inboxes.test_smtp_listener import send
@@ -75,6 +75,7 @@ def timed_parse(raw: InboundRaw) -> tuple[list[Message], float]:
 
 def test_it_stores_at_most_the_cap_of_a_3000_attachment_mail_and_tells_the_agent(sdr, smtp_port, settings):
     settings.INBOUND_MAX_ATTACHMENTS_PER_MESSAGE = 50
+    settings.INBOUND_MAX_MIME_PARTS = 500
     address = address_of(sdr)
     raw = send_raw(smtp_port, many_attachments(address, 3000), address)
 
@@ -85,8 +86,10 @@ def test_it_stores_at_most_the_cap_of_a_3000_attachment_mail_and_tells_the_agent
     assert message.text.strip() == "See attached."
     shown = sdr.client.get(f"/inbox/messages/{message.public_id}").json()
     assert [a["filename"] for a in shown["attachments"]] == [f"f{i}.bin" for i in range(50)]
-    (note,) = [n for n in shown["notes"] if "attachments" in n]
-    assert "50" in note and "/raw" in note
+    (note,) = [n for n in shown["notes"] if n.startswith("Attachments")]
+    # The parser stops at the 500th part (the root, the text, 498 attachments): 448 beyond the 50 kept.
+    assert note == f"Attachments beyond the first 50 were not stored (448 of them); {RAW_MESSAGE_HINT}."
+    assert any(n.startswith("The message has more than 500 MIME parts") for n in shown["notes"])
     # Nothing lost: the message as received, every attachment in it, is still there.
     downloaded = sdr.client.get(f"/inbox/messages/{message.public_id}/raw")
     assert downloaded.status_code == 200 and downloaded.content == bytes(raw.raw)
@@ -208,3 +211,52 @@ def test_an_agent_can_reply_to_a_3000_deep_nested_multipart(sdr, smtp_port):
     reply = Message.objects.get(public_id=response.json()["id"])
     assert [a["address"] for a in reply.to] == ["bo@example.org"]
     assert reply.subject == "Re: Deep"
+
+
+def test_forwarded_messages_nested_too_deep_are_read_down_to_the_limit():
+    # message/rfc822 parts nest without any boundary: each body is a message of its own.
+    raw = (
+        b"From: ana@example.com\r\nSubject: Fwd\r\n"
+        + b"Content-Type: message/rfc822\r\n\r\n" * 3000
+        + b"hi\r\n"
+    )
+    started = time.process_time()
+    parsed = parse_mail(
+        raw, max_attachment_bytes=10, limits=ParseLimits(max_parts=500, max_depth=5, max_attachments=5)
+    )
+    assert time.process_time() - started < PARSE_SECONDS_BOUND
+    assert parsed.subject == "Fwd"
+    assert parsed.notes == [
+        "The message's MIME parts are nested more than 5 deep: only what comes before was read; "
+        "the raw message (/raw) has all of it."
+    ]
+
+
+def test_a_delivery_report_with_thousands_of_blocks_is_read_up_to_the_part_limit():
+    raw = (
+        b"From: mailer-daemon@example.com\r\nSubject: report\r\nContent-Type: message/delivery-status\r\n\r\n"
+        + b"Action: failed\r\n\r\n" * 100_000
+    )
+    started = time.process_time()
+    parsed = parse_mail(
+        raw, max_attachment_bytes=10, limits=ParseLimits(max_parts=50, max_depth=5, max_attachments=5)
+    )
+    assert time.process_time() - started < PARSE_SECONDS_BOUND
+    assert parsed.notes[0].startswith("The message has more than 50 MIME parts")
+
+
+def test_an_invite_beyond_the_attachment_limit_is_still_read_but_not_stored():
+    message = mail("sdr@acme.agentcal.localhost")
+    message.add_attachment(b"first", maintype="application", subtype="pdf", filename="a.pdf")
+    ics = b"BEGIN:VCALENDAR\r\nMETHOD:REQUEST\r\nBEGIN:VEVENT\r\nUID:u1\r\nEND:VEVENT\r\nEND:VCALENDAR\r\n"
+    message.add_attachment(ics, maintype="text", subtype="calendar", filename="invite.ics")
+    parsed = parse_mail(
+        message.as_bytes(),
+        max_attachment_bytes=1000,
+        limits=ParseLimits(max_parts=50, max_depth=5, max_attachments=1),
+    )
+    assert [a.filename for a in parsed.attachments] == ["a.pdf"]
+    assert parsed.calendar_parts == [ics]
+    assert parsed.notes == [
+        "Attachments beyond the first 1 were not stored (1 of them); the raw message (/raw) has all of it."
+    ]
