@@ -390,6 +390,15 @@ INBOUND_MAX_MESSAGE_BYTES = env_int("INBOUND_MAX_MESSAGE_BYTES", 10 * 1024 * 102
 # Attachments are stored (MEDIA_ROOT / STORAGES) up to this size; bigger ones are listed with `skipped: true`
 # (the raw message still holds them).
 INBOUND_MAX_ATTACHMENT_BYTES = env_int("INBOUND_MAX_ATTACHMENT_BYTES", 5 * 1024 * 1024, minimum=0)
+# A message's MIME structure is read this far (inboxes.parsing.ParseLimits); the rest stays in the raw message
+# and the agent is told. Within the message size limit they bound a parse to well under a second, where
+# thousands of tiny parts cost seconds and a few thousand levels of nesting exhaust Python's recursion.
+# Everyday mail has under twenty parts nested three to five deep (mixed > alternative > related, a
+# forwarded message or two more); a large digest still fits in 500 parts.
+INBOUND_MAX_MIME_PARTS = env_int("INBOUND_MAX_MIME_PARTS", 500, minimum=2)
+INBOUND_MAX_MIME_DEPTH = env_int("INBOUND_MAX_MIME_DEPTH", 20, minimum=2)
+# Attachments stored (a file and a row each) per message; more are counted in the message's notes.
+INBOUND_MAX_ATTACHMENTS_PER_MESSAGE = env_int("INBOUND_MAX_ATTACHMENTS_PER_MESSAGE", 50, minimum=0)
 # Messages one peer address may start per minute (per listener process) before getting 421.
 INBOUND_MAX_MESSAGES_PER_MINUTE_PER_IP = env_int("INBOUND_MAX_MESSAGES_PER_MINUTE_PER_IP", 120, minimum=1)
 # SMTP sessions the listener (per process) holds at once, and from one peer address; a session past either

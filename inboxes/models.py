@@ -115,6 +115,9 @@ class Message(models.Model):
     html = models.TextField(blank=True)  # as sent: it must be sanitised before anyone displays it
     reply_text = models.TextField(blank=True)  # `text` without the quoted history
     auth_results = models.JSONField(default=dict)  # {"spf": ..., "dkim": ..., "dmarc": ...}
+    # Inbound: what the parse left out under the limits on a message's structure (too many parts or
+    # attachments, nested too deep), in words for the agent; the raw message holds all of it.
+    notes = models.JSONField(default=list, blank=True)
     # Everything inbound comes from outside: agents must not follow instructions found in it.
     untrusted = models.BooleanField(default=True)
     received_at = models.DateTimeField()

@@ -1,8 +1,10 @@
 """Reading an RFC 5322 message into what an inbox shows: addresses, bodies, attachments, threading headers,
 sender authentication results and the reply without its quoted history.
 
-Everything here is a pure function of the bytes. Nothing raises on bad input: malformed MIME, unknown
-charsets and broken encodings are read as far as they go and described in `ParsedMail.problems`.
+Everything here is a pure function of the bytes (and the limits). Nothing raises on bad input: malformed
+MIME, unknown charsets and broken encodings are read as far as they go and described in
+`ParsedMail.problems`. A structure beyond the limits (ParseLimits: parts, nesting, attachments) is read up
+to them, and what was left out is said in `ParsedMail.notes`, which the agent sees.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import email.policy
 import email.utils
 import re
 from dataclasses import dataclass, field
+from email.feedparser import BytesFeedParser
 from email.message import EmailMessage, Message
 from typing import Any
 
@@ -53,26 +56,103 @@ class ParsedMail:
     # The text/calendar parts and .ics attachments, decoded, and the invite read from them.
     calendar_parts: list[bytes] = field(default_factory=list)
     invite: CalendarInvite | None = None
+    # What was left unread under the limits on a message's structure (ParseLimits), said to the agent:
+    # the raw message still holds all of it.
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ParseLimits:
+    """How much of a message's MIME structure is read (the INBOUND_MAX_* settings): together with the
+    message size limit they bound the work one message can cost, whatever its structure."""
+
+    max_parts: int
+    max_depth: int
+    max_attachments: int
+
+    @classmethod
+    def from_settings(cls) -> ParseLimits:
+        return cls(
+            max_parts=settings.INBOUND_MAX_MIME_PARTS,
+            max_depth=settings.INBOUND_MAX_MIME_DEPTH,
+            max_attachments=settings.INBOUND_MAX_ATTACHMENTS_PER_MESSAGE,
+        )
 
 
 def clean(text: str, max_chars: int = MAX_HEADER_CHARS) -> str:
     return storable_text(text, max_chars)
 
 
-def parse_mail(raw: bytes, *, max_attachment_bytes: int) -> ParsedMail:
+def parse_mail(raw: bytes, *, max_attachment_bytes: int, limits: ParseLimits | None = None) -> ParsedMail:
+    limits = limits or ParseLimits.from_settings()
     parsed = ParsedMail()
     try:
-        message = email.message_from_bytes(raw, policy=email.policy.default)
+        message = _bounded_parse(raw, limits, parsed)
     except Exception as exc:  # the parser is lenient, but a message must never fail to be stored
         parsed.problems.append(f"unreadable message: {type(exc).__name__}")
         return parsed
     _read_headers(message, parsed)
-    _read_parts(message, parsed, max_attachment_bytes=max_attachment_bytes)
+    _read_parts(message, parsed, max_attachment_bytes=max_attachment_bytes, limits=limits)
+    parsed.problems.extend(parsed.notes)
     parsed.reply_text = strip_quoted_history(parsed.text)
     parsed.invite = invite_read(parsed.calendar_parts)
     if parsed.invite is not None and parsed.invite.problem:
         parsed.problems.append(f"unreadable calendar invite: {parsed.invite.problem}")
     return parsed
+
+
+# --- Structure ---------------------------------------------------------------------------------------
+
+RAW_MESSAGE_HINT = "the raw message (/raw) has all of it"
+
+
+class _LimitReached(Exception):
+    pass
+
+
+class _BoundedFeedParser(BytesFeedParser):
+    """The email package's parser, made to stop where a message would have more MIME parts, or parts
+    nested deeper, than the limits allow. Its parser is recursive: a multipart nested a few thousand
+    deep exhausts Python's recursion limit (the whole message unreadable) after seconds of work, and
+    every part is an object however small; so the structure is bounded while it is read, not after."""
+
+    def __init__(self, limits: ParseLimits) -> None:
+        super().__init__(policy=email.policy.default)
+        self.limits = limits
+        self.parts = 0
+        self.over = ""  # the limit that stopped the parse, if one did
+
+    def _new_message(self) -> None:
+        # The feedparser's one place a part (the root, a multipart's part, a message/* body, a
+        # delivery-status block) comes into being; `_msgstack` is the chain of parts open now, the root
+        # first. Checked before the part exists, so what was read is whole up to here.
+        depth = len(self._msgstack) + 1  # type: ignore[attr-defined]
+        if self.parts + 1 > self.limits.max_parts:
+            self.over = f"The message has more than {self.limits.max_parts} MIME parts"
+        elif depth > self.limits.max_depth:
+            self.over = f"The message's MIME parts are nested more than {self.limits.max_depth} deep"
+        if self.over:
+            raise _LimitReached
+        super()._new_message()  # type: ignore[misc]
+        self.parts += 1
+
+    def root(self) -> Message:
+        """The message read so far, once a limit stopped the parse: every part before that one as it was
+        read, the parts still open (containers) holding the parts they had."""
+        root = self._msgstack[0]  # type: ignore[attr-defined]
+        assert isinstance(root, Message)
+        return root
+
+
+def _bounded_parse(raw: bytes, limits: ParseLimits, parsed: ParsedMail) -> Message:
+    parser = _BoundedFeedParser(limits)
+    try:
+        parser.feed(raw)
+        return parser.close()
+    except _LimitReached:
+        # The rest is not read (nor parsed: that is the point).
+        parsed.notes.append(f"{parser.over}: only what comes before was read; {RAW_MESSAGE_HINT}.")
+        return parser.root()
 
 
 # --- Headers -----------------------------------------------------------------------------------------
@@ -108,8 +188,20 @@ def _addresses(message: Message, name: str, parsed: ParsedMail) -> list[dict[str
     return found
 
 
+# Control characters (C0, DEL, C1) and the line breaks the email package and str.splitlines() know.
+_NOT_ONE_LINE = re.compile("\r\n|[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def one_line_header(value: str) -> str:
+    """A header value as one line of text: unfolded (RFC 5322 2.2.3: a CRLF followed by white space is
+    removed, the white space kept), then every other line break (CRLF, CR, LF, ...) or control character,
+    which only an encoded word (RFC 2047) can carry into a decoded value, made one space. A subject is
+    shown to agents and people and copied into replies: "Hello\r\nBcc: x" must not read as two lines."""
+    return _NOT_ONE_LINE.sub(" ", re.sub(r"\r?\n(?=[ \t])", "", value))
+
+
 def _read_headers(message: Message, parsed: ParsedMail) -> None:
-    parsed.subject = clean(_header(message, "Subject", parsed))
+    parsed.subject = clean(one_line_header(_header(message, "Subject", parsed)))
     parsed.message_id = next(iter(message_ids(_header(message, "Message-ID", parsed))), "")
     parsed.in_reply_to = next(iter(message_ids(_header(message, "In-Reply-To", parsed))), "")
     parsed.references = message_ids(_header(message, "References", parsed))[-50:]
@@ -167,9 +259,12 @@ def _lf(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def _read_parts(message: Message, parsed: ParsedMail, *, max_attachment_bytes: int) -> None:
+def _read_parts(
+    message: Message, parsed: ParsedMail, *, max_attachment_bytes: int, limits: ParseLimits
+) -> None:
     defects = [type(d).__name__ for d in message.defects]
-    for part in message.walk():
+    attachments_beyond = 0
+    for part in message.walk():  # at most limits.max_parts parts, limits.max_depth deep
         if part is not message:
             defects.extend(type(d).__name__ for d in part.defects)
         if part.is_multipart():
@@ -192,11 +287,21 @@ def _read_parts(message: Message, parsed: ParsedMail, *, max_attachment_bytes: i
             continue
         if content_type == "message/rfc822" and disposition != "attachment":
             continue  # its own parts are walked
+        is_calendar = is_calendar_part(content_type, filename)
+        beyond = len(parsed.attachments) >= limits.max_attachments
+        if beyond:
+            # Not stored: each would be a file and a row, and thousands of them offer the agent nothing
+            # the raw message does not. An invite among them is still read.
+            attachments_beyond += 1
+            if not is_calendar:
+                continue
         payload = part.get_payload(decode=True)
         content = payload if isinstance(payload, bytes) else b""
         too_big = len(content) > max_attachment_bytes
-        if is_calendar_part(content_type, filename):
+        if is_calendar:
             parsed.calendar_parts.append(content)
+        if beyond:
+            continue
         parsed.attachments.append(
             ParsedAttachment(
                 filename=clean(filename, 500),
@@ -210,6 +315,11 @@ def _read_parts(message: Message, parsed: ParsedMail, *, max_attachment_bytes: i
         defects.extend(type(d).__name__ for d in part.defects if type(d).__name__ not in defects)
     for name in dict.fromkeys(defects):
         parsed.problems.append(f"MIME defect: {name}")
+    if attachments_beyond:
+        parsed.notes.append(
+            f"Attachments beyond the first {limits.max_attachments} were not stored ({attachments_beyond} of "
+            f"them); {RAW_MESSAGE_HINT}."
+        )
 
 
 # --- Quoted history ----------------------------------------------------------------------------------

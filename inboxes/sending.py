@@ -13,6 +13,8 @@ where an agent gives it, collapsed where we derive it (a reply's subject, a disp
 from __future__ import annotations
 
 import email.generator
+import email.parser
+import email.policy
 import email.utils
 import io
 import logging
@@ -226,7 +228,9 @@ def _review_if_asked(message: Message, actor: Actor) -> Message:
 def _reply_to(parent: Message) -> list[str]:
     if parent.raw is None:
         return []
-    headers = email.message_from_bytes(bytes(parent.raw.raw))
+    # Its headers only: the whole of a stranger's MIME structure (thousands of parts, nested past Python's
+    # recursion limit) is no business of a reply's.
+    headers = email.parser.BytesHeaderParser(policy=email.policy.compat32).parsebytes(bytes(parent.raw.raw))
     values = headers.get_all("Reply-To") or []
     return [address for _, address in email.utils.getaddresses([str(v) for v in values]) if address]
 

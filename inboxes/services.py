@@ -130,6 +130,12 @@ def inbound_refused(
 def inbound_parse(raw_id: int) -> list[Message]:
     """Parse one stored message into one Message per recipient agent. Does nothing if the row is already
     parsed or another worker is parsing it now."""
+    return _parse_once(raw_id) or []
+
+
+def _parse_once(raw_id: int) -> list[Message] | None:
+    """inbound_parse, and None when it did nothing: the row is parsed already, or another worker holds it
+    (an empty list is a row parsed for no agent, who all went away after RCPT)."""
     with transaction.atomic(durable=True):
         row = (
             InboundRaw.objects.select_for_update(skip_locked=True)
@@ -137,7 +143,7 @@ def inbound_parse(raw_id: int) -> list[Message]:
             .first()
         )
         if row is None:
-            return []
+            return None
         parsed = parse_mail(bytes(row.raw), max_attachment_bytes=settings.INBOUND_MAX_ATTACHMENT_BYTES)
         problems = list(parsed.problems)
         delivered: list[Message] = []
@@ -157,21 +163,38 @@ def inbound_parse(raw_id: int) -> list[Message]:
     return delivered
 
 
-def inbound_parse_pending() -> int:
-    """Parse what was accepted but never parsed (a lost task, a crash); returns how many were parsed."""
+@dataclass(frozen=True)
+class ParseSweep:
+    """What one run of inbound_parse_pending did with the rows it found unparsed."""
+
+    parsed: int = 0
+    skipped: int = 0  # parsed meanwhile by another worker, or being parsed by one now
+    failed: int = 0  # the parse raised; the row stays unparsed for the next run
+
+
+def inbound_parse_pending() -> ParseSweep:
+    """Parse what was accepted but never parsed (a lost task, a crash)."""
     pending = list(
         InboundRaw.objects.filter(parsed_at__isnull=True)
         .order_by("pk")
         .values_list("pk", flat=True)[:PENDING_BATCH]
     )
-    parsed = 0
+    parsed = skipped = failed = 0
     for raw_id in pending:
         try:
-            inbound_parse(raw_id)
-            parsed += 1
+            delivered = _parse_once(raw_id)
         except Exception:  # one bad row must not hold up the rest; it is retried next time
             logger.exception("parsing inbound message %s failed", raw_id)
-    return parsed
+            failed += 1
+            continue
+        if delivered is None:
+            skipped += 1
+        else:
+            parsed += 1
+    sweep = ParseSweep(parsed=parsed, skipped=skipped, failed=failed)
+    if pending:
+        logger.info("inbound parse sweep: %s parsed, %s skipped, %s failed", parsed, skipped, failed)
+    return sweep
 
 
 def _deliver(*, agent: Agent, row: InboundRaw, parsed: ParsedMail) -> Message:
@@ -191,6 +214,7 @@ def _deliver(*, agent: Agent, row: InboundRaw, parsed: ParsedMail) -> Message:
         html=parsed.html,
         reply_text=parsed.reply_text,
         auth_results=parsed.auth_results,
+        notes=parsed.notes,
         untrusted=True,
         received_at=row.received_at,
         size=len(row.raw),
@@ -236,7 +260,8 @@ def _deliver(*, agent: Agent, row: InboundRaw, parsed: ParsedMail) -> Message:
     )
     # Delivery status notifications come with a null envelope sender (RFC 5321 4.5.5, RFC 3464): only such
     # mail can fail one of the agent's sent messages.
-    bounce = bounce_in(bytes(row.raw)) if null_sender(row.envelope_from) else None
+    # (A report is a few parts: mail over the structure limits is not one, and is not parsed again whole.)
+    bounce = bounce_in(bytes(row.raw)) if null_sender(row.envelope_from) and not parsed.notes else None
     if bounce is not None:
         from inboxes.sending import message_bounced  # inboxes.sending imports this module
 

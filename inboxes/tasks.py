@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import smtplib
 
@@ -32,9 +33,10 @@ def parse_inbound(raw_id: int) -> int:
 
 
 @shared_task(name="inboxes.parse_pending", ignore_result=True)
-def parse_pending() -> int:
-    """Periodic: parse raw messages that were accepted but never parsed."""
-    return inbound_parse_pending()
+def parse_pending() -> dict[str, int]:
+    """Periodic: parse raw messages that were accepted but never parsed; how many were parsed, skipped
+    (another worker had them) and failed."""
+    return dataclasses.asdict(inbound_parse_pending())
 
 
 # No retry limit of Celery's own: message_attempt_failed ends the retries by the message's attempts.

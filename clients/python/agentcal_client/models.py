@@ -397,6 +397,7 @@ class Message(Model):
     html: str
     reply_text: str
     attachments: tuple[Attachment, ...]
+    notes: tuple[str, ...]
     auth: AuthResults
     untrusted: bool
     received_at: datetime
