@@ -101,7 +101,6 @@ INSTALLED_APPS = [
     "sync",
     "inboxes",
     "dashboard",
-    "bench",  # only for `python manage.py bench` (no models, no URLs)
 ]
 
 MIDDLEWARE = [

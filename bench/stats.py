@@ -156,6 +156,13 @@ class ScenarioResult:
         }
 
 
+def find(results: list[ScenarioResult], scenario: str, variant: str, mode: str) -> ScenarioResult | None:
+    return next(
+        (r for r in results if (r.scenario, r.variant, r.mode) == (scenario, variant, mode)),
+        None,
+    )
+
+
 def scenario_label(scenario: str, extra: dict[str, Any]) -> str:
     """The scenario's name, with the number of web nodes where the scenario varies it."""
     nodes = extra.get("nodes")

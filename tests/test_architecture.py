@@ -4,12 +4,19 @@ crosses a layer the wrong way fails here, with the module and the import named."
 from __future__ import annotations
 
 import ast
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# Tools beside the product, run by hand against a deployment: nothing in the product imports them, so
+# neither the web process nor the workers ever load them (the last test below runs the web process).
+TOOLS = ("bench",)
+# The packages held to the rules below: the product's apps, and the tools.
 APPS = (
     "agentcal",
     "workspaces",
@@ -21,7 +28,7 @@ APPS = (
     "inboxes",
     "accounts",
     "dashboard",
-    "bench",
+    *TOOLS,
 )
 
 # The shared kernel: every app may use it, and it uses no app (nor the API plumbing).
@@ -62,40 +69,46 @@ EVERY_APP = (
     "inboxes",
     "accounts",
     "dashboard",
-    "bench",
 )
 
 # (modules, what they must not import). Prefixes; the first rule that names a module applies.
 RULES: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
-    (KERNEL, (*EVERY_APP, "agentcal.api", *COMPOSITION_ROOT)),
-    (COMPOSITION_ROOT, ()),
+    (KERNEL, (*EVERY_APP, *TOOLS, "agentcal.api", *COMPOSITION_ROOT)),
+    # The composition root wires the product: the web process (agentcal.wsgi), the workers, `agentcal run`.
+    (COMPOSITION_ROOT, TOOLS),
     # The API plumbing (base view, problems, idempotency, schema) knows who is acting and audits refusals.
     (
         ("agentcal.api",),
-        ("webhooks", "bookings", "approvals", "sync", "inboxes", "accounts", "dashboard", "bench"),
+        ("webhooks", "bookings", "approvals", "sync", "inboxes", "accounts", "dashboard", *TOOLS),
     ),
     # Tenancy at the bottom: workspaces, agents, keys, the acting identity.
-    (("workspaces.models", "workspaces.actor", "workspaces.keys"), ("audit", *EVERY_APP[2:], "agentcal.api")),
+    (
+        ("workspaces.models", "workspaces.actor", "workspaces.keys"),
+        ("audit", *EVERY_APP[2:], *TOOLS, "agentcal.api"),
+    ),
     (
         ("workspaces",),
-        ("webhooks", "bookings", "approvals", "sync", "inboxes", "accounts", "dashboard", "bench"),
+        ("webhooks", "bookings", "approvals", "sync", "inboxes", "accounts", "dashboard", *TOOLS),
     ),
-    (("audit",), ("webhooks", "bookings", "approvals", "sync", "inboxes", "accounts", "dashboard", "bench")),
+    (("audit",), ("webhooks", "bookings", "approvals", "sync", "inboxes", "accounts", "dashboard", *TOOLS)),
     # Events go out through the outbox; the outbox knows nothing of what produced them.
-    (("webhooks",), ("bookings", "approvals", "sync", "inboxes", "accounts", "dashboard", "bench")),
+    (("webhooks",), ("bookings", "approvals", "sync", "inboxes", "accounts", "dashboard", *TOOLS)),
     # The engine enforces upstream busy blocks but knows nothing of how they are synced.
-    (("bookings",), ("approvals", "sync", "inboxes", "accounts", "dashboard", "bench")),
-    (("accounts",), ("webhooks", "bookings", "approvals", "sync", "inboxes", "dashboard", "bench")),
-    (("approvals",), ("sync", "inboxes", "dashboard", "bench")),
+    (("bookings",), ("approvals", "sync", "inboxes", "accounts", "dashboard", *TOOLS)),
+    (("accounts",), ("webhooks", "bookings", "approvals", "sync", "inboxes", "dashboard", *TOOLS)),
+    (("approvals",), ("sync", "inboxes", "dashboard", *TOOLS)),
     # Sync feeds the engine (bookings.engine.upstream), reports through audit and the outbox, and emails
     # the workspace's owners (accounts) when a link breaks.
-    (("sync",), ("approvals", "inboxes", "dashboard", "bench")),
+    (("sync",), ("approvals", "inboxes", "dashboard", *TOOLS)),
     # Inboxes receive mail for agents, link invites to the engine's holds and bookings, hold review-first
     # sends for a person's approval, and report through audit and the outbox; nothing but the
     # composition root (and the dashboard) builds on them.
-    (("inboxes",), ("sync", "accounts", "dashboard", "bench")),
-    (("dashboard",), ("bench", "agentcal.api")),
-    (("bench",), ("dashboard", "inboxes")),
+    (("inboxes",), ("sync", "accounts", "dashboard", *TOOLS)),
+    (("dashboard",), (*TOOLS, "agentcal.api")),
+    # The benchmark drives the engine in-process and through HTTP; people's pages and mail are not its own.
+    (TOOLS, ("dashboard", "inboxes")),
+    # The rest of the project package (middleware and the like) is product too.
+    (("agentcal",), TOOLS),
 ]
 # Only an app's HTTP layer (its views, and the payloads they answer) and the composition root build on
 # the HTTP API plumbing.
@@ -282,3 +295,34 @@ def f():
     conn.execute(sql, params, prepare=self.prepare)
 '''
     assert session_scoped_uses(source) == []
+
+
+# --- The web process loads no tool --------------------------------------------------------------------------
+# What gunicorn loads (`agentcal run` serves agentcal.wsgi:application): the settings' installed apps, then
+# every view module through the URLconf, as the first request would. The import rules above cover what the
+# code imports; this covers what Django loads by configuration (INSTALLED_APPS, URLconf, middleware).
+WEB_PROCESS = """
+import sys
+
+import agentcal.wsgi
+from django.urls import get_resolver
+
+get_resolver().url_patterns
+print("\\n".join(sorted(sys.modules)))
+"""
+
+
+def test_the_web_process_loads_nothing_from_the_benchmark() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", WEB_PROCESS],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    loaded = done.stdout.split()
+    assert {"agentcal.wsgi", "bookings.engine", "dashboard.urls"} <= set(loaded)
+    assert [name for name in loaded if within(name, TOOLS)] == []

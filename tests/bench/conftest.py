@@ -11,7 +11,8 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 import pytest
 
 from bench.baseline_wsgi import make_app
-from bench.runner import IN_PROCESS, BenchConfig, conninfo_for_baselines
+from bench.config import IN_PROCESS, BenchConfig
+from bench.runner import conninfo_for_baselines
 from bench.scenarios import MixPlan
 
 TEST_SCHEMA = "bench_test"

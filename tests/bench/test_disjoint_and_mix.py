@@ -6,8 +6,8 @@ import psycopg
 import pytest
 
 from bench import baselines
-from bench.report import find
 from bench.runner import Bench, conninfo_for_baselines
+from bench.stats import find
 from tests.bench.conftest import tiny
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.report import find
 from bench.runner import Bench
+from bench.stats import find
 from tests.bench.conftest import tiny
 
 pytestmark = pytest.mark.django_db(transaction=True)

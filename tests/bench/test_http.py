@@ -7,9 +7,10 @@ import pytest
 from bench import baselines
 from bench.baseline_wsgi import ENV_CONNINFO, ENV_SCHEMA
 from bench.clients import BaselineHttpWorker
-from bench.report import find
-from bench.runner import HTTP, Bench, conninfo_for_baselines
+from bench.config import HTTP
+from bench.runner import Bench, conninfo_for_baselines
 from bench.server import GunicornServer
+from bench.stats import find
 from bookings.spans import Span
 from tests.bench.conftest import tiny
 

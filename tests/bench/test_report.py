@@ -7,8 +7,10 @@ from typing import Any
 import pytest
 
 from bench import report as reports
-from bench.runner import HTTP, IN_PROCESS, UNCONGESTED, Bench, BenchConfig
-from bench.stats import Outcome, ScenarioResult, latency_summary, ratio
+from bench import sections
+from bench.config import HTTP, IN_PROCESS, UNCONGESTED, BenchConfig
+from bench.runner import Bench
+from bench.stats import Outcome, ScenarioResult, find, latency_summary, ratio
 from tests.bench.conftest import tiny
 from tests.conftest import test_database_url as database_url_for_servers
 
@@ -82,8 +84,8 @@ def test_the_web_cpu_per_write_is_read_for_the_engine_and_baseline_b_gunicorns()
         )
     ).run()
 
-    engine = reports.find(report.results, "disjoint", "engine", HTTP)
-    locked = reports.find(report.results, "disjoint", "advisory_lock", HTTP)
+    engine = find(report.results, "disjoint", "engine", HTTP)
+    locked = find(report.results, "disjoint", "advisory_lock", HTTP)
     assert engine is not None and locked is not None
     assert engine.extra["web_cpu_ms_per_write"] > 0 and locked.extra["web_cpu_ms_per_write"] > 0
     # Through HTTP the benchmark process is only the client: no process CPU per write is reported.
@@ -256,7 +258,7 @@ def test_goals_missed_give_the_measured_reason() -> None:
     # Without (c) in the run there is no context row for it.
     assert not [g for g in report.data["goals"] if "(c)" in g["goal"]]
 
-    markdown = reports.markdown(report)
+    markdown = sections.markdown(report)
     assert "| goal | target | measured | | why (measured) |\n|---|---|---|---|---|\n" in markdown
     assert "| ❌ missed | web CPU 3.60 ms per write vs (b) 0.70 ms; 2 cores |" in markdown
     assert "| ✅ met |  |" in markdown  # zero double bookings: met, no reason
@@ -284,4 +286,4 @@ def test_goals_written_before_the_why_column_still_render() -> None:
     for row in report.data["goals"]:
         del row["why"]
 
-    assert "| ❌ missed |  |" in reports.markdown(report)
+    assert "| ❌ missed |  |" in sections.markdown(report)

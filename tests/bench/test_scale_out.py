@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 
 from bench import baselines
-from bench.report import find, markdown
-from bench.runner import BIG_HERD, HTTP, NODES_DISJOINT, NODES_HERD, Bench, conninfo_for_baselines
+from bench.config import BIG_HERD, HTTP, NODES_DISJOINT, NODES_HERD
+from bench.runner import Bench, conninfo_for_baselines
+from bench.sections import markdown
+from bench.stats import find
 from tests.bench.conftest import tiny
 from tests.conftest import test_database_url as database_url_for_servers
 
@@ -37,7 +39,7 @@ def test_two_web_nodes_share_the_herd_and_give_it_one_winner(tmp_path: Path) -> 
     )
     report = bench.run()
 
-    assert len(set(bench.node_urls)) == 2
+    assert len(set(bench.deployment.node_urls)) == 2
     for nodes in (1, 2):
         herd = next(r for r in report.results if r.scenario == NODES_HERD and r.extra["nodes"] == nodes)
         assert herd.double_bookings == 0 and herd.errors == 0
@@ -51,12 +53,12 @@ def test_two_web_nodes_share_the_herd_and_give_it_one_winner(tmp_path: Path) -> 
     assert all(row["disjoint_writes_per_second"] > 0 for row in report.data["nodes"])
     assert "**Web nodes**" in markdown(report)
     # Racers alternate between the nodes.
-    open_worker = bench._engine_opener(HTTP, ["cal_x"], nodes=2)
+    open_worker = bench.phases.engine_opener(HTTP, ["cal_x"], nodes=2)
     first, second = open_worker(0), open_worker(1)
     urls = {str(w.client.client.base_url) for w in (first, second)}  # type: ignore[attr-defined]
     first.close()
     second.close()
-    assert urls == {f"{url}/v1/" for url in bench.node_urls}
+    assert urls == {f"{url}/v1/" for url in bench.deployment.node_urls}
 
 
 def test_the_big_herd_gives_one_winner_and_sets_it_against_the_seeds_figure() -> None:

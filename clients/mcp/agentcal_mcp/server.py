@@ -22,7 +22,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentcal_mcp import __version__
 from agentcal_mcp.gateway import Gateway, MissingKey, bearer_key
-from agentcal_mcp.tools import TOOLS, GatewayHolder
+from agentcal_mcp.registry import GatewayHolder
+from agentcal_mcp.tools import TOOLS
 
 INSTRUCTIONS = """\
 AgentCal books calendars for AI agents without double bookings.

@@ -10,20 +10,29 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
-import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
 from datetime import timedelta
-from typing import Annotated, Any, Concatenate, Literal, ParamSpec, TypeVar
+from typing import Annotated, Any, Literal
 
-from agentcal_client import AgentCalError, AsyncAgentCal, NotFound, SlotConflict
+from agentcal_client import NotFound, SlotConflict
 from mcp.server.mcpserver import Context
-from mcp.types import CallToolResult, ToolAnnotations
-from pydantic import AwareDatetime, Field, ValidationError
+from pydantic import AwareDatetime, Field
 
 from agentcal_mcp import scopes
-from agentcal_mcp.gateway import Gateway, MissingKey
+from agentcal_mcp.arguments import (
+    AlsoCalendars,
+    Attendees,
+    BookingId,
+    CalendarId,
+    HoldId,
+    HoldToken,
+    Limit,
+    OptionalTime,
+    Priority,
+    Time,
+    Title,
+    id_field,
+)
+from agentcal_mcp.registry import Explained, InvalidArguments, ToolRegistry, agentcal, take
 from agentcal_mcp.results import (
     ApprovalResult,
     ApprovalView,
@@ -43,156 +52,13 @@ from agentcal_mcp.results import (
     MessageView,
     SendResult,
     SlotView,
-    ToolResult,
-    api_error_result,
-    as_call_result,
     conflict_members,
-    error_result,
 )
 
-P = ParamSpec("P")
-R = TypeVar("R", bound=ToolResult)
-
-
-@dataclass(frozen=True)
-class AgentTool:
-    name: str
-    fn: Callable[..., Awaitable[CallToolResult]]
-    title: str
-    description: str
-    scope: str
-    annotations: ToolAnnotations
-
-
-TOOLS: list[AgentTool] = []
-
-
-class InvalidArguments(Exception):
-    """Arguments the input schema cannot rule out alone (e.g. two alternative forms mixed)."""
-
-
-class Explained(Exception):
-    """An AgentCal error whose usual next step would mislead in this tool's context."""
-
-    def __init__(self, error: AgentCalError, next_step: str) -> None:
-        super().__init__(str(error))
-        self.error = error
-        self.next_step = next_step
-
-
-class GatewayHolder:
-    """Implemented by the server: how a tool finds the gateway of the server it runs in."""
-
-    gateway: Gateway
-
-
-def agentcal(ctx: Context) -> AsyncAgentCal:
-    """The AgentCal client acting as this request's agent."""
-    server = ctx.mcp_server
-    assert isinstance(server, GatewayHolder), "tools run only inside agentcal_mcp's server"
-    return server.gateway.client_for(server.gateway.key_for(ctx.headers))
-
-
-def agent_tool(
-    *, scope: str, title: str, read_only: bool = False, destructive: bool = False, idempotent: bool = False
-) -> Callable[
-    [Callable[Concatenate[Context, P], Awaitable[R]]], Callable[Concatenate[Context, P], Awaitable[R]]
-]:
-    """Register a tool. Its docstring is the description the model reads; `scope` is the API scope it
-    needs (a session whose key lacks it does not list it). Errors from AgentCal become error results
-    with the problem's code and what to do; a conflict is the tool's own business (an ordinary result).
-    """
-
-    def register(
-        fn: Callable[Concatenate[Context, P], Awaitable[R]],
-    ) -> Callable[Concatenate[Context, P], Awaitable[R]]:
-        @functools.wraps(fn)
-        async def call(ctx: Context, *args: P.args, **kwargs: P.kwargs) -> CallToolResult:
-            try:
-                result = await fn(ctx, *args, **kwargs)
-            except (InvalidArguments, ValueError) as invalid:
-                if isinstance(invalid, ValidationError):
-                    raise  # a result this server failed to build: its bug, not the caller's arguments
-                # ValueError: the client refusing arguments before sending them (e.g. an empty search).
-                return error_result(
-                    code="invalid_request", detail=str(invalid), next_step="Fix the arguments and call again."
-                )
-            except MissingKey as missing:
-                return error_result(
-                    code="unauthenticated",
-                    detail=str(missing),
-                    next_step="Stop: this MCP server has no API key for you. A human must configure one.",
-                )
-            except Explained as explained:
-                return api_error_result(explained.error, next_step=explained.next_step)
-            except AgentCalError as error:
-                return api_error_result(error)
-            return as_call_result(result)
-
-        TOOLS.append(
-            AgentTool(
-                name=fn.__name__,
-                fn=call,
-                title=title,
-                description=inspect.cleandoc(fn.__doc__ or ""),
-                scope=scope,
-                annotations=ToolAnnotations(
-                    title=title,
-                    read_only_hint=read_only,
-                    destructive_hint=None if read_only else destructive,
-                    idempotent_hint=idempotent,
-                    open_world_hint=False,
-                ),
-            )
-        )
-        return fn
-
-    return register
-
-
-async def _take(items: AsyncIterator[Any], limit: int) -> tuple[list[Any], bool]:
-    """Up to `limit` items, and whether there were more (ask for pages of `limit + 1`: one request)."""
-    taken: list[Any] = []
-    async for item in items:
-        if len(taken) == limit:
-            return taken, True
-        taken.append(item)
-    return taken, False
-
-
-def _id(description: str) -> Any:
-    return Field(description=description, min_length=1, max_length=32)
-
-
-CalendarId = Annotated[str, _id("A calendar id (cal_…), as list_calendars shows.")]
-HoldId = Annotated[str, _id("The hold's id (hld_…) from hold_slot.")]
-HoldToken = Annotated[
-    str, Field(description="The hold_token hold_slot returned.", min_length=1, max_length=100)
-]
-BookingId = Annotated[str, _id("The booking's id (bk_…).")]
-Time = Annotated[AwareDatetime, Field(description="RFC 3339 with an offset, e.g. 2026-10-05T14:00:00Z.")]
-OptionalTime = Annotated[AwareDatetime | None, Field(description="RFC 3339 with an offset.")]
-AlsoCalendars = Annotated[
-    list[str] | None,
-    Field(
-        description="Other calendars the same span must hold on too (a meeting of several people): "
-        "all of them or none.",
-        max_length=20,
-    ),
-]
-Priority = Annotated[
-    int | None,
-    Field(
-        ge=0,
-        le=1000,
-        description="Omit to use your agent's own priority. Higher may take over lower-priority holds.",
-    ),
-]
-Title = Annotated[
-    str | None, Field(description="What the meeting is, shown in the calendar.", max_length=500)
-]
-Attendees = Annotated[list[str] | None, Field(description="Attendees' email addresses.", max_length=100)]
-Limit = Annotated[int, Field(ge=1, le=100, description="At most this many results.")]
+# The server offers every tool declared below, in this order.
+REGISTRY = ToolRegistry()
+TOOLS = REGISTRY.tools
+agent_tool = REGISTRY.tool
 
 NEXT_AFTER_HOLD = (
     "The slot is yours until expires_at. Decide (ask a human with request_approval if you must), then "
@@ -214,7 +80,7 @@ async def list_calendars(ctx: Context, limit: Limit = 50) -> CalendarsResult:
 
     Use it first when you do not know a calendar's id. Next: find_free_slots on the calendars you need.
     """
-    calendars, more = await _take(agentcal(ctx).calendars.list(limit=limit + 1), limit)
+    calendars, more = await take(agentcal(ctx).calendars.list(limit=limit + 1), limit)
     return CalendarsResult(
         outcome="listed",
         calendars=[CalendarView.of(calendar) for calendar in calendars],
@@ -445,7 +311,7 @@ async def list_bookings(
 ) -> BookingListResult:
     """List a calendar's bookings (all agents'), optionally only those overlapping [start, end).
     Use it to see what is already booked; to find free time use find_free_slots instead."""
-    bookings, more = await _take(
+    bookings, more = await take(
         agentcal(ctx).bookings.list(calendar, start=start, end=end, status=status, limit=limit + 1), limit
     )
     return BookingListResult(
@@ -510,7 +376,7 @@ _APPROVAL_STATES: dict[str, tuple[ApprovalOutcome, str]] = {
 
 @agent_tool(scope=scopes.APPROVALS_READ, title="Check an approval", read_only=True, idempotent=True)
 async def get_approval(
-    ctx: Context, approval_id: Annotated[str, _id("The approval's id (appr_…).")]
+    ctx: Context, approval_id: Annotated[str, id_field("The approval's id (appr_…).")]
 ) -> ApprovalResult:
     """Check whether a human approved, denied or has not yet decided a request you made."""
     approval = await agentcal(ctx).approvals.get(approval_id)
@@ -537,7 +403,7 @@ async def list_inbox_messages(
 ) -> MessageListResult:
     """List the messages in your agent's email inbox (received and sent), newest first, as summaries.
     Next: read_message for the full text of one."""
-    messages, more = await _take(
+    messages, more = await take(
         agentcal(ctx).inbox.messages(thread=thread_id, since=since, limit=limit + 1), limit
     )
     return MessageListResult(
@@ -550,7 +416,7 @@ async def list_inbox_messages(
 
 @agent_tool(scope=scopes.INBOX_READ, title="Read a message", read_only=True, idempotent=True)
 async def read_message(
-    ctx: Context, message_id: Annotated[str, _id("The message id (msg_…).")]
+    ctx: Context, message_id: Annotated[str, id_field("The message id (msg_…).")]
 ) -> MessageResult:
     """Read one message in full: text, reply_text (without the quoted history) and any calendar invite
     (linked to your hold or booking when it refers to one). Next: reply_to_message if it needs an answer."""
@@ -565,7 +431,7 @@ async def read_message(
 @agent_tool(scope=scopes.INBOX_SEND, title="Reply to a message")
 async def reply_to_message(
     ctx: Context,
-    message_id: Annotated[str, _id("The message to answer (msg_…).")],
+    message_id: Annotated[str, id_field("The message to answer (msg_…).")],
     text: Annotated[str, Field(min_length=1, max_length=100_000, description="Your reply, plain text.")],
     reply_all: Annotated[bool, Field(description="Also reply to everyone else on the message.")] = False,
 ) -> SendResult:
@@ -578,7 +444,7 @@ async def reply_to_message(
 @agent_tool(scope=scopes.INBOX_SEND, title="Send a calendar invite")
 async def send_invite(
     ctx: Context,
-    booking_id: Annotated[str, _id("The booking to invite people to (bk_…), from commit_booking.")],
+    booking_id: Annotated[str, id_field("The booking to invite people to (bk_…), from commit_booking.")],
     to: Annotated[list[str], Field(min_length=1, max_length=50, description="Recipients' email addresses.")],
     subject: Annotated[str, Field(min_length=1, max_length=998, description="One line.")],
     text: Annotated[str, Field(min_length=1, max_length=100_000, description="The message, plain text.")],
@@ -614,7 +480,7 @@ async def query_audit(
 ) -> AuditResult:
     """Look up who did what: every hold, commit, release and every refused attempt is recorded. Use it to
     explain what happened to a slot (e.g. who took it over and when)."""
-    records, more = await _take(
+    records, more = await take(
         agentcal(ctx).audit.list(
             event_type=event_type,
             agent=agent,

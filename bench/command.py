@@ -1,3 +1,5 @@
+"""The benchmark's options, checked, turned into a run and its report (`python -m bench` runs it)."""
+
 from __future__ import annotations
 
 import logging
@@ -12,9 +14,11 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from bench import report as reports
+from bench.config import HTTP, IN_PROCESS, SCENARIOS, BenchConfig
 from bench.progress import Progress
-from bench.runner import HTTP, IN_PROCESS, SCENARIOS, BenchConfig, run
+from bench.runner import run
 from bench.scenarios import MixPlan
+from bench.sections import markdown
 from bench.server import default_workers
 
 MODES = (IN_PROCESS, HTTP)
@@ -203,7 +207,7 @@ class Command(BaseCommand):
             command=_reproduce_command(),
         )
         result = run(config, progress=Progress(enabled=not options["no_progress"]))
-        self.stdout.write(reports.markdown(result))
+        self.stdout.write(markdown(result))
         if not options["no_write"]:
             for note in reports.write_all(result, docs_dir=options["output_dir"]):
                 self.stderr.write(note)
@@ -218,10 +222,9 @@ class Command(BaseCommand):
 
 def _reproduce_command() -> str:
     """The command line as typed (keys redacted), with the environment that chose the database."""
-    argv = sys.argv[1:] if len(sys.argv) > 1 and sys.argv[1] == "bench" else ["bench"]
     shown: list[str] = []
     hide_next = False
-    for arg in argv:
+    for arg in sys.argv[1:]:
         if hide_next:
             shown.append("<key>")
             hide_next = False
@@ -237,4 +240,4 @@ def _reproduce_command() -> str:
         prefix = ["env", "-u", "DATABASE_URL", "-u", "REDIS_URL"]
         if os.environ.get("AGENTCAL_DATA_DIR"):
             prefix.append(f"AGENTCAL_DATA_DIR={os.environ['AGENTCAL_DATA_DIR']}")
-    return shlex.join([*prefix, "python", "manage.py", *shown])
+    return shlex.join([*prefix, "python", "-m", "bench", *shown])

@@ -1,0 +1,60 @@
+"""What one run does: `BenchConfig` (the command's options), the modes and the scenarios' names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.baselines import DEFAULT_SCHEMA
+from bench.scenarios import MixPlan
+from bench.server import default_workers
+
+IN_PROCESS, HTTP = "in-process", "http"
+SCENARIOS = ("herd", "disjoint", "mix", "nodes", "herd500")
+UNCONGESTED = "herd-uncongested"  # the herd with as many racers as gunicorn workers (HTTP only)
+NODES_DISJOINT, NODES_HERD = "nodes-disjoint", "nodes-herd"  # the scale-out scenario's two workloads
+BIG_HERD = "herd500"
+
+
+@dataclass
+class BenchConfig:
+    agents: int = 50  # herd racers
+    rounds: int = 20  # herd rounds, one fresh slot each
+    concurrency: int = 8  # agents (threads) in disjoint, for the engine and the baselines alike
+    calendars: int = 4  # K: calendars the disjoint agents spread over
+    duration: float = 8.0  # seconds per timed phase (disjoint, mix)
+    max_ops: int = 50_000  # cap per timed phase
+    herd_time_limit: float = 60.0  # seconds per herd phase; rounds not started by then are skipped
+    workers: int = field(default_factory=default_workers)  # gunicorn workers per node, as `agentcal run`
+    threads: int = 1  # threads per gunicorn worker, as `agentcal run` (WEB_THREADS)
+    nodes: int = 1  # nodes scenario: web nodes (gunicorn masters), measured with 1, 2, … of them
+    herd_racers: int = 500  # herd500: agents racing for each slot
+    herd_racers_rounds: int = 5
+    herd_racers_nodes: int = 1  # herd500: web nodes the racers are spread over
+    # Cost per booking: bookings made one at a time (twice: timed, then traced); 0 skips the probe.
+    cost_bookings: int = 0
+    modes: tuple[str, ...] = (IN_PROCESS, HTTP)
+    scenarios: tuple[str, ...] = SCENARIOS
+    baselines: bool = True
+    key_verify_calls: int = 1000
+    # History probe: hold latency on calendars with this many earlier bookings (in-process only).
+    history_sizes: tuple[int, ...] = (0, 5_000, 20_000)
+    history_holds: int = 40
+    naive_gap_seconds: float = 0.0  # pause between the naive baseline's read and write (tests widen it)
+    mix: MixPlan = field(default_factory=MixPlan)
+    warmup_requests: int = 20  # per agent, before HTTP phases: every worker verifies every key once
+    idempotency_keys: bool = False
+    seed: int = 1
+    http_timeout: float = 30.0
+    baseline_schema: str = DEFAULT_SCHEMA
+    # --url: benchmark a server the benchmark did not start, with these keys (HTTP engine phases only).
+    url: str | None = None
+    keys: tuple[str, ...] = ()
+    # Tests: an AgentCal server / baseline WSGI server already running on this database (no gunicorn).
+    server_url: str | None = None
+    baseline_server_url: str | None = None
+    # Added to the environment of every gunicorn the benchmark starts (tests: the test database's URL).
+    server_env: dict[str, str] = field(default_factory=dict)
+    http_headers: dict[str, str] = field(default_factory=dict)
+    log_dir: Path | None = None
+    command: str = "python -m bench"

@@ -1,0 +1,141 @@
+"""The servers one run talks to through HTTP: its web nodes and the baseline app, started or given.
+
+Each web node is a gunicorn master of its own (`agentcal.wsgi`, as `agentcal run` starts it); the
+baseline app is `bench.baseline_wsgi` under the same gunicorn settings. Servers this run started report
+their CPU time, which the phases read before and after each one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+
+from django.conf import settings
+
+from bench.baseline_wsgi import ENV_CONNINFO, ENV_PREPARE, ENV_SCHEMA
+from bench.clients import http_client
+from bench.config import BIG_HERD, BenchConfig
+from bench.progress import Progress
+from bench.scenarios import run_threads
+from bench.server import GunicornServer
+from bench.targets import LocalTarget, RemoteTarget
+
+
+def prepare_baselines() -> bool:
+    """The baselines prepare their statements, except behind a transaction-mode pooler."""
+    return not getattr(settings, "DB_TRANSACTION_POOLER", False)
+
+
+class Deployment:
+    def __init__(
+        self, config: BenchConfig, *, target: LocalTarget | RemoteTarget, conninfo: str, progress: Progress
+    ) -> None:
+        self.config = config
+        self.target = target
+        self.conninfo = conninfo
+        self.progress = progress
+        self.app_url: str | None = None
+        self.node_urls: list[str] = []  # web node 0 is app_url
+        self.baseline_url: str | None = None
+        # The gunicorns this run started (web nodes, the baseline app), by URL: their CPU is read per phase.
+        self._servers: dict[str, GunicornServer] = {}
+
+    def start(self, stack: contextlib.ExitStack[bool | None]) -> None:
+        """Start (or take as given) every server, each stopped when `stack` closes; then warm them up."""
+        config = self.config
+        self.app_url = config.url or config.server_url or stack.enter_context(self._app_server())
+        self.node_urls = [self.app_url]
+        for index in range(1, self._nodes_wanted()):
+            self.node_urls.append(stack.enter_context(self._app_server(node=index)))
+        if config.baselines:
+            self.baseline_url = config.baseline_server_url or stack.enter_context(self._baseline_server())
+        for url in self.node_urls:
+            self._warm_up(url)
+
+    def _nodes_wanted(self) -> int:
+        """Web nodes to start: only with servers of our own (with --url or a test's server there is one)."""
+        config = self.config
+        if config.url or config.server_url:
+            return 1
+        wanted = 1
+        if "nodes" in config.scenarios:
+            wanted = max(wanted, config.nodes)
+        if BIG_HERD in config.scenarios:
+            wanted = max(wanted, config.herd_racers_nodes)
+        return wanted
+
+    @contextlib.contextmanager
+    def _app_server(self, *, node: int = 0) -> Iterator[str]:
+        """One web node: a gunicorn master of its own, on a port of its own. Nodes share nothing but the
+        database and Redis, as separate machines would."""
+        self.progress.note(
+            f"starting web node {node}: gunicorn agentcal.wsgi:application with {self.config.workers} workers"
+        )
+        server = GunicornServer(
+            "agentcal.wsgi:application",
+            workers=self.config.workers,
+            threads=self.config.threads,
+            health_path="/v1/health",
+            env=self.config.server_env,
+            log_dir=self.config.log_dir,
+            name=f"node{node}",
+        )
+        with server as url:
+            self._servers[url] = server
+            yield url
+
+    def web_cpu(self, urls: Sequence[str]) -> float | None:
+        """CPU seconds used so far by the gunicorns at these URLs (None unless this run started them all)."""
+        servers = [self._servers.get(url) for url in urls]
+        seconds = [server.cpu_seconds() if server else None for server in servers]
+        return None if any(s is None for s in seconds) else sum(s for s in seconds if s is not None)
+
+    @contextlib.contextmanager
+    def _baseline_server(self) -> Iterator[str]:
+        env = {
+            **self.config.server_env,
+            ENV_CONNINFO: self.conninfo,
+            ENV_SCHEMA: self.config.baseline_schema,
+            ENV_PREPARE: "1" if prepare_baselines() else "0",
+        }
+        server = GunicornServer(
+            "bench.baseline_wsgi:app",
+            workers=self.config.workers,
+            threads=self.config.threads,
+            health_path="/health",
+            env=env,
+            log_dir=self.config.log_dir,
+        )
+        with server as url:
+            self._servers[url] = server
+            yield url
+
+    def _warm_up(self, url: str) -> None:
+        """Not measured: each gunicorn worker pays argon2 once per key (tens of ms) on first use. Many
+        concurrent requests per key make it very likely every worker has seen every key before timing."""
+        agents, per_agent = self.config.agents, self.config.warmup_requests
+        if per_agent <= 0:
+            return
+        failures: list[int] = []
+        with self.progress.phase(f"warm-up (keys x workers) {url}", total=agents, unit="agents") as bar:
+
+            def warm(index: int) -> None:
+                with http_client(
+                    f"{url}/v1",
+                    headers={"Authorization": f"Bearer {self.target.key(index)}", **self.config.http_headers},
+                    timeout=self.config.http_timeout,
+                ) as client:
+                    for _ in range(per_agent):
+                        response = client.get("/calendars", params={"limit": 1})
+                        if response.status_code != 200:
+                            failures.append(response.status_code)
+                        bar.tick()
+                if self.baseline_url:
+                    with http_client(self.baseline_url, timeout=self.config.http_timeout) as client:
+                        for _ in range(3):
+                            client.get("/health")
+                bar.advance()
+
+            run_threads(agents, warm)
+        if failures:
+            raise RuntimeError(f"warm-up requests failed ({len(failures)}, e.g. HTTP {failures[0]})")
