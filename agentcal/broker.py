@@ -1,16 +1,11 @@
 """Celery messages, by registered task name, published from one background thread per process.
 
 Publishing waits on the broker (with Redis down, ~2 s to give up), so no request does it: a request only
-appends here, under a lock; the publisher thread does the waiting. Code that writes names the task
-(`"webhooks.deliver"`) and never imports the module that holds it, the way Zulip's writers name a queue.
-
-- `nudge_on_commit(name, items=ids)`: "there is work" for a task that finds it in the database,
-  coalesced (one message per task per NUDGE_MIN_INTERVAL_SECONDS, carrying every id nudged meanwhile).
-- `enqueue_on_commit(name, args, fallback=...)`: a message that must not be lost; if the broker refuses
-  it, the publisher thread runs `fallback` (RUN_HERE: the task itself, in this process).
-
-`nudge` and `enqueue` do the same at once, for callers already running after their commit.
-docs/architecture.md ("Celery messages") has the design.
+appends here, under a lock, and the publisher thread does the waiting. The database rows guarantee the
+work; a message only says "do it now". `nudge_on_commit(name, items=ids)`: "there is work", coalesced to
+one message per task per NUDGE_MIN_INTERVAL_SECONDS carrying every id meanwhile. `enqueue_on_commit(name,
+args, fallback=...)`: a message that must not be lost; if the broker refuses it, this thread runs the
+fallback (RUN_HERE: the task itself). docs/architecture.md ("Celery messages") has the design.
 """
 
 from __future__ import annotations
