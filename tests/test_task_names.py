@@ -20,7 +20,7 @@ from django.conf import settings
 from agentcal.celery import app as celery_app
 from tests.test_architecture import ROOT, module_name, project_modules
 
-# The broker's functions that take a task name first, and what Celery's own take it.
+# The broker's functions that take a task name first, and Celery's own by-name ones.
 BROKER_FUNCTIONS = {"nudge", "nudge_on_commit", "enqueue", "enqueue_on_commit"}
 CELERY_FUNCTIONS = {"send_task", "signature"}
 
