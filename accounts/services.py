@@ -1,4 +1,4 @@
-"""Sign-in: single-use magic links (bootstrap, recovery and invitations) and passkeys (WebAuthn)."""
+"""Sign-in: asking for and redeeming magic links (accounts.links makes them) and passkeys (WebAuthn)."""
 
 from __future__ import annotations
 
@@ -34,51 +34,27 @@ from webauthn.helpers.structs import (
     UserVerificationRequirement,
 )
 
-from accounts.models import Invitation, MagicLink, Membership, Passkey, Role
+from accounts.links import (
+    THROTTLE_WINDOW,
+    links_throttled_for,
+    live_links,
+    magic_link_url,
+    token_hash,
+)
+from accounts.models import Invitation, MagicLink, Passkey
+from accounts.people import normalize_email
+from accounts.team import invitation_accept
 from agentcal.errors import SignInFailed
 from workspaces.models import Workspace
 
 logger = logging.getLogger(__name__)
 User = get_user_model()
 
-# Throttles for magic-link requests, per address and per client IP, over this window.
-THROTTLE_WINDOW = timedelta(minutes=15)
-MAX_LINKS_PER_EMAIL = 5
+# Per client IP, over the same window as the per-address throttle (accounts.links.THROTTLE_WINDOW).
 MAX_LINKS_PER_IP = 20
 
 
-# --- People ---------------------------------------------------------------------------------------------
-
-
-def normalize_email(email: str) -> str:
-    return email.strip().lower()
-
-
-def person_get_or_create(*, email: str) -> Any:
-    """The person with this address, created (without a password) when there is none."""
-    email = normalize_email(email)
-    user = User.objects.filter(email__iexact=email).first()
-    if user is None:
-        user = User.objects.create_user(username=email, email=email)
-        user.set_unusable_password()  # people never have passwords here
-        user.save(update_fields=["password"])
-    return user
-
-
-@transaction.atomic
-def owner_create(*, email: str, workspace_slug: str, workspace_name: str | None = None) -> Membership:
-    """Create (or find) a person and make them an owner of the workspace (created when missing)."""
-    workspace, _ = Workspace.objects.get_or_create(
-        slug=workspace_slug, defaults={"name": workspace_name or workspace_slug}
-    )
-    user = person_get_or_create(email=email)
-    membership, created = Membership.objects.get_or_create(
-        user=user, workspace=workspace, defaults={"role": Role.OWNER}
-    )
-    if not created and membership.role != Role.OWNER:
-        membership.role = Role.OWNER
-        membership.save(update_fields=["role"])
-    return membership
+# --- Sessions -------------------------------------------------------------------------------------------
 
 
 def sign_out_everywhere(user: Any) -> None:
@@ -89,36 +65,6 @@ def sign_out_everywhere(user: Any) -> None:
 
 
 # --- Magic links -----------------------------------------------------------------------------------------
-
-
-def _hash(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def magic_link_issue(
-    *, email: str, invitation: Invitation | None = None, ttl: timedelta | None = None
-) -> str:
-    """Create a link and return its raw token: for an existing person (create_owner), or one that
-    accepts `invitation` (accounts.team). Expires after `ttl`, by default MAGIC_LINK_TTL_SECONDS."""
-    token = secrets.token_urlsafe(32)
-    MagicLink.objects.create(
-        email=normalize_email(email),
-        token_hash=_hash(token),
-        invitation=invitation,
-        expires_at=timezone.now() + (ttl or timedelta(seconds=settings.MAGIC_LINK_TTL_SECONDS)),
-    )
-    return token
-
-
-def magic_link_url(token: str) -> str:
-    return f"{settings.DASHBOARD_BASE_URL}/auth/magic/{token}"
-
-
-def links_throttled_for(email: str) -> bool:
-    """Have enough links gone to this address within THROTTLE_WINDOW that no more may (sign-in links
-    and team invitations alike)?"""
-    since = timezone.now() - THROTTLE_WINDOW
-    return MagicLink.objects.filter(email=email, created_at__gte=since).count() >= MAX_LINKS_PER_EMAIL
 
 
 def magic_link_request(*, email: str, ip: str | None) -> None:
@@ -136,7 +82,7 @@ def magic_link_request(*, email: str, ip: str | None) -> None:
         # Record the attempt anyway: the per-IP throttle must count probes for unknown addresses.
         MagicLink.objects.create(
             email=email,
-            token_hash=_hash(secrets.token_urlsafe(32)),
+            token_hash=token_hash(secrets.token_urlsafe(32)),
             requested_ip=ip,
             expires_at=timezone.now() + timedelta(seconds=1),
             used_at=timezone.now(),
@@ -145,7 +91,7 @@ def magic_link_request(*, email: str, ip: str | None) -> None:
     token = secrets.token_urlsafe(32)
     MagicLink.objects.create(
         email=email,
-        token_hash=_hash(token),
+        token_hash=token_hash(token),
         requested_ip=ip,
         expires_at=timezone.now() + timedelta(seconds=settings.MAGIC_LINK_TTL_SECONDS),
     )
@@ -164,31 +110,19 @@ def magic_link_request(*, email: str, ip: str | None) -> None:
         logger.exception("could not send a magic link email")
 
 
-def magic_links_purge(*, older_than: timedelta = timedelta(days=7)) -> int:
-    """Delete used and expired links past `older_than` (the throttles only look back 15 minutes)."""
-    deleted, _ = MagicLink.objects.filter(created_at__lt=timezone.now() - older_than).delete()
-    return deleted
-
-
 @dataclass(frozen=True)
 class MagicLinkSignIn:
     user: Any
     joined: Workspace | None = None  # the workspace whose invitation the link accepted
 
 
-def _live_links(token: str) -> Any:
-    return MagicLink.objects.filter(token_hash=_hash(token), used_at__isnull=True, expires_at__gt=Now())
-
-
 def magic_link_redeem(*, token: str) -> MagicLinkSignIn:
     """Use a link once (CAS on used_at, judged by the database clock) and return its person. A link
     sent with an invitation accepts it in the same transaction, creating the person if need be."""
-    from accounts.team import invitation_accept  # the team module builds on this one's links
-
     expired = SignInFailed("This sign-in link has expired or was already used. Ask for a new one.")
     with transaction.atomic(durable=True):
-        link = _live_links(token).first()
-        if link is None or not _live_links(token).filter(pk=link.pk).update(used_at=Now()):
+        link = live_links(token).first()
+        if link is None or not live_links(token).filter(pk=link.pk).update(used_at=Now()):
             raise expired
         if link.invitation_id is not None:
             membership = invitation_accept(invitation_id=link.invitation_id)
@@ -210,7 +144,7 @@ def magic_link_state(*, token: str) -> MagicLinkState:
     """Whether a link would still sign in, judged by the database clock as redeeming it is — so the
     confirm page says "already used" or "expired" up front instead of after the click."""
     link = (
-        MagicLink.objects.filter(token_hash=_hash(token))
+        MagicLink.objects.filter(token_hash=token_hash(token))
         .annotate(lapsed=ExpressionWrapper(Q(expires_at__lte=Now()), output_field=BooleanField()))
         .values("used_at", "lapsed")
         .first()
@@ -225,7 +159,7 @@ def magic_link_state(*, token: str) -> MagicLinkState:
 def magic_link_invitation(*, token: str) -> Invitation | None:
     """The pending invitation a live link would accept, to name it on the confirm page (using the
     link is the POST's job: mail scanners fetch links)."""
-    link = _live_links(token).select_related("invitation__workspace").first()
+    link = live_links(token).select_related("invitation__workspace").first()
     if link is None or link.invitation is None or not link.invitation.is_pending:
         return None
     return link.invitation

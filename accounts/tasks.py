@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from accounts.services import magic_links_purge
+from accounts.links import magic_links_purge
 
 
 @shared_task(name="accounts.purge_magic_links", ignore_result=True)

@@ -8,7 +8,7 @@ the owners as they are, not as a page showed them. Two owners demoting each othe
 to take the lock is no longer an owner, and one owner remains. The audit row is written in the same
 transaction; a refusal of a role change or a removal is audited in a transaction of its own.
 
-An invitation is a row and a magic link (accounts.services) whose first use accepts it: the person's
+An invitation is a row and a magic link (accounts.links) whose first use accepts it: the person's
 account is created if they have none, they are signed in, and the dashboard asks them for a passkey.
 Invitation links live a week rather than sign-in links' minutes, as they often wait in an inbox; a
 resend retires the links sent before it, and a revoke every one.
@@ -28,15 +28,10 @@ from django.db import transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from accounts.links import links_throttled_for, magic_link_issue, magic_link_url
 from accounts.models import Invitation, MagicLink, Membership, Permission, Role
+from accounts.people import normalize_email, person_get_or_create
 from accounts.roles import ROLE_SUMMARIES
-from accounts.services import (
-    links_throttled_for,
-    magic_link_issue,
-    magic_link_url,
-    normalize_email,
-    person_get_or_create,
-)
 from agentcal.errors import (
     AgentCalError,
     AlreadyMember,

@@ -1,25 +1,18 @@
-"""Celery messages are published from one background thread per process, never from a request.
+"""Celery messages, by registered task name, published from one background thread per process.
 
-Publishing waits on the broker: with Redis down, a refused connection takes about 2 s to give up
-(redis-py retries). The database rows are what guarantee the work (the outbox, the approval), a
-message only says "do it now", so no request may wait for it. A request thread only appends here,
-under a lock, and returns; the publisher thread does the waiting:
-
-- `nudge(task)`: "there is work" for a task that takes no arguments and finds its work in the
-  database (the outbox dispatcher). Nudges of a task that is already pending collapse into one; at
-  most one round of nudges goes out per NUDGE_MIN_INTERVAL_SECONDS, and one skipped inside the
-  interval goes out at its end. While the broker is in back-off, nudges wait for the back-off to end.
-  `nudge(task, items=ids)` collapses the same way, into one `task(sorted ids)` message carrying every
-  id nudged meanwhile (write-behind of changed calendars: one message per interval, not per write).
-- `enqueue(task, args, fallback=...)`: a message that must not be lost. If the broker refuses it (or
-  is in back-off), the publisher thread calls `fallback` instead.
-
-Call both from `transaction.on_commit`: a worker must not pick up work whose rows are not committed.
+Publishing waits on the broker (with Redis down, ~2 s to give up), so no request does it: a request only
+appends here, under a lock, and the publisher thread does the waiting. The database rows guarantee the
+work; a message only says "do it now". `nudge_on_commit(name, items=ids)`: "there is work", coalesced to
+one message per task per NUDGE_MIN_INTERVAL_SECONDS carrying every id meanwhile. `enqueue_on_commit(name,
+args, fallback=...)`: a message that must not be lost; if the broker refuses it, this thread runs the
+fallback (RUN_HERE: the task itself). docs/architecture.md ("Celery messages") has the design.
 """
 
 from __future__ import annotations
 
 import atexit
+import enum
+import functools
 import logging
 import os
 import threading
@@ -29,7 +22,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connections
+from celery import Task, current_app
+from django.db import connections, transaction
 
 logger = logging.getLogger(__name__)
 
@@ -47,11 +41,20 @@ MAX_QUEUED_JOBS = 1000
 DRAIN_AT_EXIT_SECONDS = 5.0
 
 
+class Fallback(enum.Enum):
+    # The task's own code, called in the publisher thread: for work whose message is only a way to get
+    # it off the request (an email, a replay), doing it late here beats losing it.
+    RUN_HERE = "run the task in this process"
+
+
+RUN_HERE = Fallback.RUN_HERE
+
+
 @dataclass(frozen=True)
 class _Job:
-    task: Any  # a Celery task (untyped)
+    task_name: str
     args: tuple[Any, ...]
-    fallback: Callable[[], object]
+    fallback: Callable[[], object] | Fallback | None
 
 
 class _Publisher:
@@ -63,7 +66,7 @@ class _Publisher:
         self._changed = threading.Condition()
         self._jobs: deque[_Job] = deque()
         # By task name: a nudge already pending absorbs the next ones (and their items).
-        self._nudges: dict[str, tuple[Any, set[Any]]] = {}
+        self._nudges: dict[str, set[Any]] = {}
         self._next_nudge_at = 0.0  # time.monotonic()
         self._broker_down_until = 0.0
         self._busy = False
@@ -71,15 +74,15 @@ class _Publisher:
 
     # --- Called from request threads: only the lock, never the broker. ---
 
-    def nudge(self, task: Any, items: Iterable[Any]) -> None:
+    def nudge(self, task_name: str, items: Iterable[Any]) -> None:
         with self._changed:
-            pending = self._nudges.get(task.name)
+            pending = self._nudges.get(task_name)
             if pending is not None:
                 # The thread already knows of this task's nudge (a wake per write was a measurable part
                 # of a write's CPU under load): the items only join it.
-                pending[1].update(items)
+                pending.update(items)
                 return
-            self._nudges[task.name] = (task, set(items))
+            self._nudges[task_name] = set(items)
             self._wake()
 
     def enqueue(self, job: _Job) -> None:
@@ -88,7 +91,7 @@ class _Publisher:
                 logger.error(
                     "the broker queue is full (%d jobs): dropping %s%r; its fallback will not run either",
                     MAX_QUEUED_JOBS,
-                    job.task.name,
+                    job.task_name,
                     job.args,
                 )
                 return
@@ -143,7 +146,7 @@ class _Publisher:
             job = self._jobs.popleft()
             return lambda: self._publish(job)
         if self._nudges and self._seconds_until_nudge() == 0:
-            nudges = list(self._nudges.values())
+            nudges = list(self._nudges.items())
             self._nudges.clear()
             self._next_nudge_at = time.monotonic() + NUDGE_MIN_INTERVAL_SECONDS
             return lambda: self._send_nudges(nudges)
@@ -155,12 +158,12 @@ class _Publisher:
         due_at = max(self._next_nudge_at, self._broker_down_until)
         return max(0.0, due_at - time.monotonic())
 
-    def _send_nudges(self, nudges: list[tuple[Any, set[Any]]]) -> None:
-        for task, items in nudges:
+    def _send_nudges(self, nudges: list[tuple[str, set[Any]]]) -> None:
+        for task_name, items in nudges:
             try:
-                task.apply_async((sorted(items),) if items else (), retry=False)
+                current_app.send_task(task_name, (sorted(items),) if items else (), retry=False)
             except Exception as exc:
-                self._broker_refused(exc, task.name)
+                self._broker_refused(exc, task_name)
                 return  # the rest would be refused too; their rows wait for the catch-up
 
     def _publish(self, job: _Job) -> None:
@@ -168,14 +171,19 @@ class _Publisher:
             broker_up = time.monotonic() >= self._broker_down_until
         if broker_up:
             try:
-                job.task.apply_async(job.args, retry=False)
+                current_app.send_task(job.task_name, job.args, retry=False)
                 return
             except Exception as exc:
-                self._broker_refused(exc, job.task.name)
+                self._broker_refused(exc, job.task_name)
+        if job.fallback is None:
+            return  # the rows are the work: a periodic sweep finds them
         try:
-            job.fallback()
+            if job.fallback is RUN_HERE:
+                registered_task(job.task_name)(*job.args)
+            else:
+                job.fallback()
         except Exception:
-            logger.exception("the fallback for %s%r failed", job.task.name, job.args)
+            logger.exception("the fallback for %s%r failed", job.task_name, job.args)
         finally:
             # The fallback may have used the ORM: this long-lived thread must not keep a connection open.
             connections.close_all()
@@ -208,15 +216,44 @@ def _current() -> _Publisher:
     return publisher
 
 
-def nudge(task: Any, *, items: Iterable[Any] = ()) -> None:
-    """Ask for `task()` to run soon — `task(sorted items)` with `items` — coalesced with the task's other
-    nudges meanwhile; lost while the broker is down."""
-    _current().nudge(task, items)
+def _name_of(task: str | Task) -> str:
+    # A task object is accepted while callers that import their tasks modules move to names.
+    return task if isinstance(task, str) else task.name
 
 
-def enqueue(task: Any, args: tuple[Any, ...], *, fallback: Callable[[], object]) -> None:
-    """Publish `task(*args)` from the background thread; if the broker refuses it, call `fallback()` there."""
-    _current().enqueue(_Job(task=task, args=args, fallback=fallback))
+def nudge(task: str | Task, *, items: Iterable[Any] = ()) -> None:
+    """Ask for the task to run soon — with `items`, as `task(sorted items)` — coalesced with the task's
+    other nudges meanwhile; lost while the broker is down. Call it after the commit."""
+    _current().nudge(_name_of(task), items)
+
+
+def nudge_on_commit(task_name: str, *, items: Iterable[Any] = ()) -> None:
+    """`nudge` once the current transaction commits (at once outside one); nothing if it rolls back."""
+    transaction.on_commit(functools.partial(nudge, task_name, items=tuple(items)))
+
+
+def enqueue(
+    task: str | Task, args: tuple[Any, ...], *, fallback: Callable[[], object] | Fallback | None
+) -> None:
+    """Publish `task(*args)` from the background thread; if the broker refuses it, that thread calls
+    `fallback()`, runs the task itself (RUN_HERE) or, with None, leaves the work to a sweep."""
+    _current().enqueue(_Job(task_name=_name_of(task), args=args, fallback=fallback))
+
+
+def enqueue_on_commit(
+    task_name: str, args: tuple[Any, ...], *, fallback: Callable[[], object] | Fallback | None
+) -> None:
+    """`enqueue` once the current transaction commits (at once outside one); nothing if it rolls back:
+    a worker must not pick up work whose rows are not committed."""
+    transaction.on_commit(functools.partial(enqueue, task_name, args, fallback=fallback))
+
+
+def registered_task(task_name: str) -> Task:
+    """The task registered under this name. A web process has not imported the tasks modules (it only
+    publishes, by name), so they are imported on first need, as a worker imports them at start."""
+    if task_name not in current_app.tasks:
+        current_app.autodiscover_tasks(force=True)
+    return current_app.tasks[task_name]
 
 
 def wait_idle(timeout: float) -> bool:

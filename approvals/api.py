@@ -19,6 +19,7 @@ from agentcal.api.views import AgentAPIView
 from agentcal.clock import server_now
 from agentcal.pagination import paginate
 from approvals import services
+from approvals.events import approval_data
 from approvals.models import SUMMARY_MAX_CHARS, Approval, ApprovalStatus
 from workspaces.models import Scope
 
@@ -63,7 +64,7 @@ class ApprovalOutput(serializers.Serializer):
 
 def approval_payload(approval: Approval, now: datetime | None = None) -> dict[str, Any]:
     # The agent reads its evidence back in the order it wrote it (jsonb would sort the keys).
-    return {**services.approval_data(approval, now=now), "evidence": approval.evidence_in_order}
+    return {**approval_data(approval, now=now), "evidence": approval.evidence_in_order}
 
 
 class ApprovalListQuery(PageQuery):

@@ -2,27 +2,15 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 
 from django.conf import settings
 
 from accounts.owner_mail import email_owners
-from agentcal import broker
 from agentcal.clock import isoformat_z
 from approvals.models import Approval
 
 logger = logging.getLogger(__name__)
-
-
-def enqueue_owner_notification(approval_pk: int) -> None:
-    """Email from a Celery worker, never from the request. If the broker refuses the message, the
-    publisher's background thread sends the email itself rather than lose it."""
-    from approvals.tasks import notify_owners
-
-    broker.enqueue(
-        notify_owners, (approval_pk,), fallback=functools.partial(approval_notify_owners, approval_pk)
-    )
 
 
 def approval_notify_owners(approval_pk: int) -> None:

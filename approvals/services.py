@@ -11,13 +11,13 @@ durable transactions, ordered so that a failure between two of them is safe and 
   commit or release the hold. A crash in between leaves an approval whose hold was not settled;
   `approvals_finish_interrupted` (run by the same beat task as the expiry sweep) completes it.
 
-Every state change is audited, and announced through the outbox, in the transaction that makes it.
+Every state change is audited, and announced through the outbox (approvals.events), in the transaction
+that makes it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import logging
 from collections.abc import Iterator
@@ -32,6 +32,7 @@ from django.db.models.functions import Now
 from django.dispatch import Signal
 
 from accounts.models import Membership, Permission
+from agentcal import broker
 from agentcal.clock import isoformat_z
 from agentcal.errors import (
     AgentCalError,
@@ -47,7 +48,7 @@ from agentcal.errors import (
 )
 from agentcal.ids import new_public_id
 from agentcal.text import is_one_line
-from approvals import notifications
+from approvals.events import approval_announce
 from approvals.models import NOTE_MAX_CHARS, SUMMARY_MAX_CHARS, Approval, ApprovalStatus
 from audit.events import AuditEvent
 from audit.models import Outcome
@@ -56,7 +57,6 @@ from bookings import engine
 from bookings.models import Reservation
 from bookings.selectors import reservation_group
 from webhooks.models import EventType
-from webhooks.outbox import outbox_emit
 from workspaces.actor import Actor
 from workspaces.models import Workspace
 
@@ -67,7 +67,6 @@ MIN_EXPIRES_IN_SECONDS = 60
 MAX_EXPIRES_IN_SECONDS = 30 * 86400
 EVIDENCE_MAX_BYTES = 64 * 1024
 STATE_MAX_BYTES = 16 * 1024
-# The owner's notification must not hold a request hostage to a slow SMTP server.
 # The repair sweep looks at decisions older than this (younger ones are most likely still in flight)
 # and younger than the window (it runs every 30 s; the window covers a beat outage of days).
 INTERRUPTED_AFTER = timedelta(seconds=60)
@@ -261,8 +260,10 @@ def _approval_insert(
                     "expires_at": isoformat_z(approval.expires_at),
                 },
             )
-            _announce(EventType.APPROVAL_REQUESTED, approval)
-            transaction.on_commit(functools.partial(notifications.enqueue_owner_notification, approval.pk))
+            approval_announce(EventType.APPROVAL_REQUESTED, approval)
+            # Emailed by a worker: the owners' notification must not hold a request hostage to a slow
+            # SMTP server. If the broker refuses the message, the publisher's thread sends it instead.
+            broker.enqueue_on_commit("approvals.notify_owners", (approval.pk,), fallback=broker.RUN_HERE)
     except IntegrityError as exc:
         # Unreachable while requests for a hold take _hold_lock; if it ever happens, the constraint did
         # its job and the caller gets the ordinary answer.
@@ -351,7 +352,7 @@ def _decide(*, approval_id: str, workspace: Workspace, user: User, approve: bool
             details={"approval_id": approval.public_id, "hold_id": approval.hold_id, "note": note},
         )
         if not (approve and approval.hold_id):
-            _announce(EventType.APPROVAL_APPROVED if approve else EventType.APPROVAL_DENIED, approval)
+            approval_announce(EventType.APPROVAL_APPROVED if approve else EventType.APPROVAL_DENIED, approval)
         approval_ended.send(sender=Approval, approval=approval)
     if approval.hold_id is None:
         return approval
@@ -432,7 +433,7 @@ def _settle_approved(approval: Approval, *, actor: Actor) -> Approval:
                     "booking_error": booking_error,
                 },
             )
-            _announce(EventType.APPROVAL_APPROVED, approval)
+            approval_announce(EventType.APPROVAL_APPROVED, approval)
     return approval
 
 
@@ -470,7 +471,7 @@ def approval_cancel(*, actor: Actor, approval_id: str) -> Approval:
             reservation_public_id=approval.hold_id or "",
             details={"approval_id": approval.public_id, "hold_id": approval.hold_id},
         )
-        _announce(EventType.APPROVAL_CANCELLED, approval)
+        approval_announce(EventType.APPROVAL_CANCELLED, approval)
         approval_ended.send(sender=Approval, approval=approval)
     if approval.hold_id:
         engine.hold_release_unless_settled(actor=actor, hold_id=approval.hold_id)
@@ -522,7 +523,7 @@ def approvals_expire_due(*, limit: int = EXPIRE_BATCH) -> int:
                     "expires_at": isoformat_z(approval.expires_at),
                 },
             )
-            _announce(EventType.APPROVAL_EXPIRED, approval)
+            approval_announce(EventType.APPROVAL_EXPIRED, approval)
             approval_ended.send(sender=Approval, approval=approval)
     for approval in expired:
         if approval.hold_id:
@@ -572,38 +573,3 @@ def approvals_finish_interrupted(*, limit: int = EXPIRE_BATCH) -> int:
         if engine.hold_release_unless_settled(actor=actor, hold_id=approval.hold_id) is not None:
             finished += 1
     return finished
-
-
-# --- How approvals look from outside ------------------------------------------------------------------------
-
-
-def approval_data(approval: Approval, *, now: datetime | None = None) -> dict[str, Any]:
-    """The approval as its agent sees it (API and webhooks), JSON-ready. Evidence is left out: the agent
-    sent it and can read it back with GET; webhooks need not carry up to 64 KiB of it on every event.
-    `now` (the database's clock) reports an unswept expiry as `expired`."""
-    status = approval.status_at(now) if now is not None else approval.status
-    decided_at = approval.decided_at_as_of(now) if now is not None else approval.decided_at
-    return {
-        "id": approval.public_id,
-        "status": status,
-        "summary": approval.summary,
-        "state": approval.state,
-        "hold_id": approval.hold_id,
-        "booking_id": approval.booking_id,
-        "booking_error": approval.booking_error,
-        "agent_id": approval.agent.public_id,
-        "created_at": isoformat_z(approval.created_at),
-        "expires_at": isoformat_z(approval.expires_at),
-        "decided_by": approval.decided_by_email or None,
-        "decided_at": isoformat_z(decided_at) if decided_at else None,
-        "note": approval.note,
-    }
-
-
-def _announce(event_type: EventType, approval: Approval) -> None:
-    outbox_emit(
-        event_type=event_type,
-        workspace_id=approval.workspace_id,
-        agent_id=approval.agent_id,
-        data={"approval": approval_data(approval)},
-    )

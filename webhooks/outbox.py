@@ -70,13 +70,7 @@ def outbox_emit(
         batch.add(OutboxEvent, values)
     else:
         OutboxEvent.objects.create(**values)
-    transaction.on_commit(_nudge_dispatcher)
-
-
-def _nudge_dispatcher() -> None:
-    from webhooks.tasks import dispatch_outbox  # webhooks.tasks imports this module
-
-    broker.nudge(dispatch_outbox)
+    broker.nudge_on_commit("webhooks.dispatch_outbox")
 
 
 def outbox_dispatch(limit: int = DISPATCH_BATCH) -> list[int]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 
 from django.db import transaction
@@ -94,9 +93,6 @@ def endpoint_disable(endpoint: WebhookEndpoint, *, reason: str, actor: Actor | N
 def delivery_replay_request(*, actor: Actor, delivery: WebhookDelivery) -> None:
     """Send a delivery once more (same webhook-id, current secret, no retries) from a worker, after the
     audit row commits; if the broker refuses the message, the publisher's thread sends it itself."""
-    from webhooks.outbox import delivery_replay
-    from webhooks.tasks import replay_webhook
-
     with transaction.atomic(durable=True):
         audit_record(
             event_type=AuditEvent.WEBHOOK_DELIVERY_REPLAYED,
@@ -104,8 +100,4 @@ def delivery_replay_request(*, actor: Actor, delivery: WebhookDelivery) -> None:
             actor=actor,
             details={"delivery_id": delivery.public_id, "event_id": delivery.event.public_id},
         )
-        transaction.on_commit(
-            lambda: broker.enqueue(
-                replay_webhook, (delivery.pk,), fallback=functools.partial(delivery_replay, delivery.pk)
-            )
-        )
+        broker.enqueue_on_commit("webhooks.replay", (delivery.pk,), fallback=broker.RUN_HERE)

@@ -9,8 +9,9 @@ import pytest
 from django.core.management import call_command
 from django.db.models.functions import Now
 
+from accounts.links import MAX_LINKS_PER_EMAIL
 from accounts.models import MagicLink
-from accounts.services import MAX_LINKS_PER_EMAIL, MAX_LINKS_PER_IP
+from accounts.services import MAX_LINKS_PER_IP
 from tests.accounts.conftest import ORIGIN
 
 
@@ -154,7 +155,7 @@ def test_csrf_is_enforced_on_sign_in_forms(owner):
 
 
 def test_old_links_are_purged_and_recent_ones_kept(owner, base_url):
-    from accounts.services import magic_links_purge
+    from accounts.links import magic_links_purge
 
     recent = magic_link_issue_for("olivia@acme.test")
     old = magic_link_issue_for("olivia@acme.test")
@@ -169,6 +170,6 @@ def test_old_links_are_purged_and_recent_ones_kept(owner, base_url):
 def magic_link_issue_for(email: str) -> str:
     import hashlib
 
-    from accounts.services import magic_link_issue
+    from accounts.links import magic_link_issue
 
     return hashlib.sha256(magic_link_issue(email=email).encode()).hexdigest()

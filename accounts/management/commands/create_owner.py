@@ -6,7 +6,8 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.core.validators import validate_email
 
-from accounts.services import magic_link_issue, magic_link_url, owner_create
+from accounts.links import magic_link_issue, magic_link_url
+from accounts.people import owner_create
 
 
 class Command(BaseCommand):
