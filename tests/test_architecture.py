@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -71,45 +72,129 @@ EVERY_APP = (
     "dashboard",
 )
 
-# (modules, what they must not import). Prefixes; the first rule that names a module applies.
-RULES: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
-    (KERNEL, (*EVERY_APP, *TOOLS, "agentcal.api", *COMPOSITION_ROOT)),
-    # The composition root wires the product: the web process (agentcal.wsgi), the workers, `agentcal run`.
-    (COMPOSITION_ROOT, TOOLS),
-    # The API plumbing (base view, problems, idempotency, schema) knows who is acting and audits refusals.
-    (
+
+class Rule(NamedTuple):
+    part: str  # as docs/architecture.md names it
+    modules: tuple[str, ...]  # module prefixes it covers
+    forbidden: tuple[str, ...]  # module prefixes they must not import
+    why: str
+
+
+# The parts named in docs/architecture.md's table, by the module prefixes that make them up.
+PARTS: dict[str, tuple[str, ...]] = {
+    "kernel": KERNEL,
+    "workspaces": ("workspaces",),
+    "audit": ("audit",),
+    "webhooks": ("webhooks",),
+    "bookings": ("bookings",),
+    "accounts": ("accounts",),
+    "approvals": ("approvals",),
+    "sync": ("sync",),
+    "inboxes": ("inboxes",),
+    "dashboard": ("dashboard",),
+    "agentcal.api": ("agentcal.api",),
+    "composition root": COMPOSITION_ROOT,
+    "bench": TOOLS,
+}
+# Nothing in an app imports what wires the apps together (settings are read through django.conf), nor a tool.
+ABOVE_EVERY_APP = (*COMPOSITION_ROOT, *TOOLS)
+APPS_ABOVE_AUDIT = ("webhooks", "bookings", "approvals", "sync", "inboxes", "accounts", "dashboard")
+
+# What each part must not import. Prefixes; the first rule that names a module applies.
+RULES: list[Rule] = [
+    Rule(
+        "kernel",
+        KERNEL,
+        (*EVERY_APP, *ABOVE_EVERY_APP, "agentcal.api"),
+        "every app uses it; it knows no app",
+    ),
+    Rule(
+        "composition root",
+        COMPOSITION_ROOT,
+        TOOLS,
+        "settings, URLs, Celery app, CLI: it wires the product (the web process, the workers, "
+        "`agentcal run`)",
+    ),
+    Rule(
+        "agentcal.api",
         ("agentcal.api",),
-        ("webhooks", "bookings", "approvals", "sync", "inboxes", "accounts", "dashboard", *TOOLS),
+        (*APPS_ABOVE_AUDIT, *ABOVE_EVERY_APP),
+        "the API plumbing (base view, problems, idempotency, schema) knows who is acting and audits refusals",
     ),
-    # Tenancy at the bottom: workspaces, agents, keys, the acting identity.
-    (
+    Rule(
+        "workspaces (models, actor, keys)",
         ("workspaces.models", "workspaces.actor", "workspaces.keys"),
-        ("audit", *EVERY_APP[2:], *TOOLS, "agentcal.api"),
+        ("audit", *EVERY_APP[2:], *ABOVE_EVERY_APP, "agentcal.api"),
+        "who is acting is the bottom of everything",
     ),
-    (
+    Rule(
+        "workspaces (agent and key admin)",
         ("workspaces",),
-        ("webhooks", "bookings", "approvals", "sync", "inboxes", "accounts", "dashboard", *TOOLS),
+        (*APPS_ABOVE_AUDIT, *ABOVE_EVERY_APP),
+        "admin actions are audited",
     ),
-    (("audit",), ("webhooks", "bookings", "approvals", "sync", "inboxes", "accounts", "dashboard", *TOOLS)),
-    # Events go out through the outbox; the outbox knows nothing of what produced them.
-    (("webhooks",), ("bookings", "approvals", "sync", "inboxes", "accounts", "dashboard", *TOOLS)),
-    # The engine enforces upstream busy blocks but knows nothing of how they are synced.
-    (("bookings",), ("approvals", "sync", "inboxes", "accounts", "dashboard", *TOOLS)),
-    (("accounts",), ("webhooks", "bookings", "approvals", "sync", "inboxes", "dashboard", *TOOLS)),
-    (("approvals",), ("sync", "inboxes", "dashboard", *TOOLS)),
-    # Sync feeds the engine (bookings.engine.upstream), reports through audit and the outbox, and emails
-    # the workspace's owners (accounts) when a link breaks.
-    (("sync",), ("approvals", "inboxes", "dashboard", *TOOLS)),
-    # Inboxes receive mail for agents, link invites to the engine's holds and bookings, hold review-first
-    # sends for a person's approval, and report through audit and the outbox; nothing but the
-    # composition root (and the dashboard) builds on them.
-    (("inboxes",), ("sync", "accounts", "dashboard", *TOOLS)),
-    (("dashboard",), (*TOOLS, "agentcal.api")),
-    # The benchmark drives the engine in-process and through HTTP; people's pages and mail are not its own.
-    (TOOLS, ("dashboard", "inboxes")),
-    # The rest of the project package (middleware and the like) is product too.
-    (("agentcal",), TOOLS),
+    Rule(
+        "audit",
+        ("audit",),
+        (*APPS_ABOVE_AUDIT, *ABOVE_EVERY_APP),
+        "every change and refusal is recorded with its actor",
+    ),
+    Rule(
+        "webhooks",
+        ("webhooks",),
+        ("bookings", "approvals", "sync", "inboxes", "accounts", "dashboard", *ABOVE_EVERY_APP),
+        "events go out through the outbox, which knows nothing of what produced them",
+    ),
+    Rule(
+        "bookings",
+        ("bookings",),
+        ("approvals", "sync", "inboxes", "accounts", "dashboard", *ABOVE_EVERY_APP),
+        "the engine writes reservations, audit rows and outbox events in one transaction; it enforces "
+        "upstream busy blocks but knows nothing of how they are synced",
+    ),
+    Rule(
+        "accounts",
+        ("accounts",),
+        ("webhooks", "bookings", "approvals", "sync", "inboxes", "dashboard", *ABOVE_EVERY_APP),
+        "people sign in; they belong to workspaces",
+    ),
+    Rule(
+        "approvals",
+        ("approvals",),
+        ("sync", "inboxes", "dashboard", *ABOVE_EVERY_APP),
+        "an approved hold is committed by the engine; owners are told by mail",
+    ),
+    Rule(
+        "sync",
+        ("sync",),
+        ("approvals", "inboxes", "dashboard", *ABOVE_EVERY_APP),
+        "feeds the engine upstream busy time (`bookings.engine.upstream`), reports through audit and the "
+        "outbox, and emails the workspace's owners when a link breaks",
+    ),
+    Rule(
+        "inboxes",
+        ("inboxes",),
+        ("sync", "accounts", "dashboard", *ABOVE_EVERY_APP),
+        "agents' mailboxes: link invites to the engine's holds and bookings, hold review-first sends for a "
+        "person's approval, report through audit and the outbox; nothing but the composition root and the "
+        "dashboard builds on them",
+    ),
+    Rule(
+        "dashboard",
+        ("dashboard",),
+        (*ABOVE_EVERY_APP, "agentcal.api"),
+        "pages for people, on the same services as the API",
+    ),
+    Rule(
+        "bench",
+        TOOLS,
+        ("dashboard", "inboxes", *COMPOSITION_ROOT),
+        "a tool beside the product (`python -m bench`): drives the engine in-process and through HTTP; "
+        "nothing in the product imports it, so the web process and the workers never load it",
+    ),
+    Rule("the rest of `agentcal`", ("agentcal",), TOOLS, "middleware and the like: product too"),
 ]
+
 # Only an app's HTTP layer (its views, and the payloads they answer) and the composition root build on
 # the HTTP API plumbing.
 HTTP_LAYER = (".api", ".payloads")
@@ -149,7 +234,7 @@ def test_the_rules_cover_every_module() -> None:
     uncovered = [
         module_name(path)
         for path in project_modules()
-        if not any(within(module_name(path), modules) for modules, _ in RULES)
+        if not any(within(module_name(path), rule.modules) for rule in RULES)
         and not module_name(path).startswith("agentcal.")
         and module_name(path) != "agentcal"
     ]
@@ -159,11 +244,60 @@ def test_the_rules_cover_every_module() -> None:
 @pytest.mark.parametrize("path", project_modules(), ids=lambda p: module_name(p))
 def test_imports_follow_the_layers(path: Path) -> None:
     module = module_name(path)
-    forbidden = next((banned for modules, banned in RULES if within(module, modules)), ())
+    forbidden = next((rule.forbidden for rule in RULES if within(module, rule.modules)), ())
     wrong = sorted(name for name in imported_modules(path) if within(name, forbidden))
     if not module.endswith(HTTP_LAYER) and not within(module, API_PLUMBING_USERS):
         wrong += sorted(name for name in imported_modules(path) if within(name, ("agentcal.api",)))
     assert wrong == [], f"{module} may not import {wrong}"
+
+
+# --- docs/architecture.md's table is these rules, rendered -------------------------------------------------
+ARCHITECTURE_DOC = ROOT / "docs" / "architecture.md"
+TABLE_BEGIN = "<!-- The rules table below is rendered from tests/test_architecture.py's RULES. -->"
+TABLE_END = "<!-- End of the rules table. -->"
+
+
+def _is_part_of(modules: tuple[str, ...], prefixes: tuple[str, ...]) -> bool:
+    return all(within(module, prefixes) for module in modules)
+
+
+def rules_table() -> str:
+    """The table as docs/architecture.md must show it: what each part may import, and why."""
+    rows = ["| part | modules | may import | why |", "|---|---|---|---|"]
+    for rule in RULES:
+        allowed = [
+            f"`{name}`" if "." in name else name
+            for name, prefixes in PARTS.items()
+            if name != "agentcal.api"  # only the HTTP layer may (the row after this table)
+            and not _is_part_of(rule.modules, prefixes)
+            and not any(within(prefix, rule.forbidden) for prefix in prefixes)
+        ]
+        modules = ", ".join(f"`{module}`" for module in rule.modules)
+        rows.append(
+            f"| {rule.part} | {modules} | {', '.join(allowed) or 'Django and libraries'} | {rule.why} |"
+        )
+    layer = " and ".join(f"`<app>{suffix}`" for suffix in HTTP_LAYER)
+    plumbing = ", ".join(f"`{module}`" for module in API_PLUMBING_USERS)
+    rows.append(
+        f"| an app's HTTP layer | {layer}; {plumbing} | its app's rule, and `agentcal.api` | "
+        "views parse, call a service, render; nothing else builds on the HTTP plumbing |"
+    )
+    return "\n".join(rows)
+
+
+def test_the_architecture_doc_shows_the_enforced_rules() -> None:
+    text = ARCHITECTURE_DOC.read_text()
+    shown = text.split(TABLE_BEGIN, 1)[-1].split(TABLE_END, 1)[0].strip()
+    assert TABLE_BEGIN in text and TABLE_END in text, f"mark the table in {ARCHITECTURE_DOC.name}"
+    assert shown == rules_table(), f"docs/architecture.md's table should read:\n{rules_table()}"
+
+
+def test_the_architecture_drawing_names_every_part() -> None:
+    drawing = ARCHITECTURE_DOC.read_text().split("```", 2)[1]
+    missing = [
+        name for name in (*EVERY_APP, "composition root", "agentcal.api", "kernel") if name not in drawing
+    ]
+    assert missing == []
 
 
 # --- Nothing session-scoped: PgBouncer in transaction mode (docs/scaling.md) -------------------------------
