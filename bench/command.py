@@ -235,9 +235,10 @@ def _reproduce_command() -> str:
             shown.append("--key=<key>")
         else:
             shown.append(arg)
-    prefix = []
-    if getattr(settings, "USING_EMBEDDED_POSTGRES", False):
-        prefix = ["env", "-u", "DATABASE_URL", "-u", "REDIS_URL"]
-        if os.environ.get("AGENTCAL_DATA_DIR"):
-            prefix.append(f"AGENTCAL_DATA_DIR={os.environ['AGENTCAL_DATA_DIR']}")
-    return shlex.join([*prefix, "python", "-m", "bench", *shown])
+    if not getattr(settings, "USING_EMBEDDED_POSTGRES", False):
+        return shlex.join(["python", "-m", "bench", *shown])
+    # The embedded servers come from dev.py's launcher, which starts them when the variables are unset.
+    prefix = ["env", "-u", "DATABASE_URL", "-u", "REDIS_URL"]
+    if os.environ.get("AGENTCAL_DATA_DIR"):
+        prefix.append(f"AGENTCAL_DATA_DIR={os.environ['AGENTCAL_DATA_DIR']}")
+    return shlex.join([*prefix, "python3", "dev.py", "bench", *shown])

@@ -2,7 +2,7 @@
 
 The command line is the one `agentcal run` uses (agentcal/cli.py) without the access log, for the
 AgentCal app and for the baseline WSGI app alike. The child inherits this process's environment, so it
-uses the same DATABASE_URL / REDIS_URL (the embedded servers export theirs when the settings load).
+uses the same DATABASE_URL / REDIS_URL (under `python3 dev.py bench`, the embedded servers' URLs).
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """What the benchmark runs against: this process's database (the default), or a server at --url.
 
 `LocalTarget` creates its own workspace, agents and API keys in the configured database (the embedded
-PostgreSQL unless DATABASE_URL is set); its engine scenarios can run in-process and through a gunicorn the
-benchmark starts, and its double-booking check is SQL. `RemoteTarget` only has HTTP and the keys it was
-given; it checks for double bookings through the API (the busy list of `availability`).
+PostgreSQL under `python3 dev.py bench` without DATABASE_URL); its engine scenarios can run
+in-process and through a gunicorn the benchmark starts, and its double-booking check is SQL.
+`RemoteTarget` only has HTTP and the keys it was given; it checks for double bookings through the API
+(the busy list of `availability`).
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ PYTEST_XDIST_AUTO_NUM_WORKERS overrides that, `-n0` runs everything in this proc
 Loaded with `-p tests.parallel` (pyproject's addopts) so it runs before the Django settings are read.
 Each worker already has its own PostgreSQL test database (pytest-django adds `_gw0`, `_gw1`… to its
 name); Redis needs the same, or one worker's Celery test workers would consume another's messages and
-one worker's queue purge would drop another's. The controller has loaded the settings before it spawns
-the workers, so REDIS_URL is set here even on the embedded servers; the worker exports its own
-database number in it, and every process it starts (gunicorn, Celery workers) inherits that.
+one worker's queue purge would drop another's. REDIS_URL is in the environment before pytest starts
+(`python3 dev.py test` exports the embedded server's), so the workers inherit it; each worker exports
+its own database number in it, and every process it starts (gunicorn, Celery workers) inherits that.
 """
 
 from __future__ import annotations

@@ -79,3 +79,19 @@ def test_a_second_beat_sends_nothing_until_the_first_stops_or_dies(
     assert 1 < time.monotonic() - died_at < 6
     third.close()
     assert broker.get(BEAT_LOCK_KEY) is None
+
+
+def test_a_beat_makes_the_folder_of_its_schedule_file_when_it_first_sends(
+    broker: redis.Redis, tmp_path: Path
+) -> None:
+    # The settings only name the data folder (loading them creates nothing), so on a fresh machine the
+    # folder of CELERY_BEAT_SCHEDULE_FILENAME does not exist yet when beat starts.
+    folder = tmp_path / "data"
+    beat = SingletonScheduler(app, schedule_filename=str(folder / "celerybeat-schedule"))
+    assert not folder.exists()
+
+    tick_for(beat, 0.3)
+    beat.close()
+
+    assert probes_sent(broker) > 0
+    assert list(folder.glob("celerybeat-schedule*"))
