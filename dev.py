@@ -7,10 +7,10 @@
     python3 dev.py bench   # install into .venv if needed, then the benchmark (python -m bench)
     python3 dev.py lint    # install into .venv if needed, then ruff check, ruff format --check and mypy
 
-Without DATABASE_URL / REDIS_URL / SECRET_KEY, run, test, manage and bench start (or join) an embedded PostgreSQL
-and Redis kept under .data/ and use a key generated there (agentcal/embedded.py). Extra arguments are passed
-on (e.g. `python3 dev.py test -k idempotency`). The suite runs in parallel worker processes; `-n0` runs it
-in one process, `-m fuzz` / `-m bench` add the opt-in sets.
+Without DATABASE_URL / REDIS_URL / SECRET_KEY, run, test, manage and bench start (or join) an embedded
+PostgreSQL and Redis kept under .data/ and use a key generated there (agentcal/embedded.py). Extra arguments
+are passed on (e.g. `python3 dev.py test -k idempotency`). The suite runs in parallel worker processes;
+`-n0` runs it in one process, `-m fuzz` / `-m bench` add the opt-in sets.
 """
 
 from __future__ import annotations
@@ -79,7 +79,8 @@ def lint() -> int:
 
 def main() -> int:
     command, rest = (sys.argv[1], sys.argv[2:]) if len(sys.argv) > 1 else ("", [])
-    if command not in {"run", "test", "manage", "bench", "lint"} or (command == "lint" and rest):  # lint checks all
+    # lint checks everything, so it takes no arguments
+    if command not in {"run", "test", "manage", "bench", "lint"} or (command == "lint" and rest):
         print(__doc__)
         return 2
     ensure_environment()
