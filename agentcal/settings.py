@@ -341,6 +341,15 @@ SYNC_PUSH_BASE_URL = (env_str("SYNC_PUSH_BASE_URL") or DASHBOARD_BASE_URL).rstri
 SYNC_PUSH_ENABLED = env_bool("SYNC_PUSH_ENABLED", True)
 # With push working, polling stays on as a fallback at this slower interval.
 SYNC_PUSH_FALLBACK_INTERVAL_SECONDS = env_int("SYNC_PUSH_FALLBACK_INTERVAL_SECONDS", 900, minimum=5)
+# Push requests (POST /hooks/google, /hooks/microsoft[/lifecycle]) one peer address may make per minute
+# (per web process) before getting 429, checked before the request is read. Google and Graph deliver for
+# every linked calendar from a few addresses each, one request per change: wide enough for a busy
+# installation, while a flood from one address costs its bucket and nothing else.
+SYNC_PUSH_MAX_REQUESTS_PER_MINUTE_PER_IP = env_int("SYNC_PUSH_MAX_REQUESTS_PER_MINUTE_PER_IP", 600, minimum=1)
+# Notifications one Graph delivery may hold; more are refused whole (413) before any query. Graph batches
+# the notifications for one URL but publishes no maximum; its batches are of a few to tens, and a
+# thousand subscription ids are still one fast look-up.
+SYNC_PUSH_MAX_GRAPH_NOTIFICATIONS = env_int("SYNC_PUSH_MAX_GRAPH_NOTIFICATIONS", 1000, minimum=1)
 SYNC_OAUTH_INTERVAL_SECONDS = env_int("SYNC_OAUTH_INTERVAL_SECONDS", 120, minimum=5)
 # A sync run holds its connection's lease at most this long (a killed worker's lease lapses after it).
 SYNC_LEASE_SECONDS = env_int("SYNC_LEASE_SECONDS", 300, minimum=1)

@@ -16,6 +16,12 @@ changes nothing). Notifications then arrive as JSON `{"value": [...]}`, each nam
 itself runs on a worker). Lifecycle events go to their own URL: `reauthorizationRequired` and
 `subscriptionRemoved` are handled by the sync they request (sync.services._keep_push_open renews, or
 opens a new subscription), `missed` only asks for a sync.
+
+Nobody needs a key to call these URLs, so what a request may cost is bounded before it is read. Each peer
+address has a budget of requests a minute (SYNC_PUSH_MAX_REQUESTS_PER_MINUTE_PER_IP): over it the answer
+is 429 with Retry-After, before the body is parsed or the database asked. A Graph delivery holds at most
+SYNC_PUSH_MAX_GRAPH_NOTIFICATIONS notifications (more: 413, refused before any query), and the
+subscriptions its notifications name are looked up in one query, however many there are.
 """
 
 from __future__ import annotations
@@ -23,13 +29,16 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import math
 from typing import Any
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from agentcal.clock import server_now
+from agentcal.rate_limits import RateLimiter, limiter_for
 from agentcal.text import is_storable
 from audit.events import AuditEvent
 from audit.models import Outcome
@@ -42,6 +51,8 @@ logger = logging.getLogger(__name__)
 
 # Graph's validation tokens are a sentence and a request id; anything much longer is not Graph's.
 MAX_VALIDATION_TOKEN = 1024
+# The column's length: a longer subscription id (or channel id) names no connection, so it is not looked up.
+MAX_PUSH_ID = Connection._meta.get_field("push_id").max_length or 256
 
 
 @csrf_exempt  # a provider's server calls it; the channel secret is the check
@@ -74,6 +85,8 @@ def google_notification(request: HttpRequest) -> HttpResponse:
 @csrf_exempt  # Graph calls it; each notification's clientState is the check
 @require_POST
 def microsoft_notification(request: HttpRequest) -> HttpResponse:
+    if not _peer_limiter().allow(_peer(request)):
+        return _rate_limited()
     if "validationToken" in request.GET:
         return _validation_echo(request)
     told = _verified_graph_notifications(request)
@@ -91,6 +104,8 @@ def microsoft_lifecycle(request: HttpRequest) -> HttpResponse:
     """reauthorizationRequired: the subscription stops unless renewed soon, so it counts as expiring now
     and the sync it asks for renews it. subscriptionRemoved: Graph dropped it; the sync opens a new one.
     missed: notifications were lost; the sync reads every change since the last one anyway."""
+    if not _peer_limiter().allow(_peer(request)):
+        return _rate_limited()
     if "validationToken" in request.GET:
         return _validation_echo(request)
     told = _verified_graph_notifications(request)
@@ -126,19 +141,41 @@ def _verified_graph_notifications(
     except ValueError:
         body = None
     items = body.get("value") if isinstance(body, dict) else None
-    if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+    if not isinstance(items, list):
         return _refused(None, "not a Graph notification", status=400, provider="microsoft")
+    limit = settings.SYNC_PUSH_MAX_GRAPH_NOTIFICATIONS
+    if len(items) > limit:
+        # Refused whole and before any query: what a request costs must not grow with what it claims.
+        # Graph sends several notifications in one POST's `value` but documents no maximum
+        # (learn.microsoft.com/graph/api/resources/changenotificationcollection), and retries a delivery
+        # answered with an error for up to 4 hours (learn.microsoft.com/graph/change-notifications-delivery-
+        # webhooks, "HTTP codes and retry logic"); should a genuine one ever be this large, the
+        # connections' fallback polling still brings their changes in.
+        return _refused(
+            None,
+            f"{len(items)} notifications in one request (at most {limit})",
+            status=413,
+            provider="microsoft",
+        )
+    if not all(isinstance(item, dict) for item in items):
+        return _refused(None, "not a Graph notification", status=400, provider="microsoft")
+    named = [str(item.get("subscriptionId") or "") for item in items]
+    # One query for every subscription named (each once); an id no connection could store is not asked for.
+    wanted = {sid for sid in named if sid and len(sid) <= MAX_PUSH_ID and is_storable(sid)}
+    subscribed = (
+        {
+            connection.push_id: connection
+            for connection in Connection.objects.filter(
+                provider=Provider.MICROSOFT, push_id__in=wanted
+            ).select_related("calendar")
+        }
+        if wanted
+        else {}
+    )
     told: dict[int, tuple[Connection, list[dict[str, Any]]]] = {}
     refusal: HttpResponse | None = None
-    for item in items:
-        subscription_id = str(item.get("subscriptionId") or "")
-        connection = (
-            Connection.objects.filter(provider=Provider.MICROSOFT, push_id=subscription_id)
-            .select_related("calendar")
-            .first()
-            if subscription_id and is_storable(subscription_id)
-            else None
-        )
+    for item, subscription_id in zip(items, named, strict=True):
+        connection = subscribed.get(subscription_id)
         if connection is None:
             why, status = f"unknown Graph subscription {subscription_id[:80]!r}", 404
         elif not connection.push_secret_hash or not hmac.compare_digest(
@@ -176,3 +213,20 @@ def _refused(connection: Connection | None, why: str, *, status: int, provider: 
         details={"provider": provider, "why": why, "connection": connection.public_id if connection else ""},
     )
     return HttpResponse(status=status)
+
+
+def _peer(request: HttpRequest) -> str:
+    return str(request.META.get("REMOTE_ADDR", ""))
+
+
+def _rate_limited() -> HttpResponse:
+    """Over the peer's request budget: refused unread. A genuine provider retries (Graph) or the
+    connection's fallback polling brings the change in (Google)."""
+    response = HttpResponse(status=429)
+    response["Retry-After"] = str(math.ceil(60 / settings.SYNC_PUSH_MAX_REQUESTS_PER_MINUTE_PER_IP))
+    return response
+
+
+def _peer_limiter() -> RateLimiter:
+    """One token bucket per peer address, for every push request whatever it turns out to be."""
+    return limiter_for("SYNC_PUSH_MAX_REQUESTS_PER_MINUTE_PER_IP")
