@@ -55,6 +55,13 @@ INBOUND_WEBHOOK_UNAUDITED = Counter(
     "Inbound-webhook requests refused without an audit row (rate_limited, over_audit_budget).",
     ["reason"],
 )
+# Push notifications (sync/push.py) refused without an audit row, by provider: over their peer's request
+# rate, or past its budget of audited refusals (the rest are audited as sync.push.rejected).
+PUSH_UNAUDITED = Counter(
+    "agentcal_push_unaudited_refusals_total",
+    "Push notifications refused without an audit row (rate_limited, over_audit_budget).",
+    ["provider", "reason"],
+)
 
 # From the upstream change (its LAST-MODIFIED, or a push's arrival) to its busy block being enforced.
 SYNC_LAG_SECONDS = Histogram(

@@ -346,6 +346,12 @@ SYNC_PUSH_FALLBACK_INTERVAL_SECONDS = env_int("SYNC_PUSH_FALLBACK_INTERVAL_SECON
 # every linked calendar from a few addresses each, one request per change: wide enough for a busy
 # installation, while a flood from one address costs its bucket and nothing else.
 SYNC_PUSH_MAX_REQUESTS_PER_MINUTE_PER_IP = env_int("SYNC_PUSH_MAX_REQUESTS_PER_MINUTE_PER_IP", 600, minimum=1)
+# Push refusals (unknown channel or subscription, wrong secret: anyone can send them) audited per peer
+# address and minute; the rest are only counted (agentcal_push_unaudited_refusals_total). A provider that
+# lost track of a channel sends a few; a prober, far more than an audit log should keep for 90 days.
+SYNC_PUSH_AUDITED_REFUSALS_PER_MINUTE_PER_IP = env_int(
+    "SYNC_PUSH_AUDITED_REFUSALS_PER_MINUTE_PER_IP", 60, minimum=1
+)
 # Notifications one Graph delivery may hold; more are refused whole (413) before any query. Graph batches
 # the notifications for one URL but publishes no maximum; its batches are of a few to tens, and a
 # thousand subscription ids are still one fast look-up.

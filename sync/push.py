@@ -19,9 +19,12 @@ opens a new subscription), `missed` only asks for a sync.
 
 Nobody needs a key to call these URLs, so what a request may cost is bounded before it is read. Each peer
 address has a budget of requests a minute (SYNC_PUSH_MAX_REQUESTS_PER_MINUTE_PER_IP): over it the answer
-is 429 with Retry-After, before the body is parsed or the database asked. A Graph delivery holds at most
-SYNC_PUSH_MAX_GRAPH_NOTIFICATIONS notifications (more: 413, refused before any query), and the
-subscriptions its notifications name are looked up in one query, however many there are.
+is 429 with Retry-After, before the body is parsed or the database asked, and nothing is written. A Graph
+delivery holds at most SYNC_PUSH_MAX_GRAPH_NOTIFICATIONS notifications (more: 413, refused before any
+query), and the subscriptions its notifications name are looked up in one query, however many there are.
+Refusals are audited only within their peer's budget of audited refusals
+(SYNC_PUSH_AUDITED_REFUSALS_PER_MINUTE_PER_IP), so forged notifications cannot fill the audit log; the
+others, and the requests over the rate, are counted in agentcal_push_unaudited_refusals_total.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from agentcal.clock import server_now
+from agentcal.metrics import PUSH_UNAUDITED
 from agentcal.rate_limits import RateLimiter, limiter_for
 from agentcal.text import is_storable
 from audit.events import AuditEvent
@@ -58,23 +62,29 @@ MAX_PUSH_ID = Connection._meta.get_field("push_id").max_length or 256
 @csrf_exempt  # a provider's server calls it; the channel secret is the check
 @require_POST
 def google_notification(request: HttpRequest) -> HttpResponse:
+    if not _peer_limiter().allow(_peer(request)):
+        return _rate_limited("google")
     channel_id = request.headers.get("X-Goog-Channel-ID", "")
     token = request.headers.get("X-Goog-Channel-Token", "")
     resource_id = request.headers.get("X-Goog-Resource-ID", "")
     state = request.headers.get("X-Goog-Resource-State", "")
     connection = (
         Connection.objects.filter(provider=Provider.GOOGLE, push_id=channel_id).first()
-        if channel_id
+        if channel_id and len(channel_id) <= MAX_PUSH_ID and is_storable(channel_id)
         else None
     )
     if connection is None:
-        return _refused(None, f"unknown Google channel {channel_id[:80]!r}", status=404, provider="google")
+        return _refused(
+            request, None, f"unknown Google channel {channel_id[:80]!r}", status=404, provider="google"
+        )
     # The resource id is known once watch() has answered; the handshake may come before that.
     opening = state == "sync" and not connection.push_resource_id
     if not hmac.compare_digest(push_secret_hash(token), connection.push_secret_hash) or (
         resource_id != connection.push_resource_id and not opening
     ):
-        return _refused(connection, "wrong channel token or resource id", status=403, provider="google")
+        return _refused(
+            request, connection, "wrong channel token or resource id", status=403, provider="google"
+        )
     if state == "sync":
         return HttpResponse(status=200)  # the channel opened; nothing changed yet
     Connection.objects.filter(pk=connection.pk).update(last_push_at=server_now())
@@ -86,7 +96,7 @@ def google_notification(request: HttpRequest) -> HttpResponse:
 @require_POST
 def microsoft_notification(request: HttpRequest) -> HttpResponse:
     if not _peer_limiter().allow(_peer(request)):
-        return _rate_limited()
+        return _rate_limited("microsoft")
     if "validationToken" in request.GET:
         return _validation_echo(request)
     told = _verified_graph_notifications(request)
@@ -105,7 +115,7 @@ def microsoft_lifecycle(request: HttpRequest) -> HttpResponse:
     and the sync it asks for renews it. subscriptionRemoved: Graph dropped it; the sync opens a new one.
     missed: notifications were lost; the sync reads every change since the last one anyway."""
     if not _peer_limiter().allow(_peer(request)):
-        return _rate_limited()
+        return _rate_limited("microsoft")
     if "validationToken" in request.GET:
         return _validation_echo(request)
     told = _verified_graph_notifications(request)
@@ -142,7 +152,7 @@ def _verified_graph_notifications(
         body = None
     items = body.get("value") if isinstance(body, dict) else None
     if not isinstance(items, list):
-        return _refused(None, "not a Graph notification", status=400, provider="microsoft")
+        return _refused(request, None, "not a Graph notification", status=400, provider="microsoft")
     limit = settings.SYNC_PUSH_MAX_GRAPH_NOTIFICATIONS
     if len(items) > limit:
         # Refused whole and before any query: what a request costs must not grow with what it claims.
@@ -152,13 +162,14 @@ def _verified_graph_notifications(
         # webhooks, "HTTP codes and retry logic"); should a genuine one ever be this large, the
         # connections' fallback polling still brings their changes in.
         return _refused(
+            request,
             None,
             f"{len(items)} notifications in one request (at most {limit})",
             status=413,
             provider="microsoft",
         )
     if not all(isinstance(item, dict) for item in items):
-        return _refused(None, "not a Graph notification", status=400, provider="microsoft")
+        return _refused(request, None, "not a Graph notification", status=400, provider="microsoft")
     named = [str(item.get("subscriptionId") or "") for item in items]
     # One query for every subscription named (each once); an id no connection could store is not asked for.
     wanted = {sid for sid in named if sid and len(sid) <= MAX_PUSH_ID and is_storable(sid)}
@@ -186,7 +197,7 @@ def _verified_graph_notifications(
             told.setdefault(connection.pk, (connection, []))[1].append(item)
             continue
         if refusal is None:
-            refusal = _refused(connection, why, status=status, provider="microsoft")
+            refusal = _refused(request, connection, why, status=status, provider="microsoft")
     if not told and refusal is not None:
         return refusal
     return told
@@ -199,8 +210,14 @@ def _sync_unless_revoked(connection: Connection) -> None:
         request_sync(connection.pk)
 
 
-def _refused(connection: Connection | None, why: str, *, status: int, provider: str) -> HttpResponse:
-    """A notification we cannot trust: refused, logged and audited (someone may be probing)."""
+def _refused(
+    request: HttpRequest, connection: Connection | None, why: str, *, status: int, provider: str
+) -> HttpResponse:
+    """A notification we cannot trust: refused, and logged and audited (someone may be probing) within
+    its peer's budget of audited refusals; past it only counted, so a flood leaves no trail of rows."""
+    if not _refusal_audit_limiter().allow(_peer(request)):
+        PUSH_UNAUDITED.labels(provider, "over_audit_budget").inc()
+        return HttpResponse(status=status)
     logger.warning("push refused (%s): %s", connection.public_id if connection else "-", why)
     audit_record(
         event_type=AuditEvent.PUSH_REJECTED,
@@ -210,7 +227,12 @@ def _refused(connection: Connection | None, why: str, *, status: int, provider: 
         calendar_public_id=connection.calendar.public_id if connection else "",
         http_status=status,
         failure_reason="push_not_verified",
-        details={"provider": provider, "why": why, "connection": connection.public_id if connection else ""},
+        details={
+            "provider": provider,
+            "why": why,
+            "connection": connection.public_id if connection else "",
+            "peer_ip": _peer(request),
+        },
     )
     return HttpResponse(status=status)
 
@@ -219,9 +241,10 @@ def _peer(request: HttpRequest) -> str:
     return str(request.META.get("REMOTE_ADDR", ""))
 
 
-def _rate_limited() -> HttpResponse:
-    """Over the peer's request budget: refused unread. A genuine provider retries (Graph) or the
-    connection's fallback polling brings the change in (Google)."""
+def _rate_limited(provider: str) -> HttpResponse:
+    """Over the peer's request budget: refused unread and not audited, only counted. A genuine provider
+    retries (Graph) or the connection's fallback polling brings the change in (Google)."""
+    PUSH_UNAUDITED.labels(provider, "rate_limited").inc()
     response = HttpResponse(status=429)
     response["Retry-After"] = str(math.ceil(60 / settings.SYNC_PUSH_MAX_REQUESTS_PER_MINUTE_PER_IP))
     return response
@@ -230,3 +253,8 @@ def _rate_limited() -> HttpResponse:
 def _peer_limiter() -> RateLimiter:
     """One token bucket per peer address, for every push request whatever it turns out to be."""
     return limiter_for("SYNC_PUSH_MAX_REQUESTS_PER_MINUTE_PER_IP")
+
+
+def _refusal_audit_limiter() -> RateLimiter:
+    """One token bucket per peer address: the push refusals that are audited."""
+    return limiter_for("SYNC_PUSH_AUDITED_REFUSALS_PER_MINUTE_PER_IP")

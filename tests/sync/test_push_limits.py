@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
@@ -15,9 +17,10 @@ import httpx
 import pytest
 from django.conf import settings as django_settings
 from django.db.backends.signals import connection_created
+from prometheus_client import REGISTRY
 
 from sync.models import Connection
-from tests.conftest import audit_rows
+from tests.conftest import audit_rows, http_client
 from tests.sync.test_microsoft_sync import MicrosoftLinked, mslinked, synced  # noqa: F401 (fixture)
 
 
@@ -128,3 +131,56 @@ def test_a_peer_over_its_request_budget_is_answered_429_unread(live_server: Any,
     assert {answer.headers["retry-after"] for answer in limited} == {"20"}
     assert connection_lookups(seen) == []
     assert len(audit_rows(event_type="sync.push.rejected")) == 3, "the refusals over budget write nothing"
+
+
+def unaudited(provider: str, reason: str) -> float:
+    """The live server runs in this process: its counters are this process's."""
+    value = REGISTRY.get_sample_value(
+        "agentcal_push_unaudited_refusals_total", {"provider": provider, "reason": reason}
+    )
+    return value or 0.0
+
+
+@pytest.mark.usefixtures("transactional_db")
+def test_a_flood_of_forged_pushes_leaves_bounded_audit_rows_and_is_answered_429(
+    live_server: Any, settings: Any
+) -> None:
+    settings.SYNC_PUSH_MAX_REQUESTS_PER_MINUTE_PER_IP = 300
+    settings.SYNC_PUSH_AUDITED_REFUSALS_PER_MINUTE_PER_IP = 20
+    counters = [(p, r) for p in ("google", "microsoft") for r in ("rate_limited", "over_audit_budget")]
+    before = {key: unaudited(*key) for key in counters}
+    google_forged = {
+        "X-Goog-Channel-ID": "made-up-channel",
+        "X-Goog-Channel-Token": "guess",
+        "X-Goog-Resource-ID": "made-up-resource",
+        "X-Goog-Resource-State": "exists",
+    }
+    graph_forged = graph_delivery({"subscriptionId": "made-up", "clientState": "guess"})
+
+    def forge(n: int) -> tuple[str, int]:
+        if n % 3 == 0:
+            return "google", client.post("/hooks/google", headers=google_forged).status_code
+        path = "/hooks/microsoft" if n % 3 == 1 else "/hooks/microsoft/lifecycle"
+        return "microsoft", client.post(path, content=graph_forged).status_code
+
+    started = time.monotonic()
+    with (
+        http_client(live_server.url, headers={"Connection": "close"}) as client,
+        ThreadPoolExecutor(max_workers=4) as pool,
+    ):
+        answers = list(pool.map(forge, range(600)))
+    elapsed = time.monotonic() - started
+
+    statuses = Counter(status for _, status in answers)
+    assert set(statuses) == {404, 429}
+    # Each bucket refills smoothly: at most its capacity and what came back while the flood lasted.
+    assert 300 <= statuses[404] <= 300 + elapsed * 300 / 60 + 1
+    rows = audit_rows(event_type="sync.push.rejected")
+    assert 20 <= len(rows) <= 20 + elapsed * 20 / 60 + 1, f"{len(rows)} rows in {elapsed:.1f} s"
+    assert {row.details["peer_ip"] for row in rows} == {"127.0.0.1"}
+    counted = {key: unaudited(*key) - before[key] for key in counters}
+    assert sum(counted[(p, "rate_limited")] for p in ("google", "microsoft")) == statuses[429]
+    assert sum(counted[(p, "over_audit_budget")] for p in ("google", "microsoft")) == statuses[404] - len(
+        rows
+    )
+    assert all(counted[key] > 0 for key in counters), counted
