@@ -5,7 +5,9 @@ stored token, and finds nothing new the second time.
 
 Google (developers.google.com/calendar/api/guides/push): `X-Goog-Channel-ID`, `X-Goog-Channel-Token`
 (our secret), `X-Goog-Resource-ID`, `X-Goog-Resource-State` (`sync` when the channel opens, then
-`exists`). A notification we cannot match is refused (404/403) and logged; Google stops retrying.
+`exists`). A notification we cannot match is refused (404/403) and audited; Google stops retrying.
+A revoked connection's notifications (on both providers) are acknowledged and sync nothing: its grant
+is refused, and a sync would only ask the provider for a token again.
 
 Microsoft Graph (learn.microsoft.com/graph/change-notifications-delivery-webhooks and
 /graph/change-notifications-lifecycle-events): creating a subscription, Graph first POSTs
@@ -88,7 +90,7 @@ def google_notification(request: HttpRequest) -> HttpResponse:
     if state == "sync":
         return HttpResponse(status=200)  # the channel opened; nothing changed yet
     Connection.objects.filter(pk=connection.pk).update(last_push_at=server_now())
-    request_sync(connection.pk)
+    _sync_unless_revoked(connection)
     return HttpResponse(status=200)
 
 
@@ -204,8 +206,8 @@ def _verified_graph_notifications(
 
 
 def _sync_unless_revoked(connection: Connection) -> None:
-    """A revoked connection is never retried on its own: its subscription's last notifications (until
-    it expires) are acknowledged and change nothing."""
+    """A revoked connection is never retried on its own: its channel's or subscription's last
+    notifications (until it expires) are acknowledged and change nothing, not even a token refresh."""
     if connection.status != ConnectionStatus.REVOKED:
         request_sync(connection.pk)
 
