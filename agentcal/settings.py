@@ -319,6 +319,12 @@ CELERY_BEAT_SCHEDULE = {
 SYNC_CREDENTIAL_KEYS = env_list("SYNC_CREDENTIAL_KEYS", [])
 # How far ahead recurring events are expanded into busy blocks; re-expanded daily as time moves on.
 SYNC_HORIZON_DAYS = env_int("SYNC_HORIZON_DAYS", 180, minimum=7)
+# What expanding recurring events may cost (sync/ical.py: a step is one instance of a rule walked, ~3 µs;
+# an occurrence built in the window costs 50). One event: an hourly series over the 180-day horizon still
+# fits, a minutely one does not. One sync pass: about a thousand weekly series started years ago, a few
+# seconds of work at most. A series over either blocks its whole span instead, and the connection says so.
+SYNC_EXPANSION_STEPS_PER_EVENT = env_int("SYNC_EXPANSION_STEPS_PER_EVENT", 250_000, minimum=1_000)
+SYNC_EXPANSION_STEPS_PER_SYNC = env_int("SYNC_EXPANSION_STEPS_PER_SYNC", 2_500_000, minimum=1_000)
 # CalDAV has no push: poll each connection this often (plus up to 10 % jitter).
 SYNC_CALDAV_INTERVAL_SECONDS = env_int("SYNC_CALDAV_INTERVAL_SECONDS", 60, minimum=5)
 # OAuth apps (register one with each provider; README, "Upstream calendars"). Base URLs are settings so
