@@ -32,6 +32,9 @@ MAX_OCCURRENCES = 10_000
 # costs as much as some fifty steps (more in a zone with DST rules). A FREQ=MINUTELY rule over a 180-day
 # window is 260,000 instances: seconds of work for one event, which the budget refuses before it starts.
 STEPS_PER_OCCURRENCE = 50
+# An hour, minute or second that an hourly (minutely, secondly) rule's BYxxx parts leave out is skipped
+# in a tenth of a step.
+PERIODS_PER_STEP = 10
 # The budget of one event when the caller gives none (sync.ingest passes SYNC_EXPANSION_STEPS_PER_EVENT).
 DEFAULT_STEPS_PER_EVENT = 250_000
 _SUB_DAILY = {
@@ -39,6 +42,11 @@ _SUB_DAILY = {
     "MINUTELY": timedelta(minutes=1),
     "SECONDLY": timedelta(seconds=1),
 }
+# Day parts that may keep no day for years (or ever), and every part that selects days.
+_RARE_DAY_PARTS = ("BYMONTHDAY", "BYYEARDAY", "BYWEEKNO")
+_DAY_PARTS = ("BYMONTH", *_RARE_DAY_PARTS, "BYDAY", "WKST")
+# A 400-year Gregorian cycle that ends where dateutil stops (year 9999).
+_CYCLE_START = datetime(9600, 1, 1)  # noqa: DTZ001 - wall clock on purpose
 # The expansion compares floating times and all-day dates as if they were UTC. A day either side
 # covers every real UTC offset; the exact window is applied after conversion.
 QUERY_MARGIN = timedelta(days=1)
@@ -138,13 +146,13 @@ def busy_intervals(
     with _invalid_data("cannot expand the event"):
         calendar, events = _parse(data)
         _shorten_negative_lengths(events, zone)
+        recurring = any(name in event for event in events for name in ("RRULE", "RDATE", "RECURRENCE-ID"))
         try:
             steps = _expansion_cost(events, window_start, window_end, allowance=budget.allowance())
         except _TooCostly as too_costly:
             budget.spend(too_costly.walked)
             raise _cut_short(str(too_costly), events, zone, window_start, window_end, own_addresses) from None
         budget.spend(steps)
-        recurring = any(name in event for event in events for name in ("RRULE", "RDATE", "RECURRENCE-ID"))
         occurrences = recurring_ical_events.of(calendar).between(
             window_start - QUERY_MARGIN, window_end + QUERY_MARGIN
         )
@@ -256,15 +264,21 @@ def _expansion_cost(
     before the expansion itself starts.
 
     An hourly, minutely or secondly rule is walked hour by hour (minute, second) whatever its BYxxx parts
-    keep, so its cost is the periods from DTSTART to its UNTIL or the window's end; when that is over the
-    allowance it is refused without walking at all.
+    keep, so its cost grows with the periods from DTSTART to its UNTIL or the window's end; when that is
+    over the allowance it is refused without walking at all.
+
+    The walk goes on, day by day, until a day its BYMONTHDAY, BYYEARDAY or BYWEEKNO parts keep: one that
+    keeps none (the 30th of February) would be walked to the year 9999. Such a rule gives no occurrence
+    but DTSTART, so it is dropped from the event; one whose next day is too far off is refused.
     """
     # Naive wall-clock times throughout: the counts need not be exact to the hour.
     window_first = (window_start - QUERY_MARGIN).replace(tzinfo=None)
     window_last = (window_end + QUERY_MARGIN).replace(tzinfo=None)
     steps = 0
     for event in events:
-        for rule in _values(event, "RRULE"):
+        rules = _values(event, "RRULE")
+        never = []
+        for rule in rules:
             rule_text = bytes(rule.to_ical()).decode()
             if "FREQ=" not in rule_text.upper():
                 raise InvalidCalendarData(f"malformed RRULE:{rule_text}: no FREQ")
@@ -278,24 +292,61 @@ def _expansion_cost(
             except ValueError as error:
                 raise InvalidCalendarData(f"malformed RRULE:{rule_text}: {error}") from error
             too_costly = f"expanding RRULE:{rule_text} from {dtstart:%Y-%m-%d %H:%M} costs too much"
+            days = _kept_days(rule_text)
+            if days is not None:
+                # The Gregorian calendar repeats every 400 years: no day kept in 9600-9999, none ever.
+                if next(iter(rrulestr(days, dtstart=_CYCLE_START, cache=False)), None) is None:
+                    never.append(rule)
+                    continue
+                until = _naive_until(rule)
+                walk_to = max(dtstart, min(until, window_last) if until is not None else window_last)
+                following = next(iter(rrulestr(days, dtstart=walk_to, cache=False)), None)
+                if following is None or steps + (following - dtstart).days > allowance:
+                    raise _TooCostly(too_costly, steps)
             period = _SUB_DAILY.get(str((rule.get("FREQ") or [""])[0]).upper())
             if period is not None:
                 period *= int((rule.get("INTERVAL") or [1])[0])
                 until = _naive_until(rule)
                 walk_end = min(until, window_last) if until is not None else window_last
                 # Without COUNT the walk goes on to its end whatever matches: known before it starts.
-                if not rule.get("COUNT") and steps + (walk_end - dtstart) / period > allowance:
+                # Without BYxxx parts every period is an instance, a whole step.
+                filtered = any(name.startswith("BY") for name in rule)
+                periods = (walk_end - dtstart) / period / (PERIODS_PER_STEP if filtered else 1)
+                if not rule.get("COUNT") and steps + periods > allowance:
                     raise _TooCostly(too_costly, steps)
             walked = in_window = 0
-            for instance in instances:
-                walked = int((instance - dtstart) / period) + 1 if period is not None else walked + 1
+            for yielded, instance in enumerate(instances, start=1):
+                walked = yielded
+                if period is not None:
+                    walked = max(yielded, int((instance - dtstart) / period) // PERIODS_PER_STEP)
                 in_window += window_first <= instance < window_last
                 if steps + walked + in_window * STEPS_PER_OCCURRENCE > allowance:
                     raise _TooCostly(too_costly, steps + walked)
                 if instance >= window_last:
                     break
             steps += walked + in_window * STEPS_PER_OCCURRENCE
+        if never:
+            kept = [rule for rule in rules if rule not in never]
+            event.pop("RRULE")
+            if kept:
+                event["RRULE"] = kept if len(kept) > 1 else kept[0]
     return steps
+
+
+def _kept_days(rule_text: str) -> str | None:
+    """A yearly rule keeping the days `rule_text` keeps, when its day parts may keep none for a long
+    while (BYMONTHDAY, BYYEARDAY, BYWEEKNO); walked a year at a time, it finds the next such day fast.
+    None when no such part is there, or when the rule walks by month or year anyway."""
+    parts = dict(part.split("=", 1) for part in rule_text.upper().split(";") if "=" in part)
+    if parts.get("FREQ") == "YEARLY" or not any(parts.get(name) for name in _RARE_DAY_PARTS):
+        return None
+    if parts.get("FREQ") == "MONTHLY" and any(char.isdigit() for char in parts.get("BYDAY", "")):
+        return None  # "the first Monday" means another day in a yearly rule
+    kept = {name: parts[name] for name in _DAY_PARTS if parts.get(name)}
+    if "BYDAY" in kept:
+        # Below monthly, "1MO" is any Monday (as dateutil reads it); yearly, it is the year's first.
+        kept["BYDAY"] = ",".join(day.lstrip("+-0123456789") for day in kept["BYDAY"].split(","))
+    return "FREQ=YEARLY;" + ";".join(f"{name}={value}" for name, value in kept.items())
 
 
 def _naive_until(rule: Any) -> datetime | None:

@@ -360,6 +360,40 @@ def test_a_series_cut_short_blocks_up_to_its_until_and_its_moved_occurrences_as_
     ]
 
 
+@pytest.mark.parametrize("frequency", ["DAILY", "WEEKLY", "HOURLY", "MINUTELY"])
+def test_a_rule_that_keeps_no_day_gives_its_first_occurrence_at_once(frequency: str) -> None:
+    # There is no 30 February: walking day by day to find one would go on to the year 9999.
+    data = ics(
+        *vevent(
+            "DTSTART:20261201T090000Z", "DURATION:PT1H", f"RRULE:FREQ={frequency};BYMONTH=2;BYMONTHDAY=30"
+        )
+    )
+    started = time.thread_time()
+    intervals = busy(data, calendar_tz="UTC", window=(utc(2026, 11, 1), utc(2027, 11, 1)))
+    assert time.thread_time() - started < 0.5
+    assert [(interval.start, interval.end) for interval in intervals] == [
+        (utc(2026, 12, 1, 9), utc(2026, 12, 1, 10))
+    ]
+
+
+def test_a_rule_whose_next_day_is_decades_off_is_cut_short() -> None:
+    # 29 February on a Monday: 2044 is the first. The walk to it, past the window, is 6,300 days: over
+    # this budget.
+    data = ics(
+        *vevent(
+            "DTSTART:20261201T090000Z", "DURATION:PT1H", "RRULE:FREQ=DAILY;BYMONTH=2;BYMONTHDAY=29;BYDAY=MO"
+        )
+    )
+    window = (utc(2026, 11, 1), utc(2027, 11, 1))
+    budget = ExpansionBudget(per_event=5_000)
+    assert cut_short(data, window=window, budget=budget) == [(utc(2026, 12, 1, 9), window[1])]
+    # Within the default budget it is walked: its only occurrence in the window is DTSTART's.
+    walked = busy(data, calendar_tz="UTC", window=window)
+    assert [(interval.start, interval.end) for interval in walked] == [
+        (utc(2026, 12, 1, 9), utc(2026, 12, 1, 10))
+    ]
+
+
 def test_a_free_series_cut_short_blocks_nothing() -> None:
     data = ics(
         *vevent("DTSTART:20261201T000000Z", "DURATION:PT10M", "TRANSP:TRANSPARENT", "RRULE:FREQ=MINUTELY")
