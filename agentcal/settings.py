@@ -330,6 +330,12 @@ CELERY_BEAT_SCHEDULE = {
 SYNC_CREDENTIAL_KEYS = env_list("SYNC_CREDENTIAL_KEYS", [])
 # How far ahead recurring events are expanded into busy blocks; re-expanded daily as time moves on.
 SYNC_HORIZON_DAYS = env_int("SYNC_HORIZON_DAYS", 180, minimum=7)
+# What expanding recurring events may cost (sync/ical.py: a step is one instance of a rule walked, ~3 µs;
+# an occurrence built in the window costs 50). One event: an hourly series over the 180-day horizon still
+# fits, a minutely one does not. One sync pass: about a thousand weekly series started years ago, a few
+# seconds of work at most. A series over either blocks its whole span instead, and the connection says so.
+SYNC_EXPANSION_STEPS_PER_EVENT = env_int("SYNC_EXPANSION_STEPS_PER_EVENT", 250_000, minimum=1_000)
+SYNC_EXPANSION_STEPS_PER_SYNC = env_int("SYNC_EXPANSION_STEPS_PER_SYNC", 2_500_000, minimum=1_000)
 # CalDAV has no push: poll each connection this often (plus up to 10 % jitter).
 SYNC_CALDAV_INTERVAL_SECONDS = env_int("SYNC_CALDAV_INTERVAL_SECONDS", 60, minimum=5)
 # OAuth apps (register one with each provider; README, "Upstream calendars"). Base URLs are settings so
@@ -352,6 +358,21 @@ SYNC_PUSH_BASE_URL = (env_str("SYNC_PUSH_BASE_URL") or DASHBOARD_BASE_URL).rstri
 SYNC_PUSH_ENABLED = env_bool("SYNC_PUSH_ENABLED", True)
 # With push working, polling stays on as a fallback at this slower interval.
 SYNC_PUSH_FALLBACK_INTERVAL_SECONDS = env_int("SYNC_PUSH_FALLBACK_INTERVAL_SECONDS", 900, minimum=5)
+# Push requests (POST /hooks/google, /hooks/microsoft[/lifecycle]) one peer address may make per minute
+# (per web process) before getting 429, checked before the request is read. Google and Graph deliver for
+# every linked calendar from a few addresses each, one request per change: wide enough for a busy
+# installation, while a flood from one address costs its bucket and nothing else.
+SYNC_PUSH_MAX_REQUESTS_PER_MINUTE_PER_IP = env_int("SYNC_PUSH_MAX_REQUESTS_PER_MINUTE_PER_IP", 600, minimum=1)
+# Push refusals (unknown channel or subscription, wrong secret: anyone can send them) audited per peer
+# address and minute; the rest are only counted (agentcal_push_unaudited_refusals_total). A provider that
+# lost track of a channel sends a few; a prober, far more than an audit log should keep for 90 days.
+SYNC_PUSH_AUDITED_REFUSALS_PER_MINUTE_PER_IP = env_int(
+    "SYNC_PUSH_AUDITED_REFUSALS_PER_MINUTE_PER_IP", 60, minimum=1
+)
+# Notifications one Graph delivery may hold; more are refused whole (413) before any query. Graph batches
+# the notifications for one URL but publishes no maximum; its batches are of a few to tens, and a
+# thousand subscription ids are still one fast look-up.
+SYNC_PUSH_MAX_GRAPH_NOTIFICATIONS = env_int("SYNC_PUSH_MAX_GRAPH_NOTIFICATIONS", 1000, minimum=1)
 SYNC_OAUTH_INTERVAL_SECONDS = env_int("SYNC_OAUTH_INTERVAL_SECONDS", 120, minimum=5)
 # A sync run holds its connection's lease at most this long (a killed worker's lease lapses after it).
 SYNC_LEASE_SECONDS = env_int("SYNC_LEASE_SECONDS", 300, minimum=1)

@@ -18,8 +18,15 @@ from bookings.engine.upstream import NeedMoreLocks, UpstreamApplied, UpstreamCha
 from bookings.models import Reservation
 from bookings.spans import Span
 from sync.formats import SELF_ADDRESS, as_icalendar, is_series_part, version_of
-from sync.ical import InvalidCalendarData, agentcal_booking_id, busy_intervals
+from sync.ical import (
+    ExpansionBudget,
+    ExpansionCutShort,
+    InvalidCalendarData,
+    agentcal_booking_id,
+    busy_intervals,
+)
 from sync.models import Connection, IngestionRecord, Provider, RecordKind, UpstreamEvent
+from sync.problems import note_problem
 
 # Blocks start this far back (an event in progress still blocks the rest of itself).
 HORIZON_PAST = timedelta(days=1)
@@ -191,7 +198,12 @@ def _apply(
     connection: Connection, events: Sequence[UpstreamEvent], *, replace_all: bool, lock_ids: set[int]
 ) -> UpstreamApplied:
     window = horizon(datetime.now(UTC))
-    changes = [UpstreamChange(event.resource, _spans(connection, event, window)) for event in events]
+    # One budget for every event this pass expands: a sync makes at most three passes (what a crashed run
+    # left, what it fetched, the horizon's roll), so its expansion work is bounded however the events repeat.
+    budget = ExpansionBudget(
+        per_event=settings.SYNC_EXPANSION_STEPS_PER_EVENT, left=settings.SYNC_EXPANSION_STEPS_PER_SYNC
+    )
+    changes = [UpstreamChange(event.resource, _spans(connection, event, window, budget)) for event in events]
     applied = upstream_blocks_replace(
         calendar_id=connection.calendar_id,
         connection_id=connection.pk,
@@ -205,13 +217,15 @@ def _apply(
     return applied
 
 
-def _spans(connection: Connection, event: UpstreamEvent, window: Span) -> list[Span]:
+def _spans(connection: Connection, event: UpstreamEvent, window: Span, budget: ExpansionBudget) -> list[Span]:
     """The busy spans an event gives over the window: none if deleted, if it is the echo of one of
-    this calendar's own bookings, or if its data cannot be read (recorded on the event)."""
+    this calendar's own bookings, or if its data cannot be read (recorded on the event). A series too
+    costly to expand blocks its whole span (recorded on the event, and among the connection's problems
+    when it starts to)."""
     if event.deleted_at is not None or event.record is None:
         return []
     payload = event.record.payload
-    problem, booking_id, data = "", "", payload
+    problem, warning, booking_id, data = "", "", "", payload
     spans: list[Span] = []
     try:
         if is_series_part(connection.provider, payload) and _series(connection, event, masters=True):
@@ -227,16 +241,34 @@ def _spans(connection: Connection, event: UpstreamEvent, window: Span) -> list[S
             window_end=window.end,
             calendar_tz=connection.calendar.timezone,
             attendee_addresses=_addresses(connection),
+            budget=budget,
         )
         # Our own booking's copy, where we wrote it, is the booking itself: it must not block it. If
         # the person moved or repeated the copy, what they made of it blocks like any event.
         spans = [Span(i.start, i.end) for i in intervals if Span(i.start, i.end) != own]
+    except ExpansionCutShort as cut:
+        # Blocking too much is the safe side: an occurrence never computed must not be bookable.
+        spans = [Span(i.start, i.end) for i in cut.intervals]
+        warning = str(cut)
     except InvalidCalendarData as exc:
         problem = str(exc)
     recurring = any(marker in data for marker in ("RRULE:", "RDATE", "RECURRENCE-ID"))
-    if (event.problem, event.booking_id, event.recurring) != (problem, booking_id, recurring):
-        event.problem, event.booking_id, event.recurring = problem, booking_id, recurring
-        event.save(update_fields=["problem", "booking_id", "recurring"])
+    if bool(warning) != bool(event.warning) and warning:
+        # Said once when the event starts to block its whole span, not on every re-expansion.
+        note_problem(connection, f"Upstream event {event.resource[:200]}: {warning}")
+    if (event.problem, event.warning, event.booking_id, event.recurring) != (
+        problem,
+        warning,
+        booking_id,
+        recurring,
+    ):
+        event.problem, event.warning, event.booking_id, event.recurring = (
+            problem,
+            warning,
+            booking_id,
+            recurring,
+        )
+        event.save(update_fields=["problem", "warning", "booking_id", "recurring"])
     return spans
 
 

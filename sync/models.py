@@ -151,6 +151,9 @@ class UpstreamEvent(models.Model):
     recurring = models.BooleanField(default=False)
     # Why it does not block, if it does not (unparsable data): shown on the dashboard, never silent.
     problem = models.TextField(blank=True)
+    # Why it blocks more than its own occurrences, if it does: its recurrence was too costly to expand
+    # (sync.ical.ExpansionCutShort), so the series' whole span blocks. Shown on the dashboard.
+    warning = models.TextField(blank=True, default="")
     deleted_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -5,7 +5,9 @@ stored token, and finds nothing new the second time.
 
 Google (developers.google.com/calendar/api/guides/push): `X-Goog-Channel-ID`, `X-Goog-Channel-Token`
 (our secret), `X-Goog-Resource-ID`, `X-Goog-Resource-State` (`sync` when the channel opens, then
-`exists`). A notification we cannot match is refused (404/403) and logged; Google stops retrying.
+`exists`). A notification we cannot match is refused (404/403) and audited; Google stops retrying.
+A revoked connection's notifications (on both providers) are acknowledged and sync nothing: its grant
+is refused, and a sync would only ask the provider for a token again.
 
 Microsoft Graph (learn.microsoft.com/graph/change-notifications-delivery-webhooks and
 /graph/change-notifications-lifecycle-events): creating a subscription, Graph first POSTs
@@ -16,6 +18,15 @@ changes nothing). Notifications then arrive as JSON `{"value": [...]}`, each nam
 itself runs on a worker). Lifecycle events go to their own URL: `reauthorizationRequired` and
 `subscriptionRemoved` are handled by the sync they request (sync.services._keep_push_open renews, or
 opens a new subscription), `missed` only asks for a sync.
+
+Nobody needs a key to call these URLs, so what a request may cost is bounded before it is read. Each peer
+address has a budget of requests a minute (SYNC_PUSH_MAX_REQUESTS_PER_MINUTE_PER_IP): over it the answer
+is 429 with Retry-After, before the body is parsed or the database asked, and nothing is written. A Graph
+delivery holds at most SYNC_PUSH_MAX_GRAPH_NOTIFICATIONS notifications (more: 413, refused before any
+query), and the subscriptions its notifications name are looked up in one query, however many there are.
+Refusals are audited only within their peer's budget of audited refusals
+(SYNC_PUSH_AUDITED_REFUSALS_PER_MINUTE_PER_IP), so forged notifications cannot fill the audit log; the
+others, and the requests over the rate, are counted in agentcal_push_unaudited_refusals_total.
 """
 
 from __future__ import annotations
@@ -23,13 +34,17 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import math
 from typing import Any
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from agentcal.clock import server_now
+from agentcal.metrics import PUSH_UNAUDITED
+from agentcal.rate_limits import RateLimiter, limiter_for
 from agentcal.text import is_storable
 from audit.events import AuditEvent
 from audit.models import Outcome
@@ -42,38 +57,48 @@ logger = logging.getLogger(__name__)
 
 # Graph's validation tokens are a sentence and a request id; anything much longer is not Graph's.
 MAX_VALIDATION_TOKEN = 1024
+# The column's length: a longer subscription id (or channel id) names no connection, so it is not looked up.
+MAX_PUSH_ID = Connection._meta.get_field("push_id").max_length or 256
 
 
 @csrf_exempt  # a provider's server calls it; the channel secret is the check
 @require_POST
 def google_notification(request: HttpRequest) -> HttpResponse:
+    if not _peer_limiter().allow(_peer(request)):
+        return _rate_limited("google")
     channel_id = request.headers.get("X-Goog-Channel-ID", "")
     token = request.headers.get("X-Goog-Channel-Token", "")
     resource_id = request.headers.get("X-Goog-Resource-ID", "")
     state = request.headers.get("X-Goog-Resource-State", "")
     connection = (
         Connection.objects.filter(provider=Provider.GOOGLE, push_id=channel_id).first()
-        if channel_id
+        if channel_id and len(channel_id) <= MAX_PUSH_ID and is_storable(channel_id)
         else None
     )
     if connection is None:
-        return _refused(None, f"unknown Google channel {channel_id[:80]!r}", status=404, provider="google")
+        return _refused(
+            request, None, f"unknown Google channel {channel_id[:80]!r}", status=404, provider="google"
+        )
     # The resource id is known once watch() has answered; the handshake may come before that.
     opening = state == "sync" and not connection.push_resource_id
     if not hmac.compare_digest(push_secret_hash(token), connection.push_secret_hash) or (
         resource_id != connection.push_resource_id and not opening
     ):
-        return _refused(connection, "wrong channel token or resource id", status=403, provider="google")
+        return _refused(
+            request, connection, "wrong channel token or resource id", status=403, provider="google"
+        )
     if state == "sync":
         return HttpResponse(status=200)  # the channel opened; nothing changed yet
     Connection.objects.filter(pk=connection.pk).update(last_push_at=server_now())
-    request_sync(connection.pk)
+    _sync_unless_revoked(connection)
     return HttpResponse(status=200)
 
 
 @csrf_exempt  # Graph calls it; each notification's clientState is the check
 @require_POST
 def microsoft_notification(request: HttpRequest) -> HttpResponse:
+    if not _peer_limiter().allow(_peer(request)):
+        return _rate_limited("microsoft")
     if "validationToken" in request.GET:
         return _validation_echo(request)
     told = _verified_graph_notifications(request)
@@ -91,6 +116,8 @@ def microsoft_lifecycle(request: HttpRequest) -> HttpResponse:
     """reauthorizationRequired: the subscription stops unless renewed soon, so it counts as expiring now
     and the sync it asks for renews it. subscriptionRemoved: Graph dropped it; the sync opens a new one.
     missed: notifications were lost; the sync reads every change since the last one anyway."""
+    if not _peer_limiter().allow(_peer(request)):
+        return _rate_limited("microsoft")
     if "validationToken" in request.GET:
         return _validation_echo(request)
     told = _verified_graph_notifications(request)
@@ -126,19 +153,42 @@ def _verified_graph_notifications(
     except ValueError:
         body = None
     items = body.get("value") if isinstance(body, dict) else None
-    if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
-        return _refused(None, "not a Graph notification", status=400, provider="microsoft")
+    if not isinstance(items, list):
+        return _refused(request, None, "not a Graph notification", status=400, provider="microsoft")
+    limit = settings.SYNC_PUSH_MAX_GRAPH_NOTIFICATIONS
+    if len(items) > limit:
+        # Refused whole and before any query: what a request costs must not grow with what it claims.
+        # Graph sends several notifications in one POST's `value` but documents no maximum
+        # (learn.microsoft.com/graph/api/resources/changenotificationcollection), and retries a delivery
+        # answered with an error for up to 4 hours (learn.microsoft.com/graph/change-notifications-delivery-
+        # webhooks, "HTTP codes and retry logic"); should a genuine one ever be this large, the
+        # connections' fallback polling still brings their changes in.
+        return _refused(
+            request,
+            None,
+            f"{len(items)} notifications in one request (at most {limit})",
+            status=413,
+            provider="microsoft",
+        )
+    if not all(isinstance(item, dict) for item in items):
+        return _refused(request, None, "not a Graph notification", status=400, provider="microsoft")
+    named = [str(item.get("subscriptionId") or "") for item in items]
+    # One query for every subscription named (each once); an id no connection could store is not asked for.
+    wanted = {sid for sid in named if sid and len(sid) <= MAX_PUSH_ID and is_storable(sid)}
+    subscribed = (
+        {
+            connection.push_id: connection
+            for connection in Connection.objects.filter(
+                provider=Provider.MICROSOFT, push_id__in=wanted
+            ).select_related("calendar")
+        }
+        if wanted
+        else {}
+    )
     told: dict[int, tuple[Connection, list[dict[str, Any]]]] = {}
     refusal: HttpResponse | None = None
-    for item in items:
-        subscription_id = str(item.get("subscriptionId") or "")
-        connection = (
-            Connection.objects.filter(provider=Provider.MICROSOFT, push_id=subscription_id)
-            .select_related("calendar")
-            .first()
-            if subscription_id and is_storable(subscription_id)
-            else None
-        )
+    for item, subscription_id in zip(items, named, strict=True):
+        connection = subscribed.get(subscription_id)
         if connection is None:
             why, status = f"unknown Graph subscription {subscription_id[:80]!r}", 404
         elif not connection.push_secret_hash or not hmac.compare_digest(
@@ -149,21 +199,27 @@ def _verified_graph_notifications(
             told.setdefault(connection.pk, (connection, []))[1].append(item)
             continue
         if refusal is None:
-            refusal = _refused(connection, why, status=status, provider="microsoft")
+            refusal = _refused(request, connection, why, status=status, provider="microsoft")
     if not told and refusal is not None:
         return refusal
     return told
 
 
 def _sync_unless_revoked(connection: Connection) -> None:
-    """A revoked connection is never retried on its own: its subscription's last notifications (until
-    it expires) are acknowledged and change nothing."""
+    """A revoked connection is never retried on its own: its channel's or subscription's last
+    notifications (until it expires) are acknowledged and change nothing, not even a token refresh."""
     if connection.status != ConnectionStatus.REVOKED:
         request_sync(connection.pk)
 
 
-def _refused(connection: Connection | None, why: str, *, status: int, provider: str) -> HttpResponse:
-    """A notification we cannot trust: refused, logged and audited (someone may be probing)."""
+def _refused(
+    request: HttpRequest, connection: Connection | None, why: str, *, status: int, provider: str
+) -> HttpResponse:
+    """A notification we cannot trust: refused, and logged and audited (someone may be probing) within
+    its peer's budget of audited refusals; past it only counted, so a flood leaves no trail of rows."""
+    if not _refusal_audit_limiter().allow(_peer(request)):
+        PUSH_UNAUDITED.labels(provider, "over_audit_budget").inc()
+        return HttpResponse(status=status)
     logger.warning("push refused (%s): %s", connection.public_id if connection else "-", why)
     audit_record(
         event_type=AuditEvent.PUSH_REJECTED,
@@ -173,6 +229,34 @@ def _refused(connection: Connection | None, why: str, *, status: int, provider: 
         calendar_public_id=connection.calendar.public_id if connection else "",
         http_status=status,
         failure_reason="push_not_verified",
-        details={"provider": provider, "why": why, "connection": connection.public_id if connection else ""},
+        details={
+            "provider": provider,
+            "why": why,
+            "connection": connection.public_id if connection else "",
+            "peer_ip": _peer(request),
+        },
     )
     return HttpResponse(status=status)
+
+
+def _peer(request: HttpRequest) -> str:
+    return str(request.META.get("REMOTE_ADDR", ""))
+
+
+def _rate_limited(provider: str) -> HttpResponse:
+    """Over the peer's request budget: refused unread and not audited, only counted. A genuine provider
+    retries (Graph) or the connection's fallback polling brings the change in (Google)."""
+    PUSH_UNAUDITED.labels(provider, "rate_limited").inc()
+    response = HttpResponse(status=429)
+    response["Retry-After"] = str(math.ceil(60 / settings.SYNC_PUSH_MAX_REQUESTS_PER_MINUTE_PER_IP))
+    return response
+
+
+def _peer_limiter() -> RateLimiter:
+    """One token bucket per peer address, for every push request whatever it turns out to be."""
+    return limiter_for("SYNC_PUSH_MAX_REQUESTS_PER_MINUTE_PER_IP")
+
+
+def _refusal_audit_limiter() -> RateLimiter:
+    """One token bucket per peer address: the push refusals that are audited."""
+    return limiter_for("SYNC_PUSH_AUDITED_REFUSALS_PER_MINUTE_PER_IP")

@@ -15,7 +15,7 @@ from django.db.models import F, Q
 from django.db.models.functions import Now
 
 from agentcal import broker
-from agentcal.clock import isoformat_z, server_now
+from agentcal.clock import server_now
 from agentcal.errors import (
     AgentCalError,
     ConnectionExists,
@@ -37,6 +37,7 @@ from sync.ingest import blocks_rebuild, horizon, process_pending
 from sync.models import Connection, ConnectionStatus, IngestionRecord, Provider, UpstreamCopy, UpstreamEvent
 from sync.notifications import enqueue_owner_notification
 from sync.oauth import Grant, GrantRevoked, seal_grant
+from sync.problems import note_problem
 from sync.providers import LeaseLost, open_caldav, provider_for
 from sync.writeback import write_behind
 from webhooks.models import EventType
@@ -49,8 +50,6 @@ logger = logging.getLogger(__name__)
 _ROLL_EVERY = timedelta(days=1)
 # After push could not be set up, polling carries on alone this long before push is tried again.
 PUSH_RETRY_AFTER_FAILURE = timedelta(hours=1)
-# How many recent problems a connection keeps for the dashboard.
-RECENT_ERRORS_KEPT = 5
 # Push channels are replaced this long before they expire.
 PUSH_RENEW_MARGIN = timedelta(days=1)
 # Errors an upstream provider answers with (a sync or write that failed, retried with backoff).
@@ -509,15 +508,6 @@ def _keep_push_open(connection: Connection) -> None:
         logger.warning("push for %s not opened or renewed: %s", connection.public_id, exc)
         Connection.objects.filter(pk=connection.pk).update(push_retry_at=now + PUSH_RETRY_AFTER_FAILURE)
         note_problem(connection, f"Push notifications could not be set up (polling instead): {exc}")
-
-
-def note_problem(connection: Connection, error: str) -> None:
-    """Keep the problem among the connection's recent ones (newest first), for the people who look."""
-    with transaction.atomic():
-        locked = Connection.objects.select_for_update().only("recent_errors").get(pk=connection.pk)
-        entry = {"at": isoformat_z(server_now()), "error": error[:500]}
-        locked.recent_errors = [entry, *locked.recent_errors][:RECENT_ERRORS_KEPT]
-        locked.save(update_fields=["recent_errors"])
 
 
 def connection_data(connection: Connection) -> dict[str, object]:

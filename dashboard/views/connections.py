@@ -67,6 +67,8 @@ class ConnectionPanel:
     oauth_apps: list[OAuthApp] = field(default_factory=list)
     unreadable_count: int = 0
     unreadable: list[UpstreamEvent] = field(default_factory=list)
+    # Series too costly to expand, each blocking its whole span.
+    whole_span: list[UpstreamEvent] = field(default_factory=list)
 
     @property
     def provider_name(self) -> str:
@@ -109,6 +111,11 @@ def connection_panel(
         panel.unreadable_count = unreadable.count()
         if panel.unreadable_count:
             panel.unreadable = list(unreadable.order_by("-updated_at", "-id")[:UNREADABLE_LISTED])
+        panel.whole_span = list(
+            UpstreamEvent.objects.filter(connection=connection, deleted_at=None)
+            .exclude(warning="")
+            .order_by("-updated_at", "-id")[:UNREADABLE_LISTED]
+        )
     return panel
 
 

@@ -201,6 +201,22 @@ def test_a_failing_link_shows_its_last_error_prominently(team: Team, calendar: C
     assert ERROR_DETAIL in error.group(1)
 
 
+def test_a_series_too_costly_to_expand_is_listed_as_blocking_its_whole_span(
+    team: Team, calendar: Calendar
+) -> None:
+    connection = link(calendar, status=ConnectionStatus.ACTIVE)
+    why = (
+        "expanding RRULE:FREQ=MINUTELY from 2026-12-01 00:00 costs too much; blocking its whole span instead"
+    )
+    UpstreamEvent.objects.create(connection=connection, resource="minutely.ics", uid="m", warning=why)
+    html = panel(text(signed_in(team.member).get(page(calendar))))
+    callout = re.search(r'data-testid="connection-whole-span">(.*?)</details>', html, re.S)
+    assert callout is not None
+    assert "1 upstream series repeats too often to expand" in callout.group(1)
+    assert "minutely.ics" in callout.group(1) and "blocking its whole span instead" in callout.group(1)
+    assert 'data-testid="connection-unreadable"' not in html, "it is read, and it blocks"
+
+
 def test_a_linked_panel_polls_itself_and_answers_with_just_the_panel(team: Team, calendar: Calendar) -> None:
     link(calendar, status=ConnectionStatus.ACTIVE)
     client = signed_in(team.member)

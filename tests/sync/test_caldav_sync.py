@@ -4,11 +4,12 @@ reservations, after one sync."""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 
 from bookings.models import BusyBlock
 from sync.ingest import ingestion_replay
-from sync.models import Connection, IngestionRecord, RecordKind
+from sync.models import Connection, IngestionRecord, RecordKind, UpstreamEvent
 from sync.services import connection_sync
 from tests.conftest import Persona, iso
 from tests.sync.linking import Linked, blocks_of, hour, phone_event, span, synced, upstream_busy
@@ -215,3 +216,40 @@ def test_servers_without_sync_collection_are_followed_by_ctag_and_etags(linked: 
     assert connection_sync(linked.pk).records == 2  # only the changed event, and the listing
     busy = upstream_busy(sdr, linked.calendar_id, first - timedelta(hours=1), second + timedelta(hours=3))
     assert [b["start_time"] for b in busy] == [iso(second + timedelta(hours=1))]
+
+
+def test_minutely_series_sync_in_bounded_time_and_block_their_whole_span(
+    linked: Linked, sdr: Persona
+) -> None:
+    """Twenty series repeating every few minutes: each is too costly to expand, so the sync gives up on
+    expanding it early and blocks its whole span instead, and says so on the connection."""
+    first = hour(3)
+    # Every half hour for ten minutes: free in between, but never expanded. (Radicale refuses an UNTIL
+    # that far off; ours is read at the ical level.)
+    linked.human.put(
+        "every-half-hour.ics",
+        phone_event("half-hourly", first, 10, extra="RRULE:FREQ=MINUTELY;INTERVAL=30\r\n"),
+    )
+    later = first + timedelta(days=150)
+    for n in range(19):
+        start = later + timedelta(minutes=n)
+        linked.human.put(
+            f"minutely-{n}.ics", phone_event(f"minutely-{n}", start, 1, extra="RRULE:FREQ=MINUTELY\r\n")
+        )
+
+    # The sync runs in this thread: its CPU time is what the expansion cost, however loaded the machine.
+    started = time.thread_time()
+    synced(linked)
+    elapsed = time.thread_time() - started
+
+    assert elapsed < 3.0, f"the sync took {elapsed:.1f} s of CPU"
+    hold = f"/calendars/{linked.calendar_id}/holds"
+    between = sdr.client.post(hold, json=span(first + timedelta(minutes=12), 10))
+    assert between.status_code == 409, "inside the series' span, between occurrences never computed"
+    assert between.json()["conflicting"]["source"] == "caldav"
+    assert sdr.client.post(hold, json=span(first - timedelta(hours=1))).status_code == 201, "free before it"
+    assert sdr.client.post(hold, json=span(later + timedelta(days=3))).status_code == 409
+    warned = UpstreamEvent.objects.filter(connection_id=linked.pk).exclude(warning="")
+    assert warned.count() == 20 and not warned.exclude(problem="").exists()
+    detail = sdr.client.get(f"/connections/{linked.connection_id}").json()
+    assert any("blocking its whole span" in entry["error"] for entry in detail["recent_errors"])

@@ -13,8 +13,10 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 from celery.contrib.testing.worker import start_worker
+from celery.signals import task_postrun
 from django.db import connection as db
 
+from agentcal import broker
 from agentcal.celery import app as celery_app
 from bookings.models import Calendar
 from sync.models import Connection, ConnectionStatus, IngestionRecord, RecordKind
@@ -392,3 +394,43 @@ def test_with_push_off_a_change_arrives_by_the_schedule_on_a_real_worker(
 
     assert sync_due() == 1
     wait_until(lambda: upstream_busy(sdr, glinked.calendar_id, start, start + timedelta(hours=1)), timeout=20)
+
+
+def test_a_push_for_a_revoked_link_syncs_nothing_and_refreshes_no_token(
+    glinked: GoogleLinked, celery_worker: Any
+) -> None:
+    synced(glinked)
+    # Revoked earlier, with an access token about to expire: any sync would ask Google for a new one first.
+    from sync.oauth import Grant, grant_from_secret, seal_grant
+    from sync.services import connection_revoked
+
+    connection = Connection.objects.get(pk=glinked.pk)
+    grant = grant_from_secret(connection.secret)
+    soon = datetime.now(grant.expires_at.tzinfo) + timedelta(minutes=1)
+    Connection.objects.filter(pk=glinked.pk).update(
+        secret=seal_grant(Grant(grant.access_token, grant.refresh_token, soon))
+    )
+    connection_revoked(connection, "invalid_grant")
+    assert Connection.objects.get(pk=glinked.pk).push_id, "the channel lives on until it expires"
+    ran: list[tuple[str, Any]] = []
+
+    def note(sender: Any = None, task: Any = None, args: Any = None, **kwargs: Any) -> None:
+        ran.append((task.name, list(args or ())))
+
+    task_postrun.connect(note, weak=False)
+    try:
+        token_requests = glinked.fake.count("/token")
+        glinked.fake.settle()  # the channel's opening handshake
+        delivered = len(glinked.fake.deliveries)
+        glinked.fake.notify(GOOGLE_CALENDAR)  # Google's own notification, with the channel's token
+        glinked.fake.settle()
+        assert [(d.state, d.status) for d in glinked.fake.deliveries[delivered:]] == [("exists", 200)]
+        # Whatever the push enqueued is published before the marker and runs before it (one solo worker).
+        assert broker.wait_idle(5)
+        celery_app.send_task("sync.sync_connection", args=(0,))
+        wait_until(lambda: ("sync.sync_connection", [0]) in ran, timeout=20)
+    finally:
+        task_postrun.disconnect(note)
+    assert glinked.fake.count("/token") == token_requests, "Google was not asked for a token"
+    assert ("sync.sync_connection", [glinked.pk]) not in ran, "no sync for a revoked link"
+    assert Connection.objects.get(pk=glinked.pk).status == ConnectionStatus.REVOKED

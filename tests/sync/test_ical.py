@@ -6,7 +6,9 @@ UTC+2 until 2026-10-25 03:00 local; America/New_York is UTC-4 until 2026-11-01 0
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import icalendar
@@ -15,6 +17,8 @@ import pytest
 from sync.ical import (
     BusyInterval,
     EventVersion,
+    ExpansionBudget,
+    ExpansionCutShort,
     InvalidCalendarData,
     agentcal_booking_id,
     booking_ics,
@@ -317,17 +321,109 @@ def test_it_rejects_an_unreadable_event(lines: tuple[str, ...]) -> None:
         busy(ics(*vevent(*lines)))
 
 
-def test_it_refuses_a_minutely_series_over_a_year() -> None:
+def cut_short(data: str, *, window: tuple[datetime, datetime], budget: ExpansionBudget | None = None) -> Any:
+    # CPU time of this thread: what the work costs, however loaded the machine is.
+    started = time.thread_time()
+    with pytest.raises(ExpansionCutShort, match="costs too much; blocking its whole span instead") as cut:
+        busy_intervals(data, window_start=window[0], window_end=window[1], calendar_tz="UTC", budget=budget)
+    assert time.thread_time() - started < 0.5, "refused before the expensive expansion"
+    return [(interval.start, interval.end) for interval in cut.value.intervals]
+
+
+def test_a_minutely_series_over_a_year_blocks_its_whole_span_at_once() -> None:
     data = ics(*vevent("DTSTART:20261201T000000Z", "DURATION:PT30S", "RRULE:FREQ=MINUTELY"))
-    with pytest.raises(InvalidCalendarData, match="too many occurrences"):
-        busy(data, window=(utc(2026, 12, 1), utc(2027, 12, 1)))
+    assert cut_short(data, window=(utc(2026, 12, 1), utc(2027, 12, 1))) == [
+        (utc(2026, 12, 1), utc(2027, 12, 1))
+    ]
 
 
-def test_it_refuses_a_minutely_series_started_long_before_a_short_window() -> None:
-    # A week holds only 10,080 minutes, but the expansion would walk every minute since 2020.
+def test_a_minutely_series_started_long_before_a_short_window_blocks_the_window() -> None:
+    # A day holds only 720 of its instances, but the expansion would walk every other minute since 2020.
     data = ics(*vevent("DTSTART:20200101T000000Z", "DURATION:PT30S", "RRULE:FREQ=MINUTELY;INTERVAL=2"))
-    with pytest.raises(InvalidCalendarData, match="too many occurrences"):
-        busy(data, window=(utc(2026, 12, 1), utc(2026, 12, 2)))
+    assert cut_short(data, window=(utc(2026, 12, 1), utc(2026, 12, 2))) == [
+        (utc(2026, 12, 1), utc(2026, 12, 2))
+    ]
+
+
+def test_a_series_cut_short_blocks_up_to_its_until_and_its_moved_occurrences_as_they_are() -> None:
+    data = ics(
+        *vevent(
+            "DTSTART:20261201T090000Z",
+            "DTEND:20261201T091000Z",
+            "RRULE:FREQ=MINUTELY;INTERVAL=20;UNTIL=20270301T090000Z",
+        ),
+        *vevent("RECURRENCE-ID:20261201T092000Z", "DTSTART:20270601T120000Z", "DTEND:20270601T130000Z"),
+    )
+    assert cut_short(data, window=(utc(2026, 11, 1), utc(2027, 11, 1))) == [
+        (utc(2026, 12, 1, 9), utc(2027, 3, 1, 9, 10)),  # its first start to its last possible end
+        (utc(2027, 6, 1, 12), utc(2027, 6, 1, 13)),
+    ]
+
+
+@pytest.mark.parametrize("frequency", ["DAILY", "WEEKLY", "HOURLY", "MINUTELY"])
+def test_a_rule_that_keeps_no_day_gives_its_first_occurrence_at_once(frequency: str) -> None:
+    # There is no 30 February: walking day by day to find one would go on to the year 9999.
+    data = ics(
+        *vevent(
+            "DTSTART:20261201T090000Z", "DURATION:PT1H", f"RRULE:FREQ={frequency};BYMONTH=2;BYMONTHDAY=30"
+        )
+    )
+    started = time.thread_time()
+    intervals = busy(data, calendar_tz="UTC", window=(utc(2026, 11, 1), utc(2027, 11, 1)))
+    assert time.thread_time() - started < 0.5
+    assert [(interval.start, interval.end) for interval in intervals] == [
+        (utc(2026, 12, 1, 9), utc(2026, 12, 1, 10))
+    ]
+
+
+def test_a_rule_whose_next_day_is_decades_off_is_cut_short() -> None:
+    # 29 February on a Monday: 2044 is the first. The walk to it, past the window, is 6,300 days: over
+    # this budget.
+    data = ics(
+        *vevent(
+            "DTSTART:20261201T090000Z", "DURATION:PT1H", "RRULE:FREQ=DAILY;BYMONTH=2;BYMONTHDAY=29;BYDAY=MO"
+        )
+    )
+    window = (utc(2026, 11, 1), utc(2027, 11, 1))
+    budget = ExpansionBudget(per_event=5_000)
+    assert cut_short(data, window=window, budget=budget) == [(utc(2026, 12, 1, 9), window[1])]
+    # Within the default budget it is walked: its only occurrence in the window is DTSTART's.
+    walked = busy(data, calendar_tz="UTC", window=window)
+    assert [(interval.start, interval.end) for interval in walked] == [
+        (utc(2026, 12, 1, 9), utc(2026, 12, 1, 10))
+    ]
+
+
+def test_a_free_series_cut_short_blocks_nothing() -> None:
+    data = ics(
+        *vevent("DTSTART:20261201T000000Z", "DURATION:PT10M", "TRANSP:TRANSPARENT", "RRULE:FREQ=MINUTELY")
+    )
+    assert cut_short(data, window=(utc(2026, 12, 1), utc(2027, 6, 1))) == []
+
+
+def test_the_budget_of_a_sync_bounds_twenty_minutely_series_and_cuts_the_rest_short() -> None:
+    window = (utc(2026, 12, 1), utc(2027, 6, 1))
+    budget = ExpansionBudget(per_event=250_000, left=1_000_000)
+    started = time.thread_time()
+    for n in range(20):
+        minutely = ics(
+            *vevent(f"DTSTART:20261201T{n:02d}0000Z", "DURATION:PT10M", "RRULE:FREQ=MINUTELY;INTERVAL=30")
+        )
+        assert cut_short(minutely, window=window, budget=budget) == [(utc(2026, 12, 1, n), window[1])]
+    assert time.thread_time() - started < 2.0
+    # Each cut short spent only what its walk cost; what is left still expands a weekly series exactly.
+    weekly = ics(*vevent("DTSTART:20261207T090000Z", "DURATION:PT1H", "RRULE:FREQ=WEEKLY;COUNT=2"))
+    assert (
+        len(
+            busy_intervals(
+                weekly, window_start=window[0], window_end=window[1], calendar_tz="UTC", budget=budget
+            )
+        )
+        == 2
+    )
+    # Once the sync's budget is spent, a series is cut short without being walked.
+    budget.left = 0
+    assert cut_short(weekly, window=window, budget=budget) == [(utc(2026, 12, 7, 9), window[1])]
 
 
 def test_a_short_minutely_series_is_expanded() -> None:
