@@ -25,7 +25,7 @@ from agentcal.clock import server_now
 from agentcal.errors import InvalidRange, InvalidRequest, NotFound
 from agentcal.pagination import paginate
 from bookings import engine, services
-from bookings.models import Calendar, Reservation, ReservationStatus
+from bookings.models import Calendar, CalendarBounds, Reservation, ReservationStatus
 from bookings.payloads import (
     BookingOutput,
     CalendarOutput,
@@ -94,13 +94,19 @@ def span_from(data: dict[str, Any]) -> Span:
 # --- Calendars ------------------------------------------------------------------------------------------
 
 
+def bounded(bounds: tuple[int, int]) -> serializers.IntegerField:
+    """An optional whole number within a calendar setting's bounds (CalendarBounds)."""
+    low, high = bounds
+    return serializers.IntegerField(min_value=low, max_value=high, required=False)
+
+
 class CalendarInput(StrictSerializer):
     name = serializers.CharField(max_length=200)
     timezone = TimezoneField(max_length=64, required=False)
-    slot_minutes = serializers.IntegerField(min_value=1, max_value=1440, required=False)
-    hold_ttl_seconds = serializers.IntegerField(min_value=1, max_value=3600, required=False)
-    bump_window_seconds = serializers.IntegerField(min_value=0, max_value=86400, required=False)
-    max_booking_minutes = serializers.IntegerField(min_value=1, max_value=7 * 1440, required=False)
+    slot_minutes = bounded(CalendarBounds.SLOT_MINUTES)
+    hold_ttl_seconds = bounded(CalendarBounds.HOLD_TTL_SECONDS)
+    bump_window_seconds = bounded(CalendarBounds.BUMP_WINDOW_SECONDS)
+    max_booking_minutes = bounded(CalendarBounds.MAX_BOOKING_MINUTES)
 
 
 class CalendarListView(AgentAPIView):
@@ -158,7 +164,7 @@ class CalendarDetailView(AgentAPIView):
 class AvailabilityQuery(serializers.Serializer):
     start = OffsetDateTimeField()
     end = OffsetDateTimeField()
-    duration_minutes = serializers.IntegerField(min_value=1, max_value=7 * 1440, required=False)
+    duration_minutes = bounded(CalendarBounds.MAX_BOOKING_MINUTES)
 
 
 class BusyOutput(OutputSerializer):
@@ -270,7 +276,7 @@ class ReservationInput(StrictSerializer):
 
 
 class HoldInput(ReservationInput):
-    ttl_seconds = serializers.IntegerField(min_value=1, max_value=3600, required=False)
+    ttl_seconds = bounded(CalendarBounds.HOLD_TTL_SECONDS)
 
 
 def _reservation_kwargs(actor: Actor, data: dict[str, Any]) -> dict[str, Any]:
@@ -314,7 +320,7 @@ class HoldTokenInput(StrictSerializer):
 
 
 class HoldExtendInput(HoldTokenInput):
-    ttl_seconds = serializers.IntegerField(min_value=1, max_value=3600, required=False)
+    ttl_seconds = bounded(CalendarBounds.HOLD_TTL_SECONDS)
 
 
 class HoldDetailView(AgentAPIView):

@@ -16,6 +16,16 @@ from bookings.spans import Span
 from workspaces.models import Agent, Workspace
 
 
+class CalendarBounds:
+    """A calendar's settings' bounds, inclusive: its check constraints, the API's CalendarInput and
+    (through it) the dashboard's settings form all read them."""
+
+    SLOT_MINUTES = (1, 24 * 60)
+    HOLD_TTL_SECONDS = (1, 3600)
+    BUMP_WINDOW_SECONDS = (0, 24 * 3600)
+    MAX_BOOKING_MINUTES = (1, 7 * 24 * 60)
+
+
 class Calendar(models.Model):
     public_id = models.CharField(
         max_length=32, unique=True, default=partial(new_public_id, "cal"), editable=False
@@ -39,16 +49,21 @@ class Calendar(models.Model):
     class Meta:
         constraints = [
             models.CheckConstraint(
-                condition=Q(slot_minutes__range=(1, 1440)), name="calendar_slot_minutes_range"
+                condition=Q(slot_minutes__range=CalendarBounds.SLOT_MINUTES),
+                name="calendar_slot_minutes_range",
             ),
             models.CheckConstraint(
-                condition=Q(hold_ttl_seconds__range=(1, 3600)), name="calendar_hold_ttl_range"
+                condition=Q(hold_ttl_seconds__range=CalendarBounds.HOLD_TTL_SECONDS),
+                name="calendar_hold_ttl_range",
+            ),
+            # The column is unsigned already: only the upper bound needs a check.
+            models.CheckConstraint(
+                condition=Q(bump_window_seconds__lte=CalendarBounds.BUMP_WINDOW_SECONDS[1]),
+                name="calendar_bump_window_range",
             ),
             models.CheckConstraint(
-                condition=Q(bump_window_seconds__lte=86400), name="calendar_bump_window_range"
-            ),
-            models.CheckConstraint(
-                condition=Q(max_booking_minutes__range=(1, 7 * 1440)), name="calendar_max_booking_range"
+                condition=Q(max_booking_minutes__range=CalendarBounds.MAX_BOOKING_MINUTES),
+                name="calendar_max_booking_range",
             ),
         ]
 
