@@ -1,17 +1,10 @@
 """A workspace's team: inviting people by email with a role, changing roles, removing members.
 
-Owners manage the team (accounts.roles says why admins do not); anyone may leave. Every change is one
-transaction that starts by locking the workspace's row, so a workspace's team changes one at a time and
-each change sees the one before it: the acting person's own role is read under that lock (an owner
-demoted a moment ago can no longer act), and the rule that a workspace keeps an owner is checked against
-the owners as they are, not as a page showed them. Two owners demoting each other at once: the second
-to take the lock is no longer an owner, and one owner remains. The audit row is written in the same
-transaction; a refusal of a role change or a removal is audited in a transaction of its own.
+Owners manage the team; anyone may leave. Every change is one transaction that starts by locking the
+workspace's row, so each change sees the one before it and a workspace always keeps an owner. An
+invitation is a row and a magic link that lives a week; its first use accepts it.
 
-An invitation is a row and a magic link (accounts.links) whose first use accepts it: the person's
-account is created if they have none, they are signed in, and the dashboard asks them for a passkey.
-Invitation links live a week rather than sign-in links' minutes, as they often wait in an inbox; a
-resend retires the links sent before it, and a revoke every one.
+Design: docs/architecture.md, "A workspace's team".
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """Fewer round trips and less Python on the engine's write path.
 
-`bound_cursor()`: Django's cursors interpolate parameters into the SQL text on the client and read
-results as text, parsing every timestamp in Python. This cursor, on the same connection and inside
-the same transaction, binds parameters on the server and reads results in binary (timestamps and JSON
-decoded in C). Its statements bypass Django's cursor wrapper, so they are not in `connection.queries`
-or debug logging, but they do pass through `connection.execute_wrapper` hooks. Its statements are
-prepared on the server after a few executions unless a transaction pooler is in front
-(settings.DB_PREPARED_STATEMENTS); Django's own cursors never prepare.
+`bound_cursor()`: a cursor on Django's connection and transaction that binds parameters on the server
+and reads binary results. Its statements pass through `connection.execute_wrapper` hooks but not
+Django's cursor wrapper (so not `connection.queries`), and are prepared unless a pooler is in front.
+`InsertBatch`: several INSERTs as one statement of chained CTEs, all rows or none.
 
-`InsertBatch`: an engine write used to send its reservation, audit and outbox INSERTs as three
-statements, each a round trip and a parse/plan. The batch sends them as one statement of chained
-data-modifying CTEs: every CTE runs to completion even though nothing reads it, and the statement is
-one unit inside the caller's transaction, so a failure (an exclusion violation, say) leaves none of the
-rows behind.
+Design: docs/architecture.md, "The engine's write path"; numbers: docs/performance-notes.md.
 """
 
 from __future__ import annotations

@@ -1,28 +1,12 @@
 """Process-local copies of rows read on every API request (API keys with their agent and workspace,
-calendar settings), so a request does not pay a PostgreSQL round trip for each, and a change to any of
-them reaches every process within a second.
+calendar settings), so a request does not pay a PostgreSQL round trip for each.
 
-One shared *generation* says "something cached may have changed": a random token in Redis. Whatever
-changes a watched row (a save or delete of ApiKey, Agent, Workspace or Calendar through the ORM, or a
-service's `.update()` that calls `rows_changed()`) forgets its own process's copies at once, and once
-its transaction commits that process's thread writes a new token. Every process runs that one small
-thread: it reads the token every POLL_SECONDS, and when the token differs from the one its copies were
-read under, it drops them all.
+A change to a watched row (a save or delete through the ORM, or a `.update()` followed by
+`rows_changed()`) reaches every process within a second, Redis up or down: a copy is used only while
+it was read under the current generation token, the poller read that token less than FRESH_SECONDS
+ago, and the copy is younger than MAX_AGE_SECONDS. The request path never talks to Redis.
 
-A copy is used only while this process *knows* it is current:
-
-- it was read under the token the poller saw last, and
-- the poller's last successful read started less than FRESH_SECONDS ago. If Redis cannot be reached,
-  or the poller is starved of CPU, copies stop being trusted after FRESH_SECONDS and every request
-  reads PostgreSQL again, as it did before this cache existed; a failed poll also drops every copy,
-  so nothing read before an outage is trusted after it. (Hence the bound: a change is seen by every
-  process within FRESH_SECONDS + the poll's own time, Redis up or down.)
-- it is younger than MAX_AGE_SECONDS: the one case the token cannot cover — the process that made the
-  change could not write the token (Redis unreachable from it alone) — heals within that time. That
-  process retries the write from a background thread meanwhile.
-
-The request path never talks to Redis (a refused connection can take seconds): it reads a token and a
-timestamp the poller left in memory, and a change only wakes the poller to write the new token.
+Design: docs/architecture.md, "Caches in each process".
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """Approvals: every write goes through these functions.
 
-An approval that gates a hold spans two apps' writes, and the engine's hold operations
-(`hold_pin_expiry`, `hold_commit_approved`, `hold_release_unless_settled`) are durable transactions
-of their own, so they cannot run inside ours. Each operation here is therefore a short sequence of
-durable transactions, ordered so that a failure between two of them is safe and repairable:
+The engine's hold operations are durable transactions of their own, so each operation here is a short
+sequence of durable transactions, ordered so that a failure between two of them is safe and
+repairable: a request pins the hold before inserting the approval; a decision claims the approval's
+status by CAS before settling the hold, and `approvals_finish_interrupted` completes what a crash left.
+Every state change is audited, and announced through the outbox, in the transaction that makes it.
 
-- request: pin the hold first, then insert the approval; if the insert fails, the hold's previous
-  expiry is put back. Requests for one hold are serialised by an advisory lock (below).
-- decide / cancel / expire: claim the approval's new status by CAS first (audited, announced), then
-  commit or release the hold. A crash in between leaves an approval whose hold was not settled;
-  `approvals_finish_interrupted` (run by the same beat task as the expiry sweep) completes it.
-
-Every state change is audited, and announced through the outbox (approvals.events), in the transaction
-that makes it.
+Design: docs/architecture.md, "Approvals: one decision, two apps' writes".
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """Baselines (a) and (b) over HTTP: a WSGI app the benchmark serves with the same gunicorn settings as
 AgentCal (`python -m gunicorn bench.baseline_wsgi:app --workers N`), so "engine through HTTP" is compared
-with "advisory lock through HTTP" on the same server software, the same worker count and the same
-database.
+with "advisory lock through HTTP" on the same server software, worker count and database.
 
-Why a separate WSGI app rather than an extra Django view: a view that only the benchmark mounts would
-need the benchmark to change the application's URLs (or a second settings module), and it would also
-carry Django's middleware and DRF, which is not what a hand-written advisory-lock service pays. This app
-is psycopg only, like the in-process baselines, plus JSON in and out. It has no authentication: that
-makes it a generous bar for the engine, which verifies an API key on every request.
+psycopg and JSON only, with no authentication: a generous bar for the engine.
+POST /advisory_lock/<calendar_id> or /naive/<calendar_id> answers 201 or 409; GET /health answers 200.
 
-POST /advisory_lock/<calendar_id> or /naive/<calendar_id> with {"start_time": ..., "end_time": ...,
-"agent": ...} answers 201 {"status": "booked"} or 409 {"error": "slot_conflict"}. GET /health answers 200.
+Why a separate app rather than a Django view: docs/benchmark.md, "What is measured".
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """The baselines the engine is measured against, on the same PostgreSQL, through psycopg only (no Django).
 
-(a) naive: read free/busy, then insert into a plain table with no constraint (the race every agent
-    framework writes first: it lets double bookings through under contention, and the benchmark counts them);
+(a) naive read-then-write, with no constraint (it lets double bookings through; they are counted);
 (b) advisory_lock: `pg_advisory_xact_lock` per calendar, then the same read-then-write;
-(c) raw_insert: the insert alone, as a bare transaction: the ceiling for one write on this machine.
-(d) guarded: what one engine hold writes, by hand in bare SQL with no Django: the calendar row lock and
-    version bump, the overlap look-up, and the reservation, audit and outbox rows in one statement, into
-    copies of the application's tables (same columns, indexes, exclusion and check constraints). The
-    ceiling for a write that keeps AgentCal's guarantee and records what it did.
+(c) raw_insert: the insert alone, the ceiling for one write on this machine;
+(d) guarded: what one engine hold writes, in bare SQL, into copies of the application's tables.
 
-Their tables live in their own schema (`bench` by default), created by the benchmark and dropped after
-it, never in the application's migrations. Their statements are prepared on their connections, as a
-hand-written service would, except behind a transaction-mode pooler (DB_TRANSACTION_POOLER), where a
-prepared statement would be left on a server connection someone else gets next.
+Their tables live in their own schema (`bench` by default), never in the application's migrations.
+Why each, and how they are run: docs/benchmark.md, "What is measured".
 """
 
 from __future__ import annotations

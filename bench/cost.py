@@ -1,18 +1,11 @@
 """What one booking costs, and how many writes one calendar can take (in-process, docs/scaling.md).
 
-One agent books fresh slots (hold, then commit) on a calendar nobody else uses, twice over:
+One agent books fresh slots on a calendar of its own, untraced (wall time; CPU of this process and of
+its PostgreSQL backend) and then traced with libpq's protocol trace (round trips, the wait for
+PostgreSQL, how long each write held its calendar's lock: see `_read_trace`). Then `threads` agents
+book disjoint slots on one shared calendar for `duration` seconds.
 
-- untraced, for the time and the CPU: wall time per booking, CPU of this process (Python, psycopg,
-  libpq, and the thread that hands each write's webhook dispatch to the broker), and CPU of the
-  PostgreSQL backend serving it (`/proc/<backend pid>/stat`, when PostgreSQL runs
-  on this machine and no pooler hands the session's transactions to different backends);
-- traced with libpq's protocol trace (`PQtrace`, timestamps in microseconds), for what the wire shows:
-  round trips (one per ReadyForQuery), the time spent waiting for PostgreSQL's answers, and how long
-  each write held its calendar's lock (see `_read_trace`). Writes to one calendar take turns on that
-  lock, so 1 / (time held) is the calendar's ceiling.
-
-Then `threads` agents book disjoint slots on one shared calendar for `duration` seconds: the measured
-throughput of a hot calendar, to set against that ceiling.
+What each figure means: docs/benchmark.md, "What is measured".
 """
 
 from __future__ import annotations

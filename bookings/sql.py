@@ -1,21 +1,12 @@
 """The time rules and the overlap test as SQL fragments: every hand-written statement that asks "does
 this reservation block that span at that moment?" is built from these, so the rule is written once.
 
-The same rules in Python are the `Reservation` methods (`status_at`, `is_live_at`, `is_bumpable_at`,
-`is_frozen_at`), and for ORM readers `Reservation.objects.live()` / `live_holds()` / `lapsed_holds()`
-(bookings/models.py). A change to a rule changes all three.
+The same rules in Python are the `Reservation` methods and queryset (bookings/models.py); a change to a
+rule changes all three. Each fragment takes the reservation table's alias (`"r"`, or `""`) and the SQL
+for "now", always a database clock: NOW_PARAM (the lock's time), `now()` or `clock_timestamp()`.
+Upstream busy blocks block like a frozen booking, through the same `overlaps()`.
 
-Each fragment takes the reservation table's alias (`"r"`, or `""` for an unqualified table) and the
-SQL for "now", always a database clock, never the web worker's: `%(now)s` (NOW_PARAM: the time read
-when the calendar lock was granted, the one "now" of a write transaction), `now()` (the unlocked
-pre-check's own statement) or `clock_timestamp()` (the heartbeat's CAS, which takes no calendar lock).
-
-Upstream busy time (BusyBlock: intervals of a person's own calendar, kept in step by the sync app)
-blocks like a frozen booking: no priority takes it over and no clock lapses it, so its only rule is
-the overlap test, the same `overlaps()` (a block has `start_time`/`end_time` too, and none is longer
-than MAX_RESERVATION_LENGTH). Every statement that asks what blocks a span reads blocks as well: the
-pre-check and the look under the lock in bookings/engine/statements.py, and BUSY_NEAR_SQL for the
-alternatives; availability reads them through `BusyBlock.objects` (bookings/selectors.py).
+Design: docs/architecture.md, "Where the time rules live".
 """
 
 from __future__ import annotations

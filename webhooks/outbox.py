@@ -1,14 +1,13 @@
 """Outbox → deliveries → attempts.
 
-- `outbox_emit` is called inside the transaction of a state change. After that transaction commits it
-  nudges the dispatcher through Celery, from a background thread (`agentcal.broker`), so the request
-  never waits on the broker; if the broker is down the nudge is lost but the row is not, and the
-  periodic catch-up (`webhooks.catch_up`) finds it.
-- `outbox_dispatch` claims undispatched events with SKIP LOCKED (several workers may run it at once)
-  and creates one delivery per event and matching endpoint; the unique constraint makes a second
-  dispatch of the same event a no-op.
+- `outbox_emit` is called inside the transaction of a state change; once that commits, a background
+  thread nudges the dispatcher, and the periodic `webhooks.catch_up` finds what a lost nudge missed.
+- `outbox_dispatch` claims undispatched events with SKIP LOCKED and creates one delivery per event and
+  matching endpoint; the unique constraint makes a second dispatch of the same event a no-op.
 - `delivery_attempt` leases a due delivery with a conditional UPDATE (one worker wins), sends it and
   records the attempt, then schedules the retry or settles the delivery.
+
+The whole path: docs/architecture.md, "One hold, from HTTP to the database and out through the outbox".
 """
 
 from __future__ import annotations

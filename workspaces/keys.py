@@ -1,21 +1,12 @@
 """API keys: `avs_live_` + a 10-character lookup prefix + 32 random bytes (url-safe base64).
 
-Stored as an argon2id hash and found by the non-secret prefix. argon2 is deliberately slow (tens of
-milliseconds), far too slow for agents making dozens of calls a second, so after one successful
-verification each process remembers HMAC-SHA256(SECRET_KEY, raw key) for that key id. Later requests
-compare that digest in constant time (microseconds). The raw key is never stored, cached or logged.
+Stored as an argon2id hash and found by the non-secret prefix. After one argon2 verification each
+process compares an HMAC of the raw key in constant time; the raw key is never stored, cached or
+logged. The key row comes from a per-process copy (agentcal.local_cache), so a revocation reaches
+every process within a second. A wrong secret costs less than a right one: a refused secret is
+refused again without argon2, and failures have a budget per peer (429 before argon2).
 
-The key row (with its agent and workspace) is not read on every request either: each process keeps a
-copy (agentcal.local_cache), trusted only while it knows no key, agent or workspace has changed since,
-so a revocation, rotation or a disabled agent is refused by every process within a second. Expiry is
-judged against the database's clock as read with the row, advanced by this process's monotonic clock.
-`last_used_at` is written at most once a minute per key and process.
-
-The prefix is not secret, so a wrong secret under a real prefix must cost less than a right one: a
-secret argon2 refused is remembered (as the same HMAC, per prefix) and refused again without argon2, and
-failed verifications have a budget per peer address and prefix, and per peer address: past it the answer
-is 429 before argon2 runs. Only failures spend it, so a real key's verification is never held back by
-its own successes, and another address's failures do not lock a key out.
+Design: docs/architecture.md, "API keys".
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """Idempotency-Key: the same key, agent and request within 24 h gets the original response again.
 
-The claim is an INSERT racing on the unique (agent, key) constraint, committed before the request
-runs, so two concurrent requests with one key cannot both run: the loser sees the claim and answers
-`409 idempotency_in_progress`. Only responses below 500 are kept; a 5xx releases the claim so the
-retry runs for real.
+The claim is an INSERT racing on the unique (agent, key digest) constraint, committed before the
+request runs, so two requests with one key cannot both run (the loser: `409 idempotency_in_progress`).
+Only responses below 500 are kept; a 5xx releases the claim. The stored response is sealed under a key
+derived from SECRET_KEY and the raw Idempotency-Key, so the database alone cannot open it.
 
-What is stored lets a retry get its answer and nothing else: the key as a sha256 digest, and the
-response body sealed with AES-GCM under a key derived from SECRET_KEY and the raw Idempotency-Key.
-A reader of the database alone (a backup, a replica, a support query) cannot open it, and neither can
-someone with SECRET_KEY who does not know the agent's key.
+Design: docs/architecture.md, "Idempotency".
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """Django's PostgreSQL backend, with a per-request health check that needs no round trip.
 
-With CONN_HEALTH_CHECKS, Django checks a persistent connection before the first query of every
-request with `SELECT 1`: a round trip per request (about 9 % of a gunicorn worker's samples under
-py-spy). This backend asks the connection itself instead:
+Instead of CONN_HEALTH_CHECKS' `SELECT 1` before every request, it trusts psycopg's own `closed` and
+`broken` and one zero-timeout `poll()` of the socket (a server that went away has left its FATAL
+message or end of stream there). A connection idle longer than DB_HEALTH_CHECK_IDLE_SECONDS still gets
+the real `SELECT 1`, and any doubt falls back to Django's check.
 
-- psycopg already knows a connection it has seen fail (`closed`, `broken`);
-- a connection whose server went away while it sat idle has something waiting on its socket: the
-  server's FATAL message (a restart, `pg_terminate_backend`, an idle timeout) or the end of the
-  stream. One `poll()` with a zero timeout sees it, without sending anything;
-- a connection idle for longer than DB_HEALTH_CHECK_IDLE_SECONDS still gets the real `SELECT 1`, for
-  what leaves no trace on the socket (a peer that vanished without closing, a dropped NAT entry).
-
-Any doubt falls back to Django's check. After a query error Django still checks with `SELECT 1`
-(close_if_unusable_or_obsolete), unchanged. docs/performance-notes.md has the measurements.
+Why and the measurements: docs/performance-notes.md, "The health check".
 """
 
 from __future__ import annotations

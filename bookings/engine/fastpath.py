@@ -1,27 +1,13 @@
 """The common write as one statement: a hold or booking on one calendar with nothing in its way, and
 the commit of a one-calendar hold.
 
-The engine's general write is a transaction: BEGIN, the calendar's lock, the look under the lock, the
-rows, COMMIT — five round trips after the pre-check. Most writes find nothing in the way, and for
-them one statement in autocommit does the same: a statement is a transaction by itself, it takes the
-calendar's lock (NOWAIT) and writes the reservation, audit and outbox rows together, or nothing.
+The statement takes the calendar's lock NOWAIT and writes only if the calendar's version in its
+snapshot is the version it locked (a commit needs no such check: see _commit_statement()); else it
+writes nothing. Its callers then wait for the writer in flight and try again, up to
+MAX_ONE_STATEMENT_TRIES times, before the general path. Anything in the span, several calendars,
+If-Match or an open transaction takes the general path from the start.
 
-Why what it read is as good as a read after the lock: a statement reads one snapshot, taken when it
-starts, before it takes the lock, and a write that committed in between would be missing from it.
-Every write that changes what is on a calendar bumps the calendar's version under its lock, so the
-statement compares the version its snapshot holds with the one it locked (`seen` vs the row the
-UPDATE finds after the lock): equal, and no such write committed in between (one still running holds
-the lock, and NOWAIT refuses); different, and it writes nothing and the caller starts again. The
-exclusion constraint still stands behind it.
-
-A lock another write holds (NOWAIT refuses) or a stale snapshot: the write waits for the other to
-end with a share lock, as a herd's losers do (locking.await_writers), and runs again, up to
-MAX_ONE_STATEMENT_TRIES times; then it takes the general path, which queues for the lock. The general
-path also takes anything at all in the span (a live row, even one the caller may take over, a lapsed
-hold to expire), several calendars, If-Match, and any caller already inside a transaction.
-
-The commit of a one-calendar hold needs no snapshot check (see _commit_statement()).
-docs/performance-notes.md has the measurements.
+Design: docs/architecture.md, "The engine's write path"; numbers: docs/performance-notes.md.
 """
 
 from __future__ import annotations

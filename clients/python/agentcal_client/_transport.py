@@ -1,18 +1,11 @@
 """HTTP with the retry rules agents get wrong when they write them by hand.
 
-- Every write carries an Idempotency-Key made once per logical call and sent again, unchanged, on each
-  retry of that call: the server then runs the write once and answers every retry with the stored
-  response (`Idempotent-Replayed: true`), so a retry after a lost response cannot book twice.
-- Only what waiting can fix is retried (errors.is_retryable): no answer, 429 rate_limited, 502/503/504,
-  and 409 idempotency_in_progress. A 409/412/422 means the plan is wrong; repeating it is the blind retry
-  loop this client exists to prevent.
-- Waits are "decorrelated jitter" (each wait random between the base and three times the previous one,
-  capped), so many agents failing together do not retry in lockstep; a Retry-After from the server
-  replaces the jitter (capped, so a hostile or broken header cannot park the agent for a day).
-- Bounded twice: by `max_retries` and by a total deadline per call, after which the last error is raised.
+Every write carries an Idempotency-Key made once per logical call and reused by each of its retries.
+Only what waiting can fix is retried (errors.is_retryable), with decorrelated jitter or the server's
+Retry-After, bounded by `max_retries` and a total deadline per call. `RetryBudget` is shared by the
+sync and async transports; only sleeping and sending differ.
 
-The retry bookkeeping (`RetryBudget`) is shared by the sync and async transports; only sleeping and
-sending differ.
+Why: docs/agents.md, "What the client does for you, and why".
 """
 
 from __future__ import annotations

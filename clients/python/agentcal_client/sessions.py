@@ -1,20 +1,12 @@
 """`with client.hold(...) as session:` — a hold that stays alive while the agent thinks, and never
 lingers or vanishes unnoticed.
 
-A hold lapses after its TTL unless extended; an agent pausing for slow inference is exactly when it
-forgets to. The session heartbeats in the background every third of the TTL (so a beat that fails
-still leaves time for another before expiry), each beat with a timeout no longer than that third so a
-slow network cannot eat the margin, and retries a failed beat quickly until the hold's expiry.
+The session heartbeats every third of the TTL. An eviction, expiry or release the heartbeat learns is
+kept and raised by `commit()`, `check()` or leaving the `with` block (as a note when the block is
+already raising). Leaving without committing releases the hold. A hold an approval gates is left to
+the approval: no heartbeat, no release.
 
-What the heartbeat learns is never swallowed: when the server answers that the hold was evicted, expired
-or released, the heartbeat stops and keeps that error; `commit()` and `check()` raise it, and so does
-leaving the `with` block (when it is not already raising something else: then the error is attached to
-that one as a note). Leaving without committing releases the hold, so an exception mid-plan does not
-keep a slot blocked for other agents.
-
-An approval may gate the hold (approvals.request(hold_id=...)): the server then keeps it alive until a
-person decides, and refuses the agent's own extend/commit/release (`HoldAwaitingApproval`). The session
-then stops heartbeating and leaves the hold to the approval.
+Why: docs/agents.md, "What the client does for you, and why".
 """
 
 from __future__ import annotations
