@@ -4,7 +4,8 @@ The recipients are split. Addresses of this installation's agents are delivered 
 inboxes through the receiving path (an InboundRaw row, parsed like any other), once, on the first attempt.
 Everything else goes through Django's email backend, the relay configured by the EMAIL_* settings, built
 here as MIME and DKIM-signed when a key is set; a refusal or a network error is retried on
-INBOX_SEND_RETRY_SCHEDULE, then the message is failed (inboxes.outcomes).
+INBOX_SEND_RETRY_SCHEDULE, then the message is failed (inboxes.outcomes). Any other error (a message
+that cannot be written, a bug) would fail every time: it fails the message at once (inboxes.tasks.deliver).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """How an outbound message's delivery ends: sent, failed (the relay refused it for good, the message
 cannot be built, or a bounce report came back for it) or not sent (no relay). Each ending is one
 conditional update from the status it ends, announced (message.sent, message.failed) and audited in the
-same transaction. Both the delivery side and the inbound side (a bounce arriving) end messages here.
+same transaction; a refused attempt is given its next try here, or ended. Both the delivery side and the
+inbound side (a bounce arriving) end messages here.
 """
 
 from __future__ import annotations
