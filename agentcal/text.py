@@ -21,7 +21,7 @@ def storable_text(text: str, max_chars: int) -> str:
 # One line, as Python's str.splitlines() counts lines: the email package also breaks a header where one of
 # these is (\v, \f, \x1c-\x1e, \x85, U+2028 and U+2029 as well as CR and LF), so a value without them cannot
 # start a header of its own. The one definition for API fields (agentcal.api.fields.OneLineField; this set
-# is its published pattern) and for the mail headers we write (inboxes.sending).
+# is its published pattern) and for the mail headers we write (inboxes.composing, inboxes.delivery).
 LINE_BREAKS = "\n\r\v\f\u001c\u001d\u001e\u0085\u2028\u2029"
 
 

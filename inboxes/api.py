@@ -28,11 +28,11 @@ from agentcal.errors import NotFound
 from agentcal.pagination import paginate
 from inboxes.addresses import agent_address
 from inboxes.attachments import attachment_response, download_response
+from inboxes.composing import MAX_RECIPIENTS, message_reply, message_send
 from inboxes.html import sanitize_html
 from inboxes.invites import InviteFlag
 from inboxes.models import Attachment, Direction, Message, Thread
 from inboxes.quotas import quota_usage
-from inboxes.sending import MAX_RECIPIENTS, message_reply, message_send
 from workspaces.models import Agent, Scope
 
 

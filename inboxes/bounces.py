@@ -9,7 +9,7 @@ report itself still lands in the inbox like any other mail.
 Anyone can write a mail that looks like a report and quotes a Message-ID the agent once sent them. So a
 report counts only when it arrived with a null envelope sender (`MAIL FROM:<>`), as every real one does
 (RFC 3464 section 2, RFC 5321 section 4.5.5: so that a report is never answered by another), and only
-for the failed addresses that were recipients of the message it names (inboxes.sending.message_bounced).
+for the failed addresses that were recipients of the message it names (inboxes.outcomes.message_bounced).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ class InboundRaw(models.Model):
     # Only the recipients accepted at RCPT (each an existing agent's address), lowercased.
     envelope_to = ArrayField(models.CharField(max_length=320))
     peer_ip = models.GenericIPAddressField(null=True, blank=True)
-    # Built by this installation's own local delivery (inboxes.sending) from one of its agents' outbound
+    # Built by this installation's own local delivery (inboxes.delivery) from one of its agents' outbound
     # messages, never received from outside: its From header is the sending agent's, written by us. Only
     # that code path sets it; nothing in the bytes can.
     local_delivery = models.BooleanField(default=False)

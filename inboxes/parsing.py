@@ -21,12 +21,12 @@ from typing import Any
 from django.conf import settings
 
 from agentcal.text import storable_text
-from inboxes.invites import CalendarInvite, invite_read, is_calendar_part
+from inboxes.ical import CalendarInvite, invite_read, is_calendar_part
+from inboxes.sender_auth import AUTH_METHODS, authentication_results
 
 # Headers longer than this are clipped (the columns are varchar(998), the RFC 5322 line limit).
 MAX_HEADER_CHARS = 998
 MAX_BODY_CHARS = 5_000_000
-AUTH_METHODS = ("spf", "dkim", "dmarc")
 
 
 @dataclass
@@ -216,25 +216,6 @@ def _read_headers(message: Message, parsed: ParsedMail) -> None:
     parsed.auth_results = authentication_results(
         results, trusted=frozenset(settings.INBOUND_TRUSTED_AUTHSERV_IDS)
     )
-
-
-def authentication_results(headers: list[str], *, trusted: frozenset[str]) -> dict[str, str]:
-    """SPF, DKIM and DMARC verdicts from Authentication-Results headers (RFC 8601) added by a trusted
-    host (the authserv-id before the first ";"): the first one found for each method, the topmost header
-    first (the one the receiving server added last); "none" if absent. A header naming any other host
-    may have been written by the sender, and is ignored."""
-    verdicts = dict.fromkeys(AUTH_METHODS, "none")
-    seen: set[str] = set()
-    for header in headers:
-        authserv_id = header.split(";", 1)[0].strip().split()[0].lower() if header.strip() else ""
-        if authserv_id not in trusted:
-            continue
-        for method, result in re.findall(r"\b(spf|dkim|dmarc)\s*=\s*([a-z]+)", header, flags=re.IGNORECASE):
-            method = method.lower()
-            if method not in seen:
-                seen.add(method)
-                verdicts[method] = result.lower()[:32]
-    return verdicts
 
 
 # --- Bodies and attachments --------------------------------------------------------------------------

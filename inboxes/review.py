@@ -3,7 +3,7 @@ is stored as a draft (status `awaiting_approval`, no delivery) and becomes an ap
 evidence is the draft; it goes out only when a person approves it in the dashboard.
 
 The steps, each its own transaction:
-1. inboxes.sending stores the draft under the agent's quota claim (drafts count, see inboxes.quotas) and
+1. inboxes.composing stores the draft under the agent's quota claim (drafts count, see inboxes.quotas) and
    checks here that it fits an approval's evidence (review_check).
 2. review_request opens the approval (approvals.services.approval_request, which notifies the owners),
    then writes its id on the draft while holding the approval's row lock, so a decision made in between
@@ -33,8 +33,8 @@ from approvals.services import EVIDENCE_MAX_BYTES, approval_request
 from audit.events import AuditEvent
 from audit.models import Outcome
 from audit.services import audit_record
+from inboxes.delivery import enqueue_delivery
 from inboxes.models import Message, MessageStatus
-from inboxes.sending import enqueue_delivery
 from workspaces.actor import Actor
 
 SUMMARY_PREFIX = "Send email: "
@@ -92,6 +92,13 @@ def review_request(*, message: Message, actor: Actor) -> Message:
     with transaction.atomic(durable=True):
         _link(message, approval)
     return message
+
+
+def review_if_asked(message: Message, actor: Actor) -> Message:
+    """A message just stored: a draft awaiting approval has its approval opened (review_request)."""
+    if message.status != MessageStatus.AWAITING_APPROVAL:
+        return message
+    return review_request(message=message, actor=actor)
 
 
 def _link(message: Message, approval: Approval) -> None:

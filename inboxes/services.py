@@ -26,10 +26,12 @@ from audit.services import audit_record
 from inboxes.addresses import resolve_recipient
 from inboxes.attachments import attachments_store
 from inboxes.bounces import bounce_in, null_sender
-from inboxes.invites import invite_received, sender_authenticated
+from inboxes.invites import invite_received
 from inboxes.models import InboundRaw, Message, Thread
+from inboxes.outcomes import message_bounced
 from inboxes.parsing import ParsedMail, normalize_subject, parse_mail
 from inboxes.quotas import storage_full
+from inboxes.sender_auth import sender_authenticated
 from webhooks.models import EventType
 from webhooks.outbox import outbox_emit
 from workspaces.models import Agent, Workspace
@@ -68,11 +70,9 @@ def inbound_store(
 
 
 def _enqueue_parse(raw_id: int) -> None:
-    from inboxes.tasks import parse_inbound  # inboxes.tasks imports this module
-
-    # With the broker down the publisher thread parses it itself; if that fails too, the periodic
-    # inbound_parse_pending still finds the row.
-    broker.enqueue(parse_inbound, (raw_id,), fallback=partial(inbound_parse, raw_id))
+    # With the broker down the publisher thread parses it itself (the task, run here); if that fails too,
+    # the periodic inbound_parse_pending still finds the row.
+    broker.enqueue("inboxes.parse_inbound", (raw_id,), fallback=broker.RUN_HERE)
 
 
 @dataclass(frozen=True)
@@ -263,8 +263,6 @@ def _deliver(*, agent: Agent, row: InboundRaw, parsed: ParsedMail) -> Message:
     # (A report is a few parts: mail over the structure limits is not one, and is not parsed again whole.)
     bounce = bounce_in(bytes(row.raw)) if null_sender(row.envelope_from) and not parsed.notes else None
     if bounce is not None:
-        from inboxes.sending import message_bounced  # inboxes.sending imports this module
-
         message_bounced(agent=agent, bounce=bounce)
     return message
 

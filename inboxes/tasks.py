@@ -1,4 +1,5 @@
-"""Celery tasks: thin wrappers that take ids and call inboxes.services, .sending and .invites."""
+"""Celery tasks: thin wrappers that take ids and call inboxes.services, .delivery, .outcomes,
+.invite_cancels and .review."""
 
 from __future__ import annotations
 
@@ -9,14 +10,10 @@ import smtplib
 from celery import shared_task
 from django.db import InterfaceError, OperationalError
 
-from inboxes.invites import invites_cancel_ended
+from inboxes.delivery import message_deliver, messages_deliver_pending
+from inboxes.invite_cancels import invites_cancel_ended
+from inboxes.outcomes import message_attempt_broken, message_attempt_failed
 from inboxes.review import reviews_repair
-from inboxes.sending import (
-    message_attempt_broken,
-    message_attempt_failed,
-    message_deliver,
-    messages_deliver_pending,
-)
 from inboxes.services import inbound_parse, inbound_parse_pending
 
 logger = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from approvals.services import approval_decide, approval_request
 from bookings import engine
 from bookings.models import BusyBlock
 from dashboard.views.calendars import reservation_url
-from inboxes.sending import message_send
+from inboxes.composing import message_send
 from tests.dashboard.pages_helpers import (
     actor,
     future_day,

@@ -126,7 +126,7 @@ def test_only_a_failure_report_naming_the_original_is_a_bounce() -> None:
 
 def sent_message(persona, sink) -> Message:  # noqa: F811
     """A message to nobody@ and bo@, handed to the relay (the sink)."""
-    from inboxes.sending import message_deliver
+    from inboxes.delivery import message_deliver
 
     message_id = queued(
         persona.client.post(

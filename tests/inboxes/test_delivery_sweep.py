@@ -8,8 +8,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from inboxes.delivery import messages_deliver_pending
 from inboxes.models import Message, MessageStatus
-from inboxes.sending import message_attempt_failed, messages_deliver_pending
+from inboxes.outcomes import message_attempt_failed
 from inboxes.tasks import deliver_pending
 from tests.inboxes.test_sending import final_status, queued, sink  # noqa: F401 (fixture)
 

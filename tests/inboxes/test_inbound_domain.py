@@ -10,9 +10,9 @@ import smtplib
 import pytest
 
 from inboxes.addresses import agent_address
+from inboxes.delivery import message_deliver
 from inboxes.mail_settings import inbound_domain_set, inbound_domain_verify
 from inboxes.models import Message, MessageStatus
-from inboxes.sending import message_deliver
 from tests.conftest import Persona
 from tests.inboxes.conftest import mail
 from tests.inboxes.dns_server import dns_server  # noqa: F401 (fixture)

@@ -22,10 +22,10 @@ from django.db.models.functions import Now
 
 from audit.models import AuditRecord
 from bookings.models import Reservation
-from inboxes import invites
-from inboxes.invites import invite_cancel, invites_cancel_ended
+from inboxes import invite_cancels
+from inboxes.delivery import message_deliver
+from inboxes.invite_cancels import invite_cancel, invites_cancel_ended
 from inboxes.models import BookingInvite, InboundRaw, InviteResponse, Message, MessageStatus
-from inboxes.sending import message_deliver
 from inboxes.services import inbound_parse
 from tests.bookings.helpers import commit, created, hold, problem
 from tests.conftest import slot
@@ -540,7 +540,7 @@ def test_an_agent_over_its_send_quota_holds_up_only_its_own_cancels(
     sdr, exec_assistant, calendar, monkeypatch
 ):
     # Small batches: the quota-refused agent's invites come first by id and would fill every one.
-    monkeypatch.setattr(invites, "SWEEP_BATCH", 2)
+    monkeypatch.setattr(invite_cancels, "SWEEP_BATCH", 2)
     refused = [booking_with_invite(sdr, calendar, attendees=[], hours_ahead=h)[0] for h in (26, 27, 28)]
     theirs, _ = booking_with_invite(exec_assistant, calendar, attendees=[], hours_ahead=29)
     Agent.objects.filter(pk=sdr.agent.pk).update(inbox_burst_limit=0)  # sending switched off

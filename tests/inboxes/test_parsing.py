@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from inboxes.models import Attachment, InboundRaw, Message
-from inboxes.parsing import authentication_results, normalize_subject, parse_mail, strip_quoted_history
+from inboxes.parsing import normalize_subject, parse_mail, strip_quoted_history
+from inboxes.sender_auth import authentication_results
 from inboxes.tasks import parse_pending
 from tests.inboxes.conftest import address_of, deliver_raw, mail
 

@@ -14,8 +14,8 @@ from approvals import services as approval_services
 from approvals.models import Approval
 from approvals.services import approval_decide, approvals_expire_due
 from inboxes import review
+from inboxes.delivery import message_deliver
 from inboxes.models import Message, MessageStatus
-from inboxes.sending import message_deliver
 from tests.approvals.conftest import make_person, owner  # noqa: F401 (fixtures)
 from tests.conftest import audit_rows
 from tests.inboxes.conftest import address_of, deliver_raw, mail

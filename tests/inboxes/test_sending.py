@@ -234,7 +234,7 @@ def test_two_runs_of_one_delivery_hand_the_relay_the_message_once(sdr, sink):
     it sent."""
     from django.db import connection as db
 
-    from inboxes.sending import message_deliver
+    from inboxes.delivery import message_deliver
 
     message_id = queued(
         sdr.client.post("/inbox/send", json={"to": ["ana@example.com"], "subject": "Hi", "text": "x"})
@@ -280,7 +280,7 @@ def inbound_with_raw_subject(persona, encoded_subject: str) -> Message:
     ],
 )
 def test_a_reply_to_a_subject_with_any_line_break_goes_out_on_one_header_line(sdr, sink, encoded, subject):
-    from inboxes.sending import message_deliver
+    from inboxes.delivery import message_deliver
 
     parent = inbound_with_raw_subject(sdr, encoded)
     reply_id = queued(sdr.client.post(f"/inbox/messages/{parent.public_id}/reply", json={"text": "Yes."}))
@@ -296,7 +296,7 @@ def test_a_reply_to_a_subject_with_any_line_break_goes_out_on_one_header_line(sd
 
 
 def test_an_agent_name_with_a_line_break_stays_in_the_from_header(sdr, sink):
-    from inboxes.sending import message_deliver
+    from inboxes.delivery import message_deliver
     from workspaces.models import Agent
 
     Agent.objects.filter(pk=sdr.agent.pk).update(name="Sales\x0bBcc: eve@example.net")
@@ -315,7 +315,7 @@ def test_an_agent_name_with_a_line_break_stays_in_the_from_header(sdr, sink):
 @pytest.mark.parametrize("subject", ["Hi\x0bBcc: eve@example.net", "Hi\x1cX", "Hi\u2028X", "Hi\x85X"])
 def test_a_subject_with_any_line_break_is_refused(sdr, subject):
     from agentcal.errors import InvalidRequest
-    from inboxes.sending import message_send
+    from inboxes.composing import message_send
 
     response = sdr.client.post(
         "/inbox/send", json={"to": ["ana@example.com"], "subject": subject, "text": "x"}
@@ -331,7 +331,7 @@ def test_a_subject_with_any_line_break_is_refused(sdr, subject):
 def test_a_message_that_cannot_be_built_fails_at_once_instead_of_staying_queued(sdr, sink):
     """Not the relay's refusal: an attempt that fails the same way every time (here an invite whose
     stored event cannot be written) marks the message failed, with the error, and nothing retries it."""
-    from inboxes.sending import messages_deliver_pending
+    from inboxes.delivery import messages_deliver_pending
     from inboxes.tasks import deliver
 
     message_id = queued(

@@ -1,0 +1,138 @@
+"""The CANCEL sweep: for every invite whose booking is no longer committed (cancelled, bumped, gone), a
+CANCEL (SEQUENCE + 1) goes out once, as an ordinary outbound message in the invite's thread: the agent's
+quotas and review-first apply to it as to any other. No CANCEL when no message with the invite ever left
+review: nobody was invited.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from django.db import transaction
+from django.db.models import Exists, OuterRef, Q
+from django.db.models.functions import Now
+
+from agentcal.clock import isoformat_z
+from agentcal.errors import QuotaExceeded
+from agentcal.text import one_line
+from audit.events import AuditEvent
+from audit.models import Outcome
+from audit.services import audit_record
+from bookings.models import Reservation, ReservationStatus
+from inboxes.composing import message_queue
+from inboxes.invites import outgoing_event
+from inboxes.models import BookingInvite, Message, MessageStatus, Thread
+from inboxes.review import review_if_asked
+from workspaces.actor import Actor
+
+logger = logging.getLogger(__name__)
+
+SWEEP_BATCH = 200
+# The longest a CANCEL refused over the agent's send quota waits before the sweep tries it again.
+QUOTA_RETRY_SECONDS = 3600
+
+
+def invites_cancel_ended() -> int:
+    """Periodic: send the CANCEL for every invite whose booking is no longer committed (cancelled,
+    bumped, gone), in batches by id. Returns how many were sent.
+
+    An agent over a send quota holds up only its own CANCELs: at its first refusal all of its due ones
+    wait (`next_try_at`) and the rest of the run passes them by, so every other agent's still go out."""
+    committed = Reservation.objects.filter(
+        booking_id=OuterRef("booking_id"), status=ReservationStatus.COMMITTED
+    )
+    due = (
+        BookingInvite.objects.filter(cancelled_at__isnull=True)
+        .filter(Q(next_try_at__isnull=True) | Q(next_try_at__lte=Now()))
+        .filter(~Exists(committed))
+    )
+    sent = 0
+    refused_agents: set[int] = set()
+    after = 0
+    while batch := list(due.filter(pk__gt=after).order_by("pk").values_list("pk", "agent_id")[:SWEEP_BATCH]):
+        after = batch[-1][0]
+        for invite_pk, agent_id in batch:
+            if agent_id in refused_agents:
+                continue
+            try:
+                sent += invite_cancel(invite_pk)
+            except QuotaExceeded as exc:
+                refused_agents.add(agent_id)
+                # The quota's own answer when it has one, but no later than an hour: a limit of 0 names no
+                # time, and a person may raise a limit at any moment.
+                wait = min(exc.retry_after_seconds or QUOTA_RETRY_SECONDS, QUOTA_RETRY_SECONDS)
+                waiting = due.filter(agent_id=agent_id).update(next_try_at=Now() + timedelta(seconds=wait))
+                logger.info(
+                    "%s CANCEL(s) of agent %s wait %ss: over its %s quota", waiting, agent_id, wait, exc.quota
+                )
+    return sent
+
+
+def invite_cancel(invite_pk: int) -> bool:
+    """Queue the CANCEL for one invite whose booking ended, and mark the invite cancelled in the same
+    transaction, under its row lock: a second sweep running at the same time skips the locked row, or
+    (once this commits) finds it cancelled. Returns whether this call sent it."""
+    with transaction.atomic(durable=True):
+        invite = (
+            BookingInvite.objects.select_for_update(skip_locked=True, of=("self",))
+            .select_related("agent__workspace", "last_message__thread")
+            .filter(pk=invite_pk, cancelled_at__isnull=True)
+            .first()
+        )
+        if invite is None:
+            return False  # another sweep has it, or sent it already
+        if Reservation.objects.filter(
+            booking_id=invite.booking_id, status=ReservationStatus.COMMITTED
+        ).exists():
+            return False
+        agent = invite.agent
+        carriers = Message.objects.filter(agent=agent, invite_booking_id=invite.booking_id)
+        if not carriers.exclude(status=MessageStatus.DISCARDED).exists():
+            # Every message with the invite was discarded in review: nobody was invited, nobody to tell.
+            BookingInvite.objects.filter(pk=invite.pk).update(cancelled_at=Now())
+            return False
+        sequence = invite.sequence + 1
+        parent = invite.last_message
+        # The summary is the booking's title: any text, and a header must be one line.
+        subject = one_line(f"Cancelled: {invite.summary}")
+        if parent is not None:
+            thread = parent.thread
+        else:  # the message that carried the invite is gone: the CANCEL starts a thread of its own
+            thread = Thread.objects.create(
+                agent=agent, subject=subject, counterpart=invite.attendees[0]["email"]
+            )
+        # The path every outbound message takes: the agent's quotas and review-first apply to it too.
+        message = message_queue(
+            agent=agent,
+            thread=thread,
+            to=[a["email"] for a in invite.attendees],
+            cc=[],
+            subject=subject,
+            text=(
+                f"{invite.summary} ({isoformat_z(invite.start_time)} to {isoformat_z(invite.end_time)})"
+                " has been cancelled.\n"
+            ),
+            html="",
+            parent=parent,
+            calendar_event=outgoing_event(invite, method="CANCEL", sequence=sequence),
+            invite_booking_id=invite.booking_id,
+        )
+        BookingInvite.objects.filter(pk=invite.pk).update(
+            sequence=sequence, cancelled_at=Now(), last_message=message
+        )
+        audit_record(
+            event_type=AuditEvent.INBOX_INVITE_CANCELLED,
+            outcome=Outcome.SUCCESS,
+            actor=None,
+            workspace_id=agent.workspace_id,
+            reservation_public_id=invite.booking_id,
+            details={
+                "agent": agent.public_id,
+                "message": message.public_id,
+                "uid": invite.uid,
+                "sequence": sequence,
+            },
+        )
+    review_if_asked(message, Actor(workspace=agent.workspace, agent=agent))
+    return True
