@@ -27,9 +27,8 @@ agentcal_inbound_webhook_unaudited_refusals_total.
 Recipients come only from the signed message, never from request headers (which the signature does not
 cover: whoever could alter a request in transit could send it to any agent): the addresses at this
 workspace's domains in Delivered-To, else X-Original-To (where mail providers and MTAs write the
-envelope recipient), else To and Cc (others in those headers are simply other people's copies). An
-`AgentCal-Envelope-To` header, read by earlier versions, is refused with 400 rather than silently
-ignored. Each recipient goes through the recipient check; the refused ones are audited as SMTP refusals
+envelope recipient), else To and Cc (others in those headers are simply other people's copies). Each
+recipient goes through the recipient check; the refused ones are audited as SMTP refusals
 are, and if none is left the answer is 422.
 """
 
@@ -74,7 +73,6 @@ logger = logging.getLogger(__name__)
 PROBLEM_CONTENT_TYPE = "application/problem+json"
 ACCEPTED_CONTENT_TYPES = frozenset({"message/rfc822", "application/octet-stream"})
 # Not covered by the signature, so not read; refused so that a sender still relying on it finds out.
-UNSIGNED_ENVELOPE_HEADER = "AgentCal-Envelope-To"
 # Where the recipients are looked for, in this order: the first that names any at this workspace's
 # domains gives them all.
 RECIPIENT_HEADERS = (("Delivered-To",), ("X-Original-To",), ("To", "Cc"))
@@ -175,11 +173,6 @@ def _receive(request: HttpRequest, workspace_id: str) -> HttpResponse:
         if not _workspace_limiter().allow(workspace.public_id):
             per_minute = settings.INBOUND_WEBHOOK_MAX_MESSAGES_PER_MINUTE
             raise InboundRateLimited(f"Over {per_minute} messages a minute to this workspace.")
-        if UNSIGNED_ENVELOPE_HEADER in request.headers:
-            raise InvalidEnvelope(
-                f"{UNSIGNED_ENVELOPE_HEADER} is not read: the signature does not cover it. Put the envelope "
-                "recipient in the message's Delivered-To (or X-Original-To) header instead."
-            )
         recipients = _recipients(headers, workspace)
         if not recipients:
             raise UnknownRecipient(
