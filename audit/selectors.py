@@ -1,4 +1,4 @@
-"""The one query behind GET /v1/audit and the dashboard's audit browser."""
+"""The one query behind GET /v1/audit and the dashboard's audit browser, and a reservation's trail."""
 
 from __future__ import annotations
 
@@ -48,4 +48,17 @@ def audit_records(
         records = records.filter(requested_end__gt=overlaps_start)
     if overlaps_end is not None:
         records = records.filter(requested_start__lt=overlaps_end)
+    return records
+
+
+def reservation_trail(
+    *, workspace: Workspace, public_ids: list[str], since: datetime, limit: int
+) -> list[AuditRecord]:
+    """The `limit` most recent audit rows about the reservations `public_ids` since `since`, oldest first."""
+    records = list(
+        audit_records(workspace=workspace, since=since)
+        .filter(reservation_public_id__in=public_ids)
+        .order_by("-timestamp", "-id")[:limit]
+    )
+    records.reverse()
     return records

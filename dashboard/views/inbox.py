@@ -35,7 +35,7 @@ from django.utils.http import urlencode
 from accounts.roles import Permission
 from bookings.models import Reservation
 from dashboard.access import page_context, workspace_page
-from dashboard.http import DashboardRequest
+from dashboard.http import THREAD_PAGE_POLICY, DashboardRequest
 from inboxes.addresses import workspace_domain
 from inboxes.attachments import attachment_response
 from inboxes.html import sanitize_html
@@ -47,25 +47,6 @@ THREADS_PER_PAGE = 25
 SNIPPET_CHARS = 140
 MAX_QUERY_CHARS = 200
 
-
-# The thread page shows strangers' HTML, so it carries its own policy, whatever the installation's
-# CONTENT_SECURITY_POLICY says: no script but the dashboard's own files (no inline script, no on...=
-# handlers, no javascript: URLs), no image from another origin (tracking pixels), no frames or plugins.
-THREAD_PAGE_POLICY = "; ".join(
-    [
-        "default-src 'none'",
-        "script-src 'self'",
-        "style-src 'self'",
-        "img-src 'self' data:",
-        "connect-src 'self'",
-        "font-src 'self'",
-        "object-src 'none'",
-        "frame-src 'none'",
-        "base-uri 'none'",
-        "form-action 'self'",
-        "frame-ancestors 'none'",
-    ]
-)
 
 AUTH_VERDICT_CLASS = {"pass": "pass", "fail": "fail", "softfail": "fail", "permerror": "fail"}
 STATUS_LABELS: dict[str, str] = {

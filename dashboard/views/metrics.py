@@ -25,7 +25,7 @@ from agentcal.clock import server_now
 from agentcal.metrics import lock_wait_percentiles
 from dashboard.access import page_context, workspace_page
 from dashboard.http import DashboardRequest
-from dashboard.views.connections import provider_name
+from dashboard.wording import provider_name
 from sync.models import Connection, ConnectionStatus
 from workspaces.models import Workspace
 
