@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Count, Q
 
 from agentcal.db import bound_cursor
 from bookings.models import LIVE_STATUSES, BusyBlock, Calendar, Reservation, overlapping_q
@@ -236,3 +236,55 @@ def busy_blocks_over(span: Span, calendar_ids: list[int]) -> list[BusyBlock]:
     return list(
         BusyBlock.objects.filter(overlapping_q(span), calendar_id__in=calendar_ids).order_by("start_time")
     )
+
+
+def agent_reservation_counts(agent_ids: Iterable[int]) -> list[Any]:
+    """Per agent (`agent_id`): its holds, its bookings, and the bookings that began as its holds. One row
+    per hold or booking (a multi-calendar hold has a row per calendar; its primary counts); holds carry a
+    hold-token hash, direct commits do not."""
+    return list(
+        Reservation.objects.filter(agent__in=agent_ids, is_primary=True)
+        .values("agent_id")
+        .annotate(
+            holds=Count("id", filter=Q(hold_token_hash__isnull=False)),
+            commits=Count("id", filter=Q(committed_at__isnull=False)),
+            commits_from_holds=Count(
+                "id", filter=Q(hold_token_hash__isnull=False, committed_at__isnull=False)
+            ),
+        )
+    )
+
+
+def first_calendar(workspace: Workspace) -> Calendar | None:
+    """The workspace's oldest calendar."""
+    return Calendar.objects.filter(workspace=workspace).order_by("id").first()
+
+
+def newest_reservation(workspace: Workspace) -> Reservation | None:
+    """The workspace's newest hold or booking (its primary row), with its calendar."""
+    return (
+        Reservation.objects.filter(calendar__workspace=workspace, is_primary=True)
+        .select_related("calendar")
+        .order_by("-id")
+        .first()
+    )
+
+
+def primaries_by_id(workspace: Workspace, public_ids: set[str]) -> dict[str, Reservation]:
+    """The primary rows of the holds or bookings `public_ids` in the workspace, with their calendars, by
+    both the hold's id and the booking's."""
+    found: dict[str, Reservation] = {}
+    for reservation in (
+        Reservation.objects.filter(Q(hold_id__in=public_ids) | Q(booking_id__in=public_ids))
+        .filter(calendar__workspace=workspace, is_primary=True)
+        .select_related("calendar")
+    ):
+        found[reservation.hold_id] = reservation
+        if reservation.booking_id:
+            found[reservation.booking_id] = reservation
+    return found
+
+
+def calendar_names(workspace: Workspace) -> dict[str, str]:
+    """Every calendar's name by public id, in order of name."""
+    return {c.public_id: c.name for c in Calendar.objects.filter(workspace=workspace).order_by("name")}

@@ -11,7 +11,8 @@ from bookings.models import Calendar, Reservation
 from bookings.selectors import calendar_in_workspace, reservation_on_calendar
 from sync.models import Connection
 from sync.selectors import connection_in_workspace
-from workspaces.models import Workspace
+from workspaces.models import Agent, Workspace
+from workspaces.selectors import agent_in_workspace
 
 
 def calendar_in(workspace: Workspace, calendar_id: str) -> Calendar:
@@ -41,3 +42,10 @@ def approval_in(workspace: Workspace, approval_id: str) -> Approval:
     if approval is None:
         raise Http404("No such approval")
     return approval
+
+
+def agent_in(workspace: Workspace, agent_id: str) -> Agent:
+    agent = agent_in_workspace(workspace, agent_id)
+    if agent is None:
+        raise Http404("No such agent")
+    return agent

@@ -44,3 +44,12 @@ def unreadable_events(connection: Connection, *, listed: int) -> tuple[int, list
     if not count:
         return 0, []
     return count, list(unreadable.order_by("-updated_at", "-id")[:listed])
+
+
+def workspace_connections(workspace: Workspace) -> list[Connection]:
+    """The workspace's links, by calendar name, with their calendars."""
+    return list(
+        Connection.objects.filter(workspace=workspace)
+        .select_related("calendar")
+        .order_by("calendar__name", "id")
+    )

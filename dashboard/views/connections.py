@@ -20,8 +20,8 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from accounts.models import Membership
 from accounts.roles import Permission
+from accounts.selectors import membership_in
 from agentcal.errors import AgentCalError
 from dashboard.access import workspace_page
 from dashboard.http import DashboardRequest
@@ -118,11 +118,7 @@ def oauth_callback(request: DashboardRequest, provider: str) -> HttpResponse:
             status=400,
         )
     back = reverse("dashboard:calendar", args=[started["workspace"], started["calendar"]])
-    membership = (
-        Membership.objects.select_related("workspace")
-        .filter(user=request.user.pk, workspace__slug=started["workspace"])
-        .first()
-    )
+    membership = membership_in(user_id=request.user.pk, workspace_slug=started["workspace"])
     if membership is None or not membership.may(Permission.MANAGE_WORKSPACE):
         raise Http404("No such workspace")
     if "error" in request.GET:
