@@ -10,11 +10,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from django.urls import reverse
 from django.utils.html import strip_tags
-from django.utils.http import urlencode
 
 from bookings.selectors import primaries_by_id
+from dashboard.links import calendar_day_url
 from dashboard.timeline import calendar_zone
 from inboxes.html import sanitize_html
 from inboxes.models import Direction, Message, MessageStatus, PartStat, Thread
@@ -174,10 +173,8 @@ def link_reservations(workspace: Workspace, cards: list[InviteCard]) -> None:
         shown = reservations.get(card.linked)
         if shown is None:
             continue
-        zone = calendar_zone(shown.calendar)
-        day = shown.start_time.astimezone(zone).date().isoformat()
-        url = reverse("dashboard:calendar", args=[workspace.slug, shown.calendar.public_id])
-        card.linked_url = f"{url}?{urlencode({'view': 'day', 'date': day})}"
+        day = shown.start_time.astimezone(calendar_zone(shown.calendar)).date()
+        card.linked_url = calendar_day_url(workspace, shown.calendar, day)
         card.linked_status = shown.status
 
 

@@ -23,16 +23,16 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
-from django.urls import reverse
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_GET, require_POST
 
 from accounts.roles import Permission
 from accounts.selectors import first_membership
 from agentcal.clock import isoformat_z, server_now
-from bookings.models import Calendar, Reservation
+from bookings.models import Calendar
 from dashboard.access import page_context, workspace_page
 from dashboard.http import DashboardRequest
+from dashboard.links import guide_reservation_url
 from dashboard.one_time import Reveal, keep_for_display, see_other, take_for_display
 from dashboard.viewmodels.setup_guide import Setup
 from workspaces.models import Scope, Workspace
@@ -139,7 +139,7 @@ def _render_start(
         ),
         guide_scopes=[str(scope) for scope in GUIDE_SCOPES],
         poll_seconds=POLL_SECONDS,
-        reservation_url=_reservation_url(workspace, reservation) if reservation is not None else "",
+        reservation_url=guide_reservation_url(workspace, reservation) if reservation is not None else "",
     )
     template = "dashboard/home/start.html"
     if request.htmx:
@@ -148,13 +148,6 @@ def _render_start(
     if reveal.secret:
         add_never_cache_headers(response)  # it carries a raw key
     return response
-
-
-def _reservation_url(workspace: Workspace, reservation: Reservation) -> str:
-    """The reservation on its calendar, on its day, with its drawer open (app.js reads the #id)."""
-    page = reverse("dashboard:calendar", args=[workspace.slug, reservation.calendar.public_id])
-    day = reservation.start_time.date().isoformat()
-    return f"{page}?date={day}#{reservation.booking_id or reservation.hold_id}"
 
 
 @require_GET
