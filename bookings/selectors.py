@@ -1,4 +1,5 @@
-"""Reads that several places need: availability and reservation groups."""
+"""Reads that several places need: availability, reservation groups, and what the dashboard's calendar
+and approval pages show of calendars, reservations and busy time."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import Count, Q
 
 from agentcal.db import bound_cursor
-from bookings.models import BusyBlock, Calendar, Reservation, overlapping_q
+from bookings.models import LIVE_STATUSES, BusyBlock, Calendar, Reservation, overlapping_q
 from bookings.spans import BusyIndex, Span, grid_slots
 from workspaces.models import Agent, Workspace
 
@@ -150,3 +152,139 @@ def calendar_in_workspace(*, workspace_id: int, public_id: str) -> Calendar | No
         cursor.execute(_CALENDAR_SQL, {"workspace": workspace_id, "public_id": public_id})
         row = cursor.fetchone()
     return None if row is None else Calendar.from_db("default", _CALENDAR_ATTNAMES, row)
+
+
+# --- What people's pages read -----------------------------------------------------------------------------
+
+
+@dataclass
+class CalendarWindow:
+    """A calendar's reservations and busy blocks overlapping a window of its timeline."""
+
+    reservations: list[Reservation]  # with their agent, by start
+    ended_left_out: int  # reservations not loaded because they have ended (0 when ended ones were asked for)
+    busy_blocks: list[BusyBlock]
+
+
+def calendar_window(*, calendar: Calendar, window: Span, with_ended: bool) -> CalendarWindow:
+    in_range = Reservation.objects.filter(overlapping_q(window), calendar=calendar)
+    candidates = in_range if with_ended else in_range.filter(status__in=LIVE_STATUSES)
+    reservations = list(candidates.select_related("agent").order_by("start_time", "id"))
+    ended_left_out = 0 if with_ended else in_range.exclude(status__in=LIVE_STATUSES).count()
+    # The bounded overlap filter: blocks are stored in pieces no longer than a reservation for it.
+    busy_blocks = list(BusyBlock.objects.filter(overlapping_q(window), calendar=calendar))
+    return CalendarWindow(reservations=reservations, ended_left_out=ended_left_out, busy_blocks=busy_blocks)
+
+
+def reservation_on_calendar(calendar: Calendar, reservation_id: str) -> Reservation | None:
+    """The calendar's share of a hold or booking, by either id (a hold's id finds the booking it became)."""
+    return (
+        Reservation.objects.select_related("agent", "calendar")
+        .filter(Q(hold_id=reservation_id) | Q(booking_id=reservation_id), calendar=calendar)
+        .first()
+    )
+
+
+def reservation_other_shares(reservation: Reservation) -> list[Reservation]:
+    """The same hold's rows on its other calendars, by calendar name."""
+    return list(
+        Reservation.objects.filter(hold_id=reservation.hold_id)
+        .exclude(pk=reservation.pk)
+        .select_related("calendar")
+        .order_by("calendar__name")
+    )
+
+
+def reservation_displacer(reservation: Reservation) -> Reservation | None:
+    """The reservation that took this one over, if one did."""
+    if not reservation.displaced_by_id:
+        return None
+    return Reservation.objects.filter(pk=reservation.displaced_by_id).first()
+
+
+def hold_primary(workspace: Workspace, hold_id: str) -> Reservation | None:
+    """A hold's primary row (or the booking's it became), with its calendar; None if not in the workspace."""
+    return (
+        Reservation.objects.select_related("calendar")
+        .filter(hold_id=hold_id, is_primary=True, calendar__workspace=workspace)
+        .first()
+    )
+
+
+def hold_primaries(workspace: Workspace, hold_ids: list[str]) -> list[Reservation]:
+    """hold_primary() of many holds, in one query."""
+    return list(
+        Reservation.objects.filter(
+            hold_id__in=hold_ids, is_primary=True, calendar__workspace=workspace
+        ).select_related("calendar")
+    )
+
+
+def hold_shares(*, workspace_id: int, hold_id: str) -> list[Reservation]:
+    """Every row of a hold in the workspace with its calendar, agent and whoever took it over: primary
+    first, then by calendar name."""
+    rows = (
+        Reservation.objects.filter(hold_id=hold_id, calendar__workspace_id=workspace_id)
+        .select_related("calendar", "agent", "displaced_by__agent")
+        .order_by("id")
+    )
+    return sorted(rows, key=lambda r: (not r.is_primary, r.calendar.name, r.pk))
+
+
+def busy_blocks_over(span: Span, calendar_ids: list[int]) -> list[BusyBlock]:
+    """The calendars' busy blocks overlapping `span`, by start."""
+    return list(
+        BusyBlock.objects.filter(overlapping_q(span), calendar_id__in=calendar_ids).order_by("start_time")
+    )
+
+
+def agent_reservation_counts(agent_ids: Iterable[int]) -> list[Any]:
+    """Per agent (`agent_id`): its holds, its bookings, and the bookings that began as its holds. One row
+    per hold or booking (a multi-calendar hold has a row per calendar; its primary counts); holds carry a
+    hold-token hash, direct commits do not."""
+    return list(
+        Reservation.objects.filter(agent__in=agent_ids, is_primary=True)
+        .values("agent_id")
+        .annotate(
+            holds=Count("id", filter=Q(hold_token_hash__isnull=False)),
+            commits=Count("id", filter=Q(committed_at__isnull=False)),
+            commits_from_holds=Count(
+                "id", filter=Q(hold_token_hash__isnull=False, committed_at__isnull=False)
+            ),
+        )
+    )
+
+
+def first_calendar(workspace: Workspace) -> Calendar | None:
+    """The workspace's oldest calendar."""
+    return Calendar.objects.filter(workspace=workspace).order_by("id").first()
+
+
+def newest_reservation(workspace: Workspace) -> Reservation | None:
+    """The workspace's newest hold or booking (its primary row), with its calendar."""
+    return (
+        Reservation.objects.filter(calendar__workspace=workspace, is_primary=True)
+        .select_related("calendar")
+        .order_by("-id")
+        .first()
+    )
+
+
+def primaries_by_id(workspace: Workspace, public_ids: set[str]) -> dict[str, Reservation]:
+    """The primary rows of the holds or bookings `public_ids` in the workspace, with their calendars, by
+    both the hold's id and the booking's."""
+    found: dict[str, Reservation] = {}
+    for reservation in (
+        Reservation.objects.filter(Q(hold_id__in=public_ids) | Q(booking_id__in=public_ids))
+        .filter(calendar__workspace=workspace, is_primary=True)
+        .select_related("calendar")
+    ):
+        found[reservation.hold_id] = reservation
+        if reservation.booking_id:
+            found[reservation.booking_id] = reservation
+    return found
+
+
+def calendar_names(workspace: Workspace) -> dict[str, str]:
+    """Every calendar's name by public id, in order of name."""
+    return {c.public_id: c.name for c in Calendar.objects.filter(workspace=workspace).order_by("name")}

@@ -11,8 +11,9 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponse
 
-from accounts.models import Membership
 from accounts.roles import Permission
+from accounts.selectors import membership_in
+from approvals.selectors import pending_count
 from dashboard.http import DashboardRequest
 from workspaces.actor import Actor
 
@@ -35,11 +36,7 @@ def workspace_page(*, needs: Permission = Permission.READ) -> Callable[[View], V
         ) -> HttpResponse:
             # Typed as what it becomes: login_required has signed the person in, and the lines below
             # set the rest.
-            membership = (
-                Membership.objects.select_related("workspace")
-                .filter(user=request.user.pk, workspace__slug=workspace_slug)
-                .first()
-            )
+            membership = membership_in(user_id=request.user.pk, workspace_slug=workspace_slug)
             if membership is None:
                 raise Http404("No such workspace")
             if not membership.may(needs):
@@ -62,8 +59,6 @@ def workspace_page(*, needs: Permission = Permission.READ) -> Callable[[View], V
 def page_context(request: DashboardRequest, section: str, **extra: Any) -> dict[str, Any]:
     """What base.html needs on every workspace page. `can` answers templates' permission questions:
     `{% if can.manage_workspace %}`, keyed by accounts.roles.Permission's values."""
-    from approvals.selectors import pending_count
-
     workspace = request.workspace
     return {
         "workspace": workspace,

@@ -1,4 +1,5 @@
-"""The request a workspace page sees, typed (as healthchecks' `AuthenticatedHttpRequest`)."""
+"""The request a workspace page sees, typed (as healthchecks' `AuthenticatedHttpRequest`), and the
+stricter Content-Security-Policy of pages that show strangers' or agents' HTML."""
 
 from __future__ import annotations
 
@@ -23,3 +24,24 @@ class DashboardRequest(HttpRequest):
     membership: Membership
     workspace: Workspace
     actor: Actor  # who acts, for audited changes
+
+
+# Pages showing strangers' HTML (an inbox thread, an approval's email draft) carry their own policy,
+# whatever the installation's CONTENT_SECURITY_POLICY says: no script but the dashboard's own files (no
+# inline script, no on...= handlers, no javascript: URLs), no image from another origin (tracking pixels),
+# no frames or plugins.
+THREAD_PAGE_POLICY = "; ".join(
+    [
+        "default-src 'none'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "img-src 'self' data:",
+        "connect-src 'self'",
+        "font-src 'self'",
+        "object-src 'none'",
+        "frame-src 'none'",
+        "base-uri 'none'",
+        "form-action 'self'",
+        "frame-ancestors 'none'",
+    ]
+)

@@ -78,7 +78,7 @@ urlpatterns += [
 urlpatterns += [
     path(
         f"{W}/calendars/<str:calendar_id>/connection",
-        connections.connection_connect,
+        calendars.connection_connect,
         name="connection_connect",
     ),
     path(

@@ -12,16 +12,12 @@ it is kept nowhere — the database has only its hash.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from django import forms
 from django.conf import settings
 from django.contrib import messages
-from django.db.models import Count, F, Q
-from django.db.models.functions import Now
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -30,15 +26,20 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from accounts.roles import Permission
 from agentcal.clock import server_now
-from audit.events import AuditEvent
-from audit.models import AuditRecord, Outcome
-from bookings.models import Reservation
 from dashboard.access import page_context, workspace_page
 from dashboard.http import DashboardRequest
+from dashboard.lookups import agent_in
 from dashboard.one_time import keep_for_display, see_other, take_for_display
+from dashboard.viewmodels.agent_stats import agent_stats, endpoint_status, key_status
 from inboxes.quotas import MAX_LIMIT, default_limits, inbox_settings_update
-from webhooks.models import DeliveryAttempt, WebhookEndpoint
+from webhooks.selectors import agent_endpoints, recent_attempts
 from workspaces.models import MAX_PRIORITY, MIN_PRIORITY, Agent, ApiKey, Scope, Workspace
+from workspaces.selectors import (
+    agent_key,
+    agent_key_by_pk,
+    agent_keys,
+    agents_with_key_counts,
+)
 from workspaces.services import (
     DEFAULT_PRIORITY,
     AgentSlugTaken,
@@ -64,7 +65,6 @@ DEFAULT_GRACE = "24h"
 MIB = 1024 * 1024
 MAX_STORAGE_LIMIT_MIB = 1024 * 1024 * 1024  # a petabyte: far beyond any real mailbox
 RECENT_ATTEMPTS = 10
-CONFLICT_EVENTS = (AuditEvent.HOLD_REJECTED, AuditEvent.COMMIT_REJECTED)
 
 
 # --- Forms: parsing and field errors only; the rules live in workspaces.services -------------------------
@@ -148,73 +148,6 @@ class RotateForm(forms.Form):
     grace = forms.ChoiceField(choices=[(value, label) for value, (label, _) in GRACE_PERIODS.items()])
 
 
-# --- Read models -------------------------------------------------------------------------------------------
-
-
-@dataclass
-class AgentStats:
-    holds: int = 0
-    commits: int = 0
-    commits_from_holds: int = 0
-    conflicts: int = 0
-
-    @property
-    def conversion(self) -> int | None:
-        """Percent of holds that became bookings; None before the first hold."""
-        return round(100 * self.commits_from_holds / self.holds) if self.holds else None
-
-
-def agent_stats(workspace: Workspace, agents: Sequence[Agent]) -> dict[int, AgentStats]:
-    stats = {agent.pk: AgentStats() for agent in agents}
-    # One row per hold or booking (a multi-calendar hold has a row per calendar; count its primary).
-    # Holds carry a hold-token hash; direct commits do not.
-    counts = (
-        Reservation.objects.filter(agent__in=stats.keys(), is_primary=True)
-        .values("agent_id")
-        .annotate(
-            holds=Count("id", filter=Q(hold_token_hash__isnull=False)),
-            commits=Count("id", filter=Q(committed_at__isnull=False)),
-            commits_from_holds=Count(
-                "id", filter=Q(hold_token_hash__isnull=False, committed_at__isnull=False)
-            ),
-        )
-    )
-    for row in counts:
-        entry = stats[row["agent_id"]]
-        entry.holds, entry.commits = row["holds"], row["commits"]
-        entry.commits_from_holds = row["commits_from_holds"]
-    # Conflicts are rejected holds and commits, as far back as the audit trail is kept.
-    by_public_id = {agent.public_id: agent.pk for agent in agents}
-    rejected = (
-        AuditRecord.objects.filter(
-            workspace_id=workspace.pk,
-            timestamp__gte=Now() - timedelta(days=workspace.audit_retention_days),
-            event_type__in=CONFLICT_EVENTS,
-            outcome=Outcome.REJECTED,
-            agent_public_id__in=by_public_id.keys(),
-        )
-        .values("agent_public_id")
-        .annotate(n=Count("id"))
-    )
-    for conflict in rejected:
-        stats[by_public_id[conflict["agent_public_id"]]].conflicts = conflict["n"]
-    return stats
-
-
-def key_status(key: ApiKey, now: datetime) -> str:
-    if key.revoked_at is not None:
-        return "revoked"
-    if key.expires_at is not None:
-        return "expiring" if key.expires_at > now else "expired"
-    return "active"
-
-
-def endpoint_status(endpoint: WebhookEndpoint) -> str:
-    if endpoint.disabled_at is not None:
-        return "disabled"
-    return "failing" if endpoint.failing_since is not None else "active"
-
-
 # --- Agent list and creation --------------------------------------------------------------------------------
 
 
@@ -229,15 +162,7 @@ def agent_list(request: HttpRequest, workspace_slug: str) -> HttpResponse:
 def _render_agent_list(
     request: DashboardRequest, workspace: Workspace, form: AgentCreateForm | None = None, status: int = 200
 ) -> HttpResponse:
-    now = server_now()
-    active_key = Q(api_keys__revoked_at__isnull=True) & (
-        Q(api_keys__expires_at__isnull=True) | Q(api_keys__expires_at__gt=now)
-    )
-    agents = list(
-        Agent.objects.filter(workspace=workspace)
-        .annotate(active_keys=Count("api_keys", filter=active_key), all_keys=Count("api_keys"))
-        .order_by("-is_active", "name", "id")
-    )
+    agents = agents_with_key_counts(workspace, now=server_now())
     stats = agent_stats(workspace, agents)
     context = page_context(
         request,
@@ -283,15 +208,8 @@ def _agent_create(request: DashboardRequest, workspace: Workspace) -> HttpRespon
 # --- Agent detail and its actions ---------------------------------------------------------------------------
 
 
-def _agent(workspace: Workspace, agent_id: str) -> Agent:
-    agent = Agent.objects.filter(workspace=workspace, public_id=agent_id).first()
-    if agent is None:
-        raise Http404("No such agent")
-    return agent
-
-
 def _key(agent: Agent, key_prefix: str) -> ApiKey:
-    key = ApiKey.objects.select_related("agent").filter(agent=agent, prefix=key_prefix).first()
+    key = agent_key(agent, prefix=key_prefix)
     if key is None:
         raise Http404("No such key")
     return key
@@ -311,20 +229,14 @@ def _render_agent_detail(
     now = server_now()
     defaults = default_limits()  # what a blank limit means, shown as each field's placeholder
     inbox_form = inbox_form or InboxSettingsForm.of(agent)
-    keys = list(agent.api_keys.order_by("-created_at", "-id"))
-    # Working endpoints first, then disabled ones; newest first within each.
-    endpoints = list(agent.webhook_endpoints.order_by(F("disabled_at").desc(nulls_first=True), "-created_at"))
+    keys = agent_keys(agent)
     endpoint_rows = [
         {
             "endpoint": endpoint,
             "status": endpoint_status(endpoint),
-            "attempts": list(
-                DeliveryAttempt.objects.filter(delivery__endpoint=endpoint)
-                .select_related("delivery__event")
-                .order_by("-attempted_at", "-id")[:RECENT_ATTEMPTS]
-            ),
+            "attempts": recent_attempts(endpoint, limit=RECENT_ATTEMPTS),
         }
-        for endpoint in endpoints
+        for endpoint in agent_endpoints(agent)
     ]
     context = page_context(
         request,
@@ -358,13 +270,13 @@ def _render_agent_detail(
 
 @workspace_page()
 def agent_detail(request: DashboardRequest, workspace: Workspace, agent_id: str) -> HttpResponse:
-    return _render_agent_detail(request, workspace, _agent(workspace, agent_id))
+    return _render_agent_detail(request, workspace, agent_in(workspace, agent_id))
 
 
 @require_POST
 @workspace_page(needs=Permission.MANAGE_WORKSPACE)
 def agent_edit(request: DashboardRequest, workspace: Workspace, agent_id: str) -> HttpResponse:
-    agent = _agent(workspace, agent_id)
+    agent = agent_in(workspace, agent_id)
     form = PriorityForm(request.POST)
     if form.is_valid():
         try:
@@ -385,7 +297,7 @@ def agent_edit(request: DashboardRequest, workspace: Workspace, agent_id: str) -
 @require_POST
 @workspace_page(needs=Permission.MANAGE_WORKSPACE)
 def agent_rename_view(request: DashboardRequest, workspace: Workspace, agent_id: str) -> HttpResponse:
-    agent = _agent(workspace, agent_id)
+    agent = agent_in(workspace, agent_id)
     form = RenameForm(request.POST)
     if not form.is_valid():
         return _render_agent_detail(request, workspace, agent, status=400, rename_form=form)
@@ -399,7 +311,7 @@ def agent_rename_view(request: DashboardRequest, workspace: Workspace, agent_id:
 @require_POST
 @workspace_page(needs=Permission.MANAGE_WORKSPACE)
 def agent_disable(request: DashboardRequest, workspace: Workspace, agent_id: str) -> HttpResponse:
-    agent, changed = agent_set_active(actor=request.actor, agent=_agent(workspace, agent_id), active=False)
+    agent, changed = agent_set_active(actor=request.actor, agent=agent_in(workspace, agent_id), active=False)
     if changed:
         messages.success(
             request, f"{agent.name} is disabled: its keys are refused and mail to its address bounces."
@@ -412,7 +324,7 @@ def agent_disable(request: DashboardRequest, workspace: Workspace, agent_id: str
 @require_POST
 @workspace_page(needs=Permission.MANAGE_WORKSPACE)
 def agent_enable(request: DashboardRequest, workspace: Workspace, agent_id: str) -> HttpResponse:
-    agent, changed = agent_set_active(actor=request.actor, agent=_agent(workspace, agent_id), active=True)
+    agent, changed = agent_set_active(actor=request.actor, agent=agent_in(workspace, agent_id), active=True)
     if changed:
         messages.success(request, f"{agent.name} is enabled again: its live keys work from now on.")
     else:
@@ -423,7 +335,7 @@ def agent_enable(request: DashboardRequest, workspace: Workspace, agent_id: str)
 @require_POST
 @workspace_page(needs=Permission.MANAGE_WORKSPACE)
 def agent_inbox_settings(request: DashboardRequest, workspace: Workspace, agent_id: str) -> HttpResponse:
-    agent = _agent(workspace, agent_id)
+    agent = agent_in(workspace, agent_id)
     form = InboxSettingsForm(request.POST)
     if not form.is_valid():
         return _render_agent_detail(request, workspace, agent, status=400, inbox_form=form)
@@ -450,13 +362,13 @@ def key_create(request: HttpRequest, workspace_slug: str, agent_id: str) -> Http
 def _to_agent_page(
     request: DashboardRequest, workspace: Workspace, agent_id: str, anchor: str
 ) -> HttpResponse:
-    agent = _agent(workspace, agent_id)
+    agent = agent_in(workspace, agent_id)
     return redirect(reverse("dashboard:agent", args=[workspace.slug, agent.public_id]) + f"#{anchor}")
 
 
 @workspace_page(needs=Permission.MANAGE_WORKSPACE)
 def _key_create(request: DashboardRequest, workspace: Workspace, agent_id: str) -> HttpResponse:
-    agent = _agent(workspace, agent_id)
+    agent = agent_in(workspace, agent_id)
     form = KeyCreateForm(request.POST)
     if form.is_valid():
         try:
@@ -477,13 +389,11 @@ def _key_create(request: DashboardRequest, workspace: Workspace, agent_id: str) 
 @workspace_page()
 def key_new(request: DashboardRequest, workspace: Workspace, agent_id: str, key_prefix: str) -> HttpResponse:
     """A new key's page: its raw value the first time the person who made it opens it, then never."""
-    agent = _agent(workspace, agent_id)
+    agent = agent_in(workspace, agent_id)
     key = _key(agent, key_prefix)
     reveal = take_for_display(request, _key_slot(key))
     rotated_from = (
-        ApiKey.objects.filter(pk=reveal.facts["rotated_from"], agent=agent).first()
-        if reveal.facts.get("rotated_from")
-        else None
+        agent_key_by_pk(agent, reveal.facts["rotated_from"]) if reveal.facts.get("rotated_from") else None
     )
     context = page_context(
         request,
@@ -508,7 +418,7 @@ def key_new(request: DashboardRequest, workspace: Workspace, agent_id: str, key_
 def key_revoke(
     request: DashboardRequest, workspace: Workspace, agent_id: str, key_prefix: str
 ) -> HttpResponse:
-    agent = _agent(workspace, agent_id)
+    agent = agent_in(workspace, agent_id)
     key = _key(agent, key_prefix)
     try:
         api_key_revoke(actor=request.actor, key=key)
@@ -531,7 +441,7 @@ def key_rotate(request: HttpRequest, workspace_slug: str, agent_id: str, key_pre
 def _key_rotate(
     request: DashboardRequest, workspace: Workspace, agent_id: str, key_prefix: str
 ) -> HttpResponse:
-    agent = _agent(workspace, agent_id)
+    agent = agent_in(workspace, agent_id)
     old = _key(agent, key_prefix)
     form = RotateForm(request.POST)
     if not form.is_valid():

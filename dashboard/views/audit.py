@@ -30,11 +30,12 @@ from agentcal.pagination import paginate
 from audit.api import AuditRecordOutput
 from audit.events import AuditEvent
 from audit.models import AuditRecord, Outcome
-from audit.selectors import audit_records
-from bookings.models import Calendar
+from audit.selectors import audit_batch, audit_record_in, audit_records
+from bookings.selectors import calendar_names
 from dashboard.access import View, page_context, workspace_page
 from dashboard.http import DashboardRequest
-from workspaces.models import Agent, Workspace
+from workspaces.models import Workspace
+from workspaces.selectors import agent_names_by_name
 
 PAGE_SIZE = 50
 # datetime-local inputs send minutes (seconds when the browser shows them); both read as UTC.
@@ -139,9 +140,7 @@ def _sort(query: QueryDict) -> str:
 
 
 def _names(workspace: Workspace) -> tuple[dict[str, str], dict[str, str]]:
-    agents = {a.public_id: a.name for a in Agent.objects.filter(workspace=workspace).order_by("name")}
-    calendars = {c.public_id: c.name for c in Calendar.objects.filter(workspace=workspace).order_by("name")}
-    return agents, calendars
+    return agent_names_by_name(workspace), calendar_names(workspace)
 
 
 @workspace_page()
@@ -217,7 +216,7 @@ def _subject(record: AuditRecord, agents: dict[str, str]) -> str:
 
 
 def _record(request: DashboardRequest, workspace: Workspace, record_id: str) -> HttpResponse:
-    record = filtered_records(workspace, AuditFilters()).filter(public_id=record_id).first()
+    record = audit_record_in(workspace, record_id)
     if record is None:
         raise Http404("No such audit record")
     # The same representation GET /v1/audit returns, so what people and agents see cannot drift.
@@ -258,11 +257,7 @@ def _csv_lines(
     yield writer.writerow(CSV_COLUMNS)
     after: int | None = None
     while True:
-        # Keyset batches: no long-lived cursor, the same plan for the first batch and the last.
-        batch_query = records
-        if after is not None:
-            batch_query = records.filter(pk__lt=after) if descending else records.filter(pk__gt=after)
-        batch = list(batch_query.order_by("-pk" if descending else "pk")[:CSV_BATCH])
+        batch = audit_batch(records, after=after, descending=descending, size=CSV_BATCH)
         for r in batch:
             yield writer.writerow(
                 [

@@ -1,19 +1,17 @@
-"""A calendar's link to its owner's own calendar (upstream sync), on the calendar's page.
+"""A calendar's link to its owner's own calendar (upstream sync), on the calendar's page: sync now,
+disconnect, and linking through an OAuth provider's consent.
 
-Everyone in the workspace sees whether a calendar is linked and how its sync is doing; only owners and
-admins connect, sync now or disconnect (each through sync.services, which audits it). The app password
-goes from the form to `connection_create` and nowhere else: it is never rendered back, not even into
-the form a refused attempt is shown again with.
+Everyone in the workspace sees whether a calendar is linked and how its sync is doing (the panel,
+viewmodels.connection_panel); only owners and admins connect, sync now or disconnect (each through
+sync.services, which audits it). A CalDAV link's form posts to views.calendars.connection_connect, which
+answers a refusal with the calendar page; its app password goes to `connection_create` and nowhere else
+(never rendered back, not even into the form a refused attempt is shown again with).
 """
 
 from __future__ import annotations
 
-import math
 import secrets
-from dataclasses import dataclass, field
-from datetime import datetime
 
-from django import forms
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -22,158 +20,22 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from accounts.models import Membership
 from accounts.roles import Permission
+from accounts.selectors import membership_in
 from agentcal.errors import AgentCalError
-from bookings.models import Calendar, UpstreamSource
 from dashboard.access import workspace_page
 from dashboard.http import DashboardRequest
-from sync.models import Connection, ConnectionStatus, Provider, UpstreamEvent
-from sync.oauth import OAuthApp, app_for, grant_from_secret, oauth_apps, pkce_pair, seal_grant
-from sync.services import connection_create, connection_create_oauth, connection_delete, request_sync
+from dashboard.lookups import calendar_in, connection_in
+from dashboard.wording import provider_name
+from sync.oauth import app_for, grant_from_secret, pkce_pair, seal_grant
+from sync.services import connection_create_oauth, connection_delete, request_sync
 from workspaces.models import Workspace
-
-# How people name each provider ("CalDAV busy", "Microsoft 365").
-PROVIDER_NAMES: dict[str, str] = {
-    UpstreamSource.CALDAV: "CalDAV",
-    UpstreamSource.GOOGLE: "Google",
-    UpstreamSource.MICROSOFT: "Microsoft 365",
-}
-# Upstream events that could not be read, listed by name on the panel (the count is always shown).
-UNREADABLE_LISTED = 5
-
-
-def provider_name(provider: str) -> str:
-    return PROVIDER_NAMES.get(provider, provider)
-
-
-class ConnectForm(forms.Form):
-    """Parsing only; whether the server takes these credentials is connection_create's to find out."""
-
-    url = forms.URLField(max_length=2048, assume_scheme="https")
-    username = forms.CharField(max_length=320)
-    password = forms.CharField(max_length=1024, strip=False)
-
-
-@dataclass
-class ConnectionPanel:
-    """What the calendar page's "Upstream calendar" panel shows."""
-
-    calendar: Calendar
-    connection: Connection | None
-    can_manage: bool
-    now: datetime  # the database's clock, as the rest of the page
-    form: ConnectForm
-    oauth_apps: list[OAuthApp] = field(default_factory=list)
-    unreadable_count: int = 0
-    unreadable: list[UpstreamEvent] = field(default_factory=list)
-    # Series too costly to expand, each blocking its whole span.
-    whole_span: list[UpstreamEvent] = field(default_factory=list)
-
-    @property
-    def provider_name(self) -> str:
-        return provider_name(self.connection.provider) if self.connection else ""
-
-    @property
-    def is_failing(self) -> bool:
-        return self.connection is not None and self.connection.status == ConnectionStatus.FAILING
-
-    @property
-    def next_sync(self) -> str:
-        """ "due now", "in 40 s", "in 12 min", "in 1 h 5 min" (a failing link backs off up to an hour)."""
-        if self.connection is None:
-            return ""
-        seconds = math.ceil((self.connection.next_sync_at - self.now).total_seconds())
-        if seconds <= 0:
-            return "due now"
-        if seconds < 60:
-            return f"in {seconds} s"
-        minutes = math.ceil(seconds / 60)
-        if minutes < 60:
-            return f"in {minutes} min"
-        return f"in {minutes // 60} h" + (f" {minutes % 60} min" if minutes % 60 else "")
-
-
-def connection_panel(
-    request: DashboardRequest, calendar: Calendar, *, now: datetime, form: ConnectForm | None = None
-) -> ConnectionPanel:
-    connection = Connection.objects.filter(calendar=calendar).select_related("created_by_agent").first()
-    panel = ConnectionPanel(
-        calendar=calendar,
-        connection=connection,
-        can_manage=request.membership.may(Permission.MANAGE_WORKSPACE),
-        now=now,
-        form=form or ConnectForm(),
-        oauth_apps=oauth_apps(),
-    )
-    if connection is not None:
-        unreadable = UpstreamEvent.objects.filter(connection=connection, deleted_at=None).exclude(problem="")
-        panel.unreadable_count = unreadable.count()
-        if panel.unreadable_count:
-            panel.unreadable = list(unreadable.order_by("-updated_at", "-id")[:UNREADABLE_LISTED])
-        panel.whole_span = list(
-            UpstreamEvent.objects.filter(connection=connection, deleted_at=None)
-            .exclude(warning="")
-            .order_by("-updated_at", "-id")[:UNREADABLE_LISTED]
-        )
-    return panel
-
-
-def calendar_in(workspace: Workspace, calendar_id: str) -> Calendar:
-    calendar = Calendar.objects.filter(workspace=workspace, public_id=calendar_id).first()
-    if calendar is None:
-        raise Http404("No such calendar")
-    return calendar
-
-
-def _connection(workspace: Workspace, connection_id: str) -> Connection:
-    connection = (
-        Connection.objects.filter(workspace=workspace, public_id=connection_id)
-        .select_related("calendar")
-        .first()
-    )
-    if connection is None:
-        raise Http404("No such connection")
-    return connection
-
-
-@require_POST
-@workspace_page(needs=Permission.MANAGE_WORKSPACE)
-def connection_connect(request: DashboardRequest, workspace: Workspace, calendar_id: str) -> HttpResponse:
-    # The calendar page's module renders this panel, so it is imported here, where it is needed.
-    from dashboard.views.calendars import render_calendar
-
-    calendar = calendar_in(workspace, calendar_id)
-    form = ConnectForm(request.POST)
-    if form.is_valid():
-        data = form.cleaned_data
-        try:
-            connection = connection_create(
-                actor=request.actor,
-                calendar=calendar,
-                provider=Provider.CALDAV,
-                url=data["url"],
-                username=data["username"],
-                password=data["password"],
-            )
-        except AgentCalError as exc:
-            # Every refusal (wrong password, not a calendar, unreachable, a private address, already
-            # linked) says what to fix; nothing was stored.
-            form.add_error(None, exc.detail)
-        else:
-            messages.success(
-                request,
-                f"{calendar.name} is linked to {connection.url}. The first sync is on its way; "
-                "from then on the events there block agents here.",
-            )
-            return redirect("dashboard:calendar", workspace.slug, calendar.public_id)
-    return render_calendar(request, workspace, calendar, connect_form=form, status=400)
 
 
 @require_POST
 @workspace_page(needs=Permission.MANAGE_WORKSPACE)
 def connection_sync_now(request: DashboardRequest, workspace: Workspace, connection_id: str) -> HttpResponse:
-    connection = _connection(workspace, connection_id)
+    connection = connection_in(workspace, connection_id)
     request_sync(connection.pk)
     messages.success(request, "Sync requested. The status below changes when it has run.")
     return redirect("dashboard:calendar", workspace.slug, connection.calendar.public_id)
@@ -184,7 +46,7 @@ def connection_sync_now(request: DashboardRequest, workspace: Workspace, connect
 def connection_disconnect(
     request: DashboardRequest, workspace: Workspace, connection_id: str
 ) -> HttpResponse:
-    connection = _connection(workspace, connection_id)
+    connection = connection_in(workspace, connection_id)
     calendar = connection.calendar
     remove_bookings = request.POST.get("remove_bookings") == "on"
     connection_delete(actor=request.actor, connection=connection, remove_bookings=remove_bookings)
@@ -204,19 +66,6 @@ def connection_disconnect(
 _PENDING = "sync_oauth_pending"
 _GRANTED = "sync_oauth_granted"
 MAX_PENDING = 5
-
-
-def allow_oauth_forms(response: HttpResponse) -> HttpResponse:
-    """The calendar page's "Connect Google Calendar" form posts here and is redirected to the provider's
-    consent page; the policy's `form-action 'self'` would stop that redirect, so this page's policy also
-    names the configured providers' authorization origins (and nothing else)."""
-    origins = [app.authorization_origin() for app in oauth_apps()]
-    policy = settings.CONTENT_SECURITY_POLICY
-    if origins and "form-action 'self'" in policy:
-        response.headers["Content-Security-Policy"] = policy.replace(
-            "form-action 'self'", "form-action 'self' " + " ".join(sorted(set(origins)))
-        )
-    return response
 
 
 def oauth_redirect_uri(provider: str) -> str:
@@ -269,11 +118,7 @@ def oauth_callback(request: DashboardRequest, provider: str) -> HttpResponse:
             status=400,
         )
     back = reverse("dashboard:calendar", args=[started["workspace"], started["calendar"]])
-    membership = (
-        Membership.objects.select_related("workspace")
-        .filter(user=request.user.pk, workspace__slug=started["workspace"])
-        .first()
-    )
+    membership = membership_in(user_id=request.user.pk, workspace_slug=started["workspace"])
     if membership is None or not membership.may(Permission.MANAGE_WORKSPACE):
         raise Http404("No such workspace")
     if "error" in request.GET:

@@ -15,28 +15,28 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from django import forms
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
-from django.urls import reverse
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_GET, require_POST
 
-from accounts.models import Membership
 from accounts.roles import Permission
+from accounts.selectors import first_membership
 from agentcal.clock import isoformat_z, server_now
-from bookings.models import Calendar, Reservation
+from bookings.models import Calendar
 from dashboard.access import page_context, workspace_page
 from dashboard.http import DashboardRequest
+from dashboard.links import guide_reservation_url
 from dashboard.one_time import Reveal, keep_for_display, see_other, take_for_display
-from workspaces.models import Agent, ApiKey, Scope, Workspace
+from dashboard.viewmodels.setup_guide import Setup
+from workspaces.models import Scope, Workspace
+from workspaces.selectors import active_agent
 from workspaces.services import AgentSlugTaken, agent_create, api_key_issue
 
 HIDDEN_COOKIE = "agentcal_guide_hidden"
@@ -49,9 +49,7 @@ POLL_SECONDS = 3
 
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
-    membership = (
-        Membership.objects.select_related("workspace").filter(user=request.user.pk).order_by("id").first()
-    )
+    membership = first_membership(user_id=request.user.pk)
     if membership is None:
         return render(request, "dashboard/no_workspace.html")
     workspace = membership.workspace
@@ -69,48 +67,6 @@ def guide_hidden(request: HttpRequest, workspace: Workspace) -> bool:
 
 
 # --- What is set up already ---------------------------------------------------------------------------------
-
-
-@dataclass
-class Setup:
-    """The guide's steps, read from the workspace's own rows."""
-
-    agents: list[Agent]  # active ones, newest first: the key step offers them
-    has_agent: bool
-    has_key: bool
-    calendar: Calendar | None  # the workspace's first calendar, which the script books on if there is one
-    reservation: Reservation | None  # the newest hold or booking
-
-    @classmethod
-    def of(cls, workspace: Workspace) -> Setup:
-        agents = list(
-            Agent.objects.filter(workspace=workspace, is_active=True).order_by("-created_at", "-id")
-        )
-        live_key = Q(revoked_at__isnull=True) & (Q(expires_at__isnull=True) | Q(expires_at__gt=server_now()))
-        return cls(
-            agents=agents,
-            has_agent=bool(agents) or Agent.objects.filter(workspace=workspace).exists(),
-            has_key=ApiKey.objects.filter(
-                live_key, agent__workspace=workspace, agent__is_active=True
-            ).exists(),
-            calendar=Calendar.objects.filter(workspace=workspace).order_by("id").first(),
-            reservation=Reservation.objects.filter(calendar__workspace=workspace, is_primary=True)
-            .select_related("calendar")
-            .order_by("-id")
-            .first(),
-        )
-
-    @property
-    def has_reservation(self) -> bool:
-        return self.reservation is not None
-
-    @property
-    def done(self) -> int:
-        return sum((self.has_agent, self.has_key, self.has_reservation))
-
-    @property
-    def complete(self) -> bool:
-        return self.done == 3
 
 
 def booking_script(*, api_base: str, raw_key: str, calendar: Calendar | None, now: datetime) -> str:
@@ -183,7 +139,7 @@ def _render_start(
         ),
         guide_scopes=[str(scope) for scope in GUIDE_SCOPES],
         poll_seconds=POLL_SECONDS,
-        reservation_url=_reservation_url(workspace, reservation) if reservation is not None else "",
+        reservation_url=guide_reservation_url(workspace, reservation) if reservation is not None else "",
     )
     template = "dashboard/home/start.html"
     if request.htmx:
@@ -192,13 +148,6 @@ def _render_start(
     if reveal.secret:
         add_never_cache_headers(response)  # it carries a raw key
     return response
-
-
-def _reservation_url(workspace: Workspace, reservation: Reservation) -> str:
-    """The reservation on its calendar, on its day, with its drawer open (app.js reads the #id)."""
-    page = reverse("dashboard:calendar", args=[workspace.slug, reservation.calendar.public_id])
-    day = reservation.start_time.date().isoformat()
-    return f"{page}?date={day}#{reservation.booking_id or reservation.hold_id}"
 
 
 @require_GET
@@ -227,9 +176,7 @@ def start_agent(request: DashboardRequest, workspace: Workspace) -> HttpResponse
 @require_POST
 @workspace_page(needs=Permission.MANAGE_WORKSPACE)
 def start_key(request: DashboardRequest, workspace: Workspace) -> HttpResponse:
-    agent = Agent.objects.filter(
-        workspace=workspace, is_active=True, public_id=request.POST.get("agent", "")
-    ).first()
+    agent = active_agent(workspace, request.POST.get("agent", ""))
     if agent is None:
         messages.error(request, "Choose one of the workspace's active agents.")
         return _to_step(workspace, "step-key")

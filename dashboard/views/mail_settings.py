@@ -39,7 +39,8 @@ from inboxes.mail_settings import (
     verification_record_name,
     verification_record_value,
 )
-from workspaces.models import Agent, Workspace
+from workspaces.models import Workspace
+from workspaces.selectors import first_active_agent
 
 
 class InboundDomainForm(forms.Form):
@@ -134,7 +135,7 @@ def _render(
     status: int = 200,
 ) -> HttpResponse:
     domain = workspace_domain(workspace)
-    example_agent = Agent.objects.filter(workspace=workspace, is_active=True).order_by("name", "id").first()
+    example_agent = first_active_agent(workspace)
     webhook_path = reverse("inbound-mail", args=[workspace.public_id])
     context = page_context(
         request,

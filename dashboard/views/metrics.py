@@ -17,16 +17,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db import connection
 from django.http import HttpResponse
 from django.shortcuts import render
 
 from agentcal.clock import server_now
 from agentcal.metrics import lock_wait_percentiles
+from audit.selectors import activity_by_bucket
 from dashboard.access import page_context, workspace_page
 from dashboard.http import DashboardRequest
-from dashboard.views.connections import provider_name
+from dashboard.wording import provider_name
 from sync.models import Connection, ConnectionStatus
+from sync.selectors import workspace_connections
 from workspaces.models import Workspace
 
 # window name -> (length, bucket size)
@@ -34,18 +35,13 @@ WINDOWS = {"hour": (timedelta(hours=1), timedelta(minutes=5)), "day": (timedelta
 # How many time ticks each window's x axis has (evenly spaced bucket boundaries, "now" included).
 TICKS = {"hour": 5, "day": 5}
 
-# Each series: (label, css class, SQL condition on audit rows, what one is called).
+# Each series: (label, css class, its audit.selectors.ACTIVITY_SERIES name, what one is called).
 SERIES = [
-    ("Holds", "s-held", "event_type = 'calendar.hold.created'", ("hold", "holds")),
-    ("Commits", "s-committed", "event_type = 'calendar.commit.created'", ("commit", "commits")),
-    ("Conflicts", "s-conflict", "failure_reason = 'slot_conflict'", ("conflict", "conflicts")),
-    (
-        "Preemptions",
-        "s-preempt",
-        "event_type IN ('calendar.hold.evicted', 'calendar.booking.bumped')",
-        ("preemption", "preemptions"),
-    ),
-    ("Expiries", "s-expired", "event_type = 'calendar.hold.expired'", ("expiry", "expiries")),
+    ("Holds", "s-held", "holds", ("hold", "holds")),
+    ("Commits", "s-committed", "commits", ("commit", "commits")),
+    ("Conflicts", "s-conflict", "conflicts", ("conflict", "conflicts")),
+    ("Preemptions", "s-preempt", "preemptions", ("preemption", "preemptions")),
+    ("Expiries", "s-expired", "expiries", ("expiry", "expiries")),
 ]
 CHART_HEIGHT = 60  # SVG units; each bucket is 10 wide
 
@@ -149,38 +145,14 @@ class Chart:
 
 def _series(workspace: Workspace, length: timedelta, bucket: timedelta) -> tuple[list[str], list[Chart], int]:
     buckets = int(length / bucket)
-    columns = ",\n".join(
-        f"count(*) FILTER (WHERE {condition}) AS s{i}" for i, (_, _, condition, _) in enumerate(SERIES)
-    )
-    with connection.cursor() as cursor:
-        # One pass over the window's rows, grouped into buckets counted back from now (database clock;
-        # statement_timestamp, as Django's Now() that stamps audit rows).
-        cursor.execute(
-            f"""
-            SELECT floor(EXTRACT(EPOCH FROM statement_timestamp() - timestamp) / %s)::int AS ago, {columns},
-                   count(*) FILTER (WHERE event_type = 'calendar.commit.created'
-                                      AND details ->> 'from_hold' = 'true') AS from_hold
-              FROM audit_auditrecord
-             WHERE workspace_id = %s AND timestamp > statement_timestamp() - %s::interval
-             GROUP BY ago
-            """,  # noqa: S608 — the interpolated parts are the constant SERIES conditions above
-            [bucket.total_seconds(), workspace.pk, f"{int(length.total_seconds())} seconds"],
-        )
-        rows = cursor.fetchall()
-    counts = [[0] * buckets for _ in SERIES]
-    from_hold = 0
-    for ago, *values in rows:
-        from_hold += values[-1]
-        if 0 <= ago < buckets:
-            for i, value in enumerate(values[:-1]):
-                counts[i][buckets - 1 - ago] = value  # oldest first
+    activity = activity_by_bucket(workspace=workspace, length=length, bucket=bucket)
     charts = [
-        Chart(label, css, series, sum(series), unit)
-        for (label, css, _, unit), series in zip(SERIES, counts, strict=True)
+        Chart(label, css, activity.series[name], sum(activity.series[name]), unit)
+        for label, css, name, unit in SERIES
     ]
     step = "5 min" if bucket < timedelta(hours=1) else "1 h"
     labels = [f"-{(buckets - i) * int(bucket.total_seconds() // 60)}m" for i in range(buckets)]
-    return [step, *labels], charts, from_hold
+    return [step, *labels], charts, activity.from_hold
 
 
 @dataclass
@@ -213,8 +185,7 @@ class SyncSummary:
 
 
 def sync_summary(workspace: Workspace) -> SyncSummary:
-    connections = Connection.objects.filter(workspace=workspace).select_related("calendar")
-    return SyncSummary(list(connections.order_by("calendar__name", "id")))
+    return SyncSummary(workspace_connections(workspace))
 
 
 @workspace_page()

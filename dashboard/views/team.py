@@ -13,14 +13,14 @@ from typing import Any
 from django import forms
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import Max
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from accounts.models import Invitation, MagicLink, Membership
+from accounts.models import Membership
 from accounts.roles import GRANTS, ROLE_SUMMARIES, Permission, Role
+from accounts.selectors import link_expiries, open_invitations, workspace_members
 from accounts.team import (
     INVITATION_LINK_TTL,
     InvitationSent,
@@ -75,25 +75,14 @@ def _render_team(
     request: DashboardRequest, workspace: Workspace, *, form: InviteForm | None = None, status: int = 200
 ) -> HttpResponse:
     members = sorted(
-        Membership.objects.filter(workspace=workspace).select_related("user"),
+        workspace_members(workspace),
         key=lambda m: (ROLE_ORDER.get(m.role, len(ROLE_ORDER)), m.user.email),
     )
     owners = sum(1 for m in members if m.role == Role.OWNER and m.user.is_active)
     manages = request.membership.may(Permission.MANAGE_TEAM)
-    invitations = list(
-        Invitation.objects.filter(
-            workspace=workspace, accepted_at__isnull=True, revoked_at__isnull=True
-        ).order_by("-sent_at")
-        if manages
-        else []
-    )
+    invitations = open_invitations(workspace) if manages else []
     # Until when each invitation's newest unused link works; none left means the owner should resend.
-    link_expires_at = {
-        row["invitation_id"]: row["latest"]
-        for row in MagicLink.objects.filter(invitation__in=invitations, used_at__isnull=True)
-        .values("invitation_id")
-        .annotate(latest=Max("expires_at"))
-    }
+    link_expires_at = link_expiries(invitations)
     now = timezone.now()  # only for display: whether to offer a fresh link
     context = page_context(
         request,

@@ -17,7 +17,7 @@ from approvals.models import Approval
 from approvals.services import approval_decide, approval_request
 from bookings import engine
 from bookings.models import BusyBlock
-from dashboard.views.calendars import reservation_url
+from dashboard.links import reservation_url
 from inboxes.composing import message_send
 from tests.dashboard.pages_helpers import (
     actor,

@@ -26,7 +26,7 @@ from bookings.engine import (
     hold_release_by_person,
 )
 from bookings.models import Reservation, ReservationStatus
-from dashboard.views.calendars import hold_url
+from dashboard.links import hold_url
 from tests.dashboard.pages_helpers import (
     actor,
     future_day,

@@ -7,7 +7,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
 from bookings.models import Reservation, ReservationStatus
-from dashboard.views.calendar_layout import (
+from dashboard.timeline import (
     FULL_DAY,
     WORKING_HOURS,
     Busy,

@@ -14,7 +14,8 @@ from django.utils import timezone
 from audit.models import AuditRecord
 from bookings.engine import booking_create
 from bookings.models import BusyBlock, Calendar, Reservation
-from dashboard.views.connections import ConnectForm, ConnectionPanel
+from dashboard.forms import ConnectForm
+from dashboard.viewmodels.connection_panel import ConnectionPanel
 from sync.credentials import seal
 from sync.models import Connection, ConnectionStatus, IngestionRecord, UpstreamEvent
 from sync.services import connection_sync

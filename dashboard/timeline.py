@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
-from zoneinfo import ZoneInfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from bookings.models import BusyBlock, Reservation, ReservationStatus
-from dashboard.views.connections import provider_name
+from bookings.models import BusyBlock, Calendar, Reservation, ReservationStatus
+from dashboard.wording import provider_name
 
 MINUTES_PER_DAY = 24 * 60
 # Calendars have no working-hours setting: the timeline opens on office hours in the calendar's own time
@@ -29,6 +29,14 @@ COMPACT_BLOCK_MINUTES = 55
 # Side-by-side lanes a day column shows before the rest of an overlapping cluster folds into one
 # "+N more" chip: beyond three a week column's chips are too narrow to read a word of.
 MAX_LANES = {"day": 6, "week": 3}
+
+
+def calendar_zone(calendar: Calendar) -> ZoneInfo:
+    """The zone a calendar's times show in; UTC for a name this server does not know."""
+    try:
+        return ZoneInfo(calendar.timezone)
+    except (ZoneInfoNotFoundError, ValueError):
+        return ZoneInfo("UTC")
 
 
 # --- Which blocks, in which kind -------------------------------------------------------------------

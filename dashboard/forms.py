@@ -1,0 +1,86 @@
+"""The dashboard's forms: parsing only. The rules are the services' own (the agent API's CalendarInput,
+sync's connection_create), so a page cannot set up what the API would refuse."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.db import models
+from rest_framework import serializers
+
+from bookings.api import CalendarInput
+from bookings.models import Calendar
+
+# How the settings form names each number, in what unit, and what it does (its bounds are CalendarInput's).
+SETTING_FIELDS = {
+    "slot_minutes": ("Slot length", "minutes", "The grid agents are offered free slots on."),
+    "hold_ttl_seconds": ("Hold lifetime", "seconds", "How long a hold lasts unless its agent extends it."),
+    "bump_window_seconds": (
+        "Bump window",
+        "seconds",
+        "How long a new booking may still be taken over by a higher priority; 0: never.",
+    ),
+    "max_booking_minutes": ("Longest booking", "minutes", "The longest hold or booking agents may make."),
+}
+SETTING_LABELS = {
+    "name": "name",
+    "timezone": "time zone",
+    "slot_minutes": "slot length",
+    "hold_ttl_seconds": "hold lifetime",
+    "bump_window_seconds": "bump window",
+    "max_booking_minutes": "longest booking",
+}
+
+
+class CalendarForm(forms.Form):
+    """Parsing only (text to numbers). The rules (bounds, time zones) are the agent API's CalendarInput,
+    applied by settings(), so a calendar cannot be set up in the dashboard in a way the API refuses."""
+
+    name = forms.CharField(max_length=200, strip=True)
+    timezone = forms.CharField(max_length=64, strip=True)
+    slot_minutes = forms.IntegerField(required=False)
+    hold_ttl_seconds = forms.IntegerField(required=False)
+    bump_window_seconds = forms.IntegerField(required=False)
+    max_booking_minutes = forms.IntegerField(required=False)
+
+    @classmethod
+    def of(cls, calendar: Calendar) -> CalendarForm:
+        return cls(initial={name: getattr(calendar, name) for name in ("name", "timezone", *SETTING_FIELDS)})
+
+    def settings(self, *, partial: bool) -> dict[str, Any] | None:
+        """The settings, checked by the API's rules; None (with the errors on the form) if any is refused.
+        A blank number means the default when creating, and "unchanged" when editing (`partial`)."""
+        if not self.is_valid():
+            return None
+        data = {name: value for name, value in self.cleaned_data.items() if value is not None}
+        rules = CalendarInput(data=data, partial=partial)
+        if not rules.is_valid():
+            for name, problems in rules.errors.items():
+                for problem in problems:
+                    self.add_error(name if name in self.fields else None, str(problem))
+            return None
+        return dict(rules.validated_data)
+
+
+def setting_fields(form: CalendarForm) -> list[tuple[Any, str, str, Any, Any, Any, str]]:
+    """(bound field, label, unit, lowest, highest, default, what it does) per number, for
+    _calendar_fields.html."""
+    rules = CalendarInput().fields
+    fields = []
+    for name, (label, unit, hint) in SETTING_FIELDS.items():
+        bounds = rules[name]
+        assert isinstance(bounds, serializers.IntegerField)
+        model_field = Calendar._meta.get_field(name)
+        assert isinstance(model_field, models.Field)
+        default = model_field.default
+        fields.append((form[name], label, unit, bounds.min_value, bounds.max_value, default, hint))
+    return fields
+
+
+class ConnectForm(forms.Form):
+    """Parsing only; whether the server takes these credentials is connection_create's to find out."""
+
+    url = forms.URLField(max_length=2048, assume_scheme="https")
+    username = forms.CharField(max_length=320)
+    password = forms.CharField(max_length=1024, strip=False)
