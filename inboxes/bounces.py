@@ -1,15 +1,10 @@
 """Bounces: a delivery status notification (RFC 3464) coming back for a message an agent sent.
 
-The relay accepting a message is not delivery: the receiving side may refuse it minutes later and mail a
-`multipart/report; report-type=delivery-status` to the envelope sender, which is the agent's own address.
-When such a report names recipients that failed and returns the headers of one of the agent's sent
-messages, that message is marked failed (`message.failed`, with the recipients and status codes) — the
-report itself still lands in the inbox like any other mail.
+A report counts only when it arrived with a null envelope sender (`MAIL FROM:<>`), and only for the
+failed addresses that were recipients of the message it names (inboxes.outcomes.message_bounced), which
+is then marked failed; the report itself still lands in the inbox like any other mail.
 
-Anyone can write a mail that looks like a report and quotes a Message-ID the agent once sent them. So a
-report counts only when it arrived with a null envelope sender (`MAIL FROM:<>`), as every real one does
-(RFC 3464 section 2, RFC 5321 section 4.5.5: so that a report is never answered by another), and only
-for the failed addresses that were recipients of the message it names (inboxes.outcomes.message_bounced).
+Design: docs/architecture.md, "Bounces".
 """
 
 from __future__ import annotations

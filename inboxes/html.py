@@ -1,19 +1,11 @@
 """Senders' HTML made safe to show: what the API serves as a message's `html` and the dashboard renders.
 
-Mail HTML comes from strangers. Only an allowlist of formatting tags and attributes survives (nh3, the
-binding of the Rust sanitizer ammonia): no script, style, event handlers, frames, forms or embedded
-objects, and no `javascript:` or other unexpected URL schemes. Beyond the usual, two rules are about
-privacy and the page the mail is shown in:
+An allowlist (nh3) keeps formatting only: nothing runs, nothing loads from the sender's server (images
+only from inside the message, no CSS), nothing is left for the dashboard to act on (no `id`, `class`,
+`style`, `data-*` or `hx-*`); links keep http(s) and mailto targets and open in a new tab, without an
+opener or a referrer.
 
-- Nothing loads from the sender's server. Remote images are how senders learn that, when and where a
-  message was read (tracking pixels), so an `<img>` keeps its `src` only when the picture is inside
-  the message (`data:image/...`); style attributes and `<style>` elements, where CSS `url()` would
-  fetch, are dropped whole.
-- Nothing the page itself acts on. `id`, `class`, `style`, `data-*` and `hx-*` attributes are dropped,
-  so mail cannot take on the dashboard's look (a fake "Approve" button), clobber its element ids, or
-  feed the dashboard's JavaScript or htmx attributes of its own.
-
-Links keep only http(s) and mailto targets and open in a new tab, without an opener or a referrer.
+Design: docs/architecture.md, "Senders' HTML".
 """
 
 from __future__ import annotations

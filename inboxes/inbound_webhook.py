@@ -1,35 +1,13 @@
 """The inbound-mail webhook: `POST /hooks/inbound-mail/<workspace id>` with one raw RFC 5322 message as
-the body (`Content-Type: message/rfc822` or `application/octet-stream`), for a mail provider's inbound
-route or a small forwarder in front of AgentCal. The other way in besides SMTP, with the same rules:
-the same recipient check (inboxes.services.inbound_recipient_refusal), the same storage
-(inbound_store, then parsing on a worker), the same size limit (INBOUND_MAX_MESSAGE_BYTES).
+the body, for a mail provider's inbound route or a small forwarder. The other way in besides SMTP, with
+the same rules: the same recipient check, storage before the answer, the same size limit.
 
-Signed the Standard Webhooks way, as our own outgoing webhooks are: `webhook-id`, `webhook-timestamp`,
-`webhook-signature: v1,<base64 HMAC-SHA256 of "{id}.{timestamp}.{body}">` under the workspace's own
-`whsec_` secret (set in the dashboard's mail settings). A timestamp further than
-INBOUND_WEBHOOK_TOLERANCE_SECONDS from our clock is refused, and an id already accepted is answered
-with its first answer and not stored again, so a sender may retry freely and a captured request cannot
-be replayed into a second message.
+Signed the Standard Webhooks way under the workspace's own `whsec_` secret; a stale timestamp is
+refused, and an id already accepted gets its first answer, stored once. Any signature problem, an
+unknown workspace included, is the same 401. Per-peer budgets bound requests (429, nothing written)
+and audited refusals before the signature is checked. Recipients come only from the signed message.
 
-An unknown workspace, one without a secret, and a wrong signature get the same 401: whoever does not
-hold a workspace's secret learns nothing, not even whether the workspace exists (its public id is in
-the URL, and ids must not be probeable).
-
-Nobody without the secret can fill the audit log. Before the signature is checked, each peer address
-has a budget of requests per workspace id (INBOUND_WEBHOOK_MAX_REQUESTS_PER_MINUTE_PER_IP, keyed by the
-id as written, so it does not tell a real workspace from a made-up one): over it the answer is 429 and
-nothing is written. A request refused before it proved its signature is audited only within its peer's
-budget of audited refusals (INBOUND_WEBHOOK_AUDITED_REFUSALS_PER_MINUTE_PER_IP, whatever the workspace
-id, so made-up ids do not multiply it); a real workspace and a made-up one spend it alike, so the time
-taken does not tell them apart either. Refusals without a row are counted in
-agentcal_inbound_webhook_unaudited_refusals_total.
-
-Recipients come only from the signed message, never from request headers (which the signature does not
-cover: whoever could alter a request in transit could send it to any agent): the addresses at this
-workspace's domains in Delivered-To, else X-Original-To (where mail providers and MTAs write the
-envelope recipient), else To and Cc (others in those headers are simply other people's copies). Each
-recipient goes through the recipient check; the refused ones are audited as SMTP refusals
-are, and if none is left the answer is 422.
+Design: docs/architecture.md, "The inbound webhook".
 """
 
 from __future__ import annotations

@@ -2,16 +2,11 @@
 webhook is signed with. Changed by owners and admins in the dashboard (or by ops with
 `manage.py inbound_webhook_secret`), each change audited in its own transaction.
 
-A domain of the workspace's own is used only once proven by DNS. Setting it keeps it *pending* with a
-random token; the owner publishes `_agentcal.<domain> TXT "agentcal-verification=<token>"` and presses
-Verify, which looks the record up (dnspython: INBOUND_DOMAIN_DNS_SERVER, else the system's resolver).
-Until then the domain in use (the default, or one proven earlier) keeps receiving mail, and nothing
-else looks at the pending one. Without the proof anyone could claim `gmail.com`: other workspaces'
-agents' mail to it would be delivered into the claimant's inboxes instead of the relay, the real owner
-would be locked out, and the claimant's mail would be signed as that domain's.
+A domain of the workspace's own is used only once proven by a DNS TXT record; until then the domain in
+use keeps receiving the mail. The secret is kept sealed (agentcal.sealing), not hashed: the server reads
+it back to verify signatures.
 
-The secret is kept sealed (agentcal.sealing): the server must read it back to verify signatures, so a
-hash will not do, but a database dump alone must not be enough to forge mail into a workspace.
+Design: docs/architecture.md, "A workspace's mail settings".
 """
 
 from __future__ import annotations

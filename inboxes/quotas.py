@@ -1,25 +1,12 @@
-"""Per-agent send quotas: a burst limit, a daily send limit and a daily limit of distinct recipients, plus
-the inbound storage limit. Each agent has its own (null on the agent means the installation default in
-settings), so one runaway agent exhausts its own quota rather than the whole sending domain's reputation.
+"""Per-agent send quotas (a burst, sends per 24 hours, distinct recipients per 24 hours) and the inbound
+storage limit: each agent's own, or the installation's defaults in settings where the agent has none.
 
-Windows are rolling, measured by the database's clock: the burst window (INBOX_BURST_WINDOW_SECONDS) and,
-for "today", the last 24 hours — not the UTC day, so there is no midnight at which an agent may send twice
-its daily limit in a few minutes. A refused send's `retry_after` is therefore exact: the seconds until
-enough of the counted sends leave the window (usually the oldest one) for this send to fit.
+`quota_claim` is called in the sending transaction and holds the limits exactly under concurrency (a
+per-agent advisory lock). Windows are rolling at the database's clock, so a refusal's `retry_after` is
+exact. Every outbound message of the agent counts except discarded ones, drafts awaiting approval
+included.
 
-What counts: every outbound message of the agent except discarded ones. Drafts awaiting a person's approval
-count too, from the moment they are written: an agent must not fill its approvers' queue without bound,
-and an approved draft then goes out without being counted again; a denied (discarded) draft gives its
-share back.
-
-`quota_claim` holds the limits exactly under concurrency: it is called in the sending transaction and
-serialises the agent's sends on a transaction-level advisory lock, so two sends never both see the last
-free slot. (An advisory lock rather than the agent's row: a row lock would also hold up everything that
-inserts rows pointing at the agent.)
-
-Storage: once the agent's inbound mail (the raw messages' bytes) reaches its storage limit, new mail for
-it is refused at RCPT with a temporary 452 (inboxes.services.inbound_recipient_refusal). People set the
-limits and review first in the dashboard (inbox_settings_update).
+Design: docs/architecture.md, "Quotas".
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
-"""Review first: an agent whose inbox is set to "review first" never sends on its own. Each message it writes
-is stored as a draft (status `awaiting_approval`, no delivery) and becomes an approval request whose
-evidence is the draft; it goes out only when a person approves it in the dashboard.
+"""Review first: a review-first agent's message is stored as a draft (`awaiting_approval`, no delivery) and
+becomes an approval request whose evidence is the draft; it goes out only when a person approves it.
 
-The steps, each its own transaction:
-1. inboxes.composing stores the draft under the agent's quota claim (drafts count, see inboxes.quotas) and
-   checks here that it fits an approval's evidence (review_check).
-2. review_request opens the approval (approvals.services.approval_request, which notifies the owners),
-   then writes its id on the draft while holding the approval's row lock, so a decision made in between
-   is applied here rather than lost.
-3. When the approval ends, approvals sends `approval_ended` inside the deciding transaction; review_ended
-   (connected in inboxes.apps) turns the draft into a queued message whose delivery is enqueued on commit
-   (approved), or discards it for good (denied, expired, cancelled). Both are a conditional update from
-   `awaiting_approval`, so each happens once, and both are audited with the decision.
+`review_request` links the approval to the draft under the approval's row lock, so a decision made
+meanwhile is not lost; `review_ended` (connected to `approval_ended` in inboxes.apps) queues or discards
+the draft by a conditional update from `awaiting_approval`, once, audited with the decision; and
+`reviews_repair` mends drafts a crash left without their approval.
 
-A process that dies between 1 and 2 leaves a draft with no approval; the periodic reviews_repair links
-the approval if it was opened, and discards the draft otherwise.
+Design: docs/architecture.md, "Review first".
 """
 
 from __future__ import annotations

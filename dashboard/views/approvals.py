@@ -1,17 +1,9 @@
 """The approval queue and one approval's page: what the agent asks, what approving would do, live state.
 
-A person deciding must see what they are signing off, in words rather than ids:
-- an approval that gates a hold shows the booking approving would make (calendar, local time and UTC,
-  title, attendees, the agent and its priority) and anything that already stands in its way (the hold
-  was taken over or ran out, the owner's own calendar is busy then), linked both ways with the calendar;
-- a review-first email draft shows as the email it would send, its HTML sanitized (inboxes.html);
-- any other evidence shows as nested lists in the agent's own key order (Approval.evidence_in_order),
-  long text folded, the raw JSON one click away.
+The queue, the sidebar's pending count and an open approval stay current by htmx polling; a poll sends
+what it last saw and gets 204 while nothing changed, so a half-typed note is never swapped away.
 
-Everything on these pages stays current without a reload, by htmx polling (no long-lived connections
-for the web workers to hold): the queue table, the sidebar's pending count with the tab title, and an
-open approval, whose decision card turns into "Approved by X at T" when someone else decides. The poll
-sends what it last saw and gets 204 while nothing changed, so a half-typed note is never swapped away.
+Design: docs/architecture.md, "The dashboard".
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """The front door, and a new workspace's getting-started guide.
 
-`/` takes a person to their workspace: owners and admins of a workspace that is not set up yet land on
-the guide, everyone else on the approvals queue. The guide is a checklist that ticks itself from real
-data — an agent exists, it has a live key, a reservation exists — and walks through making each: an agent
-and a key right on the page (the key shown once, post/redirect/get as on the agent's page), then a curl
-script that books a first slot with that key against this installation, then a link to see the booking
-on its calendar. While the last step waits, the page polls for it.
+`/` takes owners and admins of a workspace that is not set up yet to the guide, everyone else to the
+approvals queue. The guide is a checklist that ticks itself from real data (an agent, a live key, a
+reservation); hiding it is a per-browser preference (a cookie).
 
-Hiding the guide is a per-browser preference (a cookie naming the workspaces): there is nothing to
-protect in it, and the guide stays reachable from the empty states that link to it.
+Design: docs/architecture.md, "The dashboard".
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """Agents' inboxes as owners and admins see them: every agent's unread mail, one agent's threads, one
 thread's messages, and attachment downloads.
 
-Mail is private correspondence between an agent and outsiders, so these pages are for the workspace's
-owners and admins only (`Permission.READ_INBOXES`: others get 403), the same people who hold the agents'
-keys and could read the mail through the API anyway. Looking is not reading: these pages never set a message's
-`read_at`, which records the agent fetching it.
+Only with `Permission.READ_INBOXES` (others get 403). Looking is not reading: these pages never set a
+message's `read_at`. Senders' HTML is shown inline, sanitized (inboxes.html), inside an element htmx
+ignores, on a page whose Content-Security-Policy is the second guard.
 
-Senders' HTML is shown inline, sanitized (inboxes.html), inside an element htmx ignores, on a page whose
-Content-Security-Policy refuses every script but the dashboard's own and every image from elsewhere:
-the sanitizer is the guard, the policy the second one if the sanitizer ever let something through.
-Why not a sandboxed `<iframe srcdoc sandbox="">`: it isolates just as well, but a fully sandboxed
-frame can neither be sized to its content (that needs script on both sides) nor open a link, so every
-message would sit in a fixed-height scroll box with dead links; with nothing active left in the HTML,
-the frame would only cost readability.
+Design: docs/architecture.md, "The dashboard".
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """Contention and conversion at a glance, without Prometheus: counts from the workspace's audit trail,
 and how the workspace's linked calendars are syncing.
 
-Each chart is server-rendered SVG (no script, no inline style: the Content-Security-Policy allows
-neither) with its axes in HTML around it: a count scale rounded up to a readable number, and time ticks
-counted back from now. Every bucket carries a `<title>` (the browser's tooltip) naming its time range and
-count, and one table below the charts holds every number, for screen readers and for reading exactly.
+Charts are server-rendered SVG (no script, no inline style) with their axes in HTML and every number in
+a table below. Sync lag is each connection's latest, stored with it by every sync, not the
+`agentcal_sync_lag_seconds` histogram.
 
-Sync lag is each connection's latest (stored with it by every sync), not percentiles of the
-`agentcal_sync_lag_seconds` histogram: that histogram is labelled by provider only, so on a
-workspace's page it would mix in every other workspace's syncs, and it lives in the processes that
-sync (Celery workers), not in the one serving this page. Prometheus has it for the whole service.
+Design: docs/architecture.md, "The dashboard".
 """
 
 from __future__ import annotations
