@@ -19,18 +19,20 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
-from sync.google import (
-    GOOGLE_SCOPES,
+from sync.providers.errors import (
     Conflict,
-    GoogleCalendarClient,
-    GoogleError,
     GrantRevoked,
     NotFound,
     PreconditionFailed,
-    RateLimited,
-    SyncTokenGone,
+    SyncTokenRefused,
+    Throttled,
     Unauthorized,
     Unavailable,
+    UpstreamError,
+)
+from sync.providers.google_client import (
+    GOOGLE_SCOPES,
+    GoogleCalendarClient,
     authorization_url,
     booking_id_from,
     event_id_for,
@@ -227,7 +229,7 @@ def test_a_wrong_verifier_is_refused_and_a_code_works_once(google: GoogleFake) -
     code, _state, verifier = connect(google)
     other_verifier, _challenge = pkce_pair()
 
-    with pytest.raises(GoogleError) as caught:
+    with pytest.raises(UpstreamError) as caught:
         exchange(google, code, other_verifier)
 
     assert caught.value.status == 400
@@ -236,7 +238,7 @@ def test_a_wrong_verifier_is_refused_and_a_code_works_once(google: GoogleFake) -
     for secret in (code, other_verifier, DEFAULT_CLIENT_SECRET):
         assert secret not in str(caught.value)
     assert exchange(google, code, verifier).access_token
-    with pytest.raises(GoogleError, match="invalid_grant"):
+    with pytest.raises(UpstreamError, match="invalid_grant"):
         exchange(google, code, verifier)
 
 
@@ -318,13 +320,13 @@ def test_a_token_without_the_readonly_scope_cannot_list_calendars(google: Google
 
     with (
         GoogleCalendarClient(access_token, api_url=google.api_url) as calendar_client,
-        pytest.raises(GoogleError) as caught,
+        pytest.raises(UpstreamError) as caught,
     ):
         calendar_client.calendars()
 
     assert caught.value.status == 403
     assert caught.value.reason == "insufficientPermissions"
-    assert not isinstance(caught.value, RateLimited)
+    assert not isinstance(caught.value, Throttled)
 
 
 # -- calendars and sync ----------------------------------------------------------------------------------
@@ -408,7 +410,7 @@ def test_an_invalidated_sync_token_is_sync_token_gone(
 
     google.expire_sync_tokens()
 
-    with pytest.raises(SyncTokenGone) as caught:
+    with pytest.raises(SyncTokenRefused) as caught:
         client.events_page(PRIMARY, sync_token=sync_token, page_token=None)
     assert caught.value.status == 410
     assert caught.value.reason == "fullSyncRequired"
@@ -455,7 +457,7 @@ def test_inserting_the_same_booking_twice_is_a_conflict(
 
 
 def test_an_id_outside_base32hex_is_refused(client: GoogleCalendarClient) -> None:
-    with pytest.raises(GoogleError) as caught:
+    with pytest.raises(UpstreamError) as caught:
         client.insert(PRIMARY, {"id": "bk_0123456789abcdefghij", **timed("Demo", MONDAY_9)})
 
     assert caught.value.status == 400
@@ -503,7 +505,7 @@ def test_a_missing_calendar_is_not_found(client: GoogleCalendarClient) -> None:
 def test_a_403_rate_limit_is_rate_limited(google: GoogleFake, client: GoogleCalendarClient) -> None:
     google.fail_next(403, reason="rateLimitExceeded", path_contains="/events")
 
-    with pytest.raises(RateLimited) as caught:
+    with pytest.raises(Throttled) as caught:
         client.events_page(PRIMARY, sync_token=None, page_token=None)
 
     assert caught.value.status == 403
@@ -515,12 +517,12 @@ def test_a_403_rate_limit_is_rate_limited(google: GoogleFake, client: GoogleCale
 
 def test_a_429_carries_retry_after_in_either_form(google: GoogleFake, client: GoogleCalendarClient) -> None:
     google.fail_next(429, retry_after=7)
-    with pytest.raises(RateLimited) as caught:
+    with pytest.raises(Throttled) as caught:
         client.calendars()
     assert caught.value.status == 429 and caught.value.retry_after == 7.0
 
     google.fail_next(429, retry_after=email.utils.formatdate(time.time() + 30, usegmt=True))
-    with pytest.raises(RateLimited) as caught:
+    with pytest.raises(Throttled) as caught:
         client.calendars()
     assert caught.value.retry_after is not None and 25 <= caught.value.retry_after <= 30
 
@@ -530,7 +532,7 @@ def test_a_user_rate_limit_and_a_quota_are_rate_limited_too(
 ) -> None:
     for reason in ("userRateLimitExceeded", "quotaExceeded"):
         google.fail_next(403, reason=reason)
-        with pytest.raises(RateLimited):
+        with pytest.raises(Throttled):
             client.calendars()
 
 

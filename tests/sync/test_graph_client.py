@@ -14,19 +14,21 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
-from sync import microsoft
-from sync.microsoft import (
-    MAX_SUBSCRIPTION_MINUTES,
-    DeltaPage,
-    DeltaTokenInvalid,
+from sync.providers import microsoft_client as microsoft
+from sync.providers.errors import (
     GrantRevoked,
-    GraphCalendarClient,
-    GraphError,
     NotFound,
+    SyncTokenRefused,
     Throttled,
-    Tokens,
     Unauthorized,
     Unavailable,
+    UpstreamError,
+)
+from sync.providers.microsoft_client import (
+    MAX_SUBSCRIPTION_MINUTES,
+    DeltaPage,
+    GraphCalendarClient,
+    Tokens,
     transaction_id_for,
 )
 from tests.sync.graph_fake import CLIENT_ID, CLIENT_SECRET, DEFAULT_ACCOUNT, GraphFake, NotificationReceiver
@@ -168,7 +170,7 @@ def test_a_wrong_verifier_is_refused_and_the_message_shows_neither_code_nor_veri
     with pytest.raises(GrantRevoked) as caught:
         exchange(fake, answer["code"], wrong_verifier)
 
-    assert (caught.value.status, caught.value.code) == (400, "invalid_grant")
+    assert (caught.value.status, caught.value.reason) == (400, "invalid_grant")
     assert answer["code"] not in str(caught.value)
     assert wrong_verifier not in str(caught.value)
     assert CLIENT_SECRET not in str(caught.value)
@@ -232,7 +234,7 @@ def test_a_revoked_grant_is_grant_revoked_for_every_refresh_token_of_it(fake: Gr
     for refresh_token in (first, second):
         with pytest.raises(GrantRevoked) as caught:
             refresh(fake, refresh_token)
-        assert caught.value.code == "invalid_grant"
+        assert caught.value.reason == "invalid_grant"
         assert refresh_token not in str(caught.value)
 
 
@@ -243,7 +245,7 @@ def test_a_wrong_client_secret_is_unauthorized(fake: GraphFake) -> None:
             refresh_token=fake.issue_tokens()["refresh_token"],
         )  # fmt: skip
 
-    assert (caught.value.status, caught.value.code) == (401, "invalid_client")
+    assert (caught.value.status, caught.value.reason) == (401, "invalid_client")
     assert "not-the-secret" not in str(caught.value)
 
 
@@ -259,7 +261,7 @@ def test_an_expired_access_token_is_unauthorized_and_not_in_the_message() -> Non
     finally:
         fake.close()
 
-    assert (caught.value.status, caught.value.code) == (401, "InvalidAuthenticationToken")
+    assert (caught.value.status, caught.value.reason) == (401, "InvalidAuthenticationToken")
     assert access_token not in str(caught.value)
 
 
@@ -344,10 +346,10 @@ def test_a_delta_link_the_service_no_longer_knows_is_delta_token_invalid(
     _pages, delta_link = full_round(client, "cal-work")
     fake.expire_delta_tokens()
 
-    with pytest.raises(DeltaTokenInvalid) as caught:
+    with pytest.raises(SyncTokenRefused) as caught:
         client.delta_page("cal-work", start=WINDOW_START, end=WINDOW_END, link=delta_link)
 
-    assert (caught.value.status, caught.value.code) == (410, "SyncStateNotFound")
+    assert (caught.value.status, caught.value.reason) == (410, "SyncStateNotFound")
     assert "deltatoken" not in str(caught.value).lower()
 
 
@@ -358,11 +360,11 @@ def test_a_400_refusing_the_link_is_delta_token_invalid_but_not_on_a_first_reque
     _pages, delta_link = full_round(client, "cal-work")
     fake.fail_next(400, code=code, times=2, path_contains="calendarView")
 
-    with pytest.raises(DeltaTokenInvalid):
+    with pytest.raises(SyncTokenRefused):
         client.delta_page("cal-work", start=WINDOW_START, end=WINDOW_END, link=delta_link)
-    with pytest.raises(GraphError) as caught:
+    with pytest.raises(UpstreamError) as caught:
         client.delta_page("cal-work", start=WINDOW_START, end=WINDOW_END, link=None)
-    assert type(caught.value) is GraphError
+    assert type(caught.value) is UpstreamError
 
 
 def test_the_first_delta_request_needs_the_window(fake: GraphFake) -> None:
@@ -377,7 +379,7 @@ def test_the_first_delta_request_needs_the_window(fake: GraphFake) -> None:
 
 
 def test_a_link_to_another_origin_is_not_followed(fake: GraphFake, client: GraphCalendarClient) -> None:
-    with pytest.raises(GraphError):
+    with pytest.raises(UpstreamError):
         client.delta_page(
             "cal-work", start=WINDOW_START, end=WINDOW_END, link="https://elsewhere.example/steal"
         )
@@ -449,7 +451,7 @@ def test_throttling_and_outages_carry_the_wait(
     client: GraphCalendarClient,
     status: int,
     retry_after: int | None,
-    error: type[GraphError],
+    error: type[UpstreamError],
     seconds: float | None,
 ) -> None:
     fake.fail_next(status, retry_after=retry_after, path_contains="/events")
@@ -508,12 +510,12 @@ def test_an_endpoint_that_does_not_echo_the_token_gets_no_subscription(
 ) -> None:
     silent = NotificationReceiver(echo=False)
     try:
-        with pytest.raises(GraphError) as caught:
+        with pytest.raises(UpstreamError) as caught:
             subscribe(client, silent)
     finally:
         silent.close()
 
-    assert (caught.value.status, caught.value.code) == (400, "ValidationError")
+    assert (caught.value.status, caught.value.reason) == (400, "ValidationError")
     assert [delivery.status for delivery in fake.deliveries] == [404]
 
 
@@ -522,7 +524,7 @@ def test_a_subscription_beyond_the_documented_maximum_is_refused(
 ) -> None:
     too_far = datetime.now(UTC) + timedelta(minutes=MAX_SUBSCRIPTION_MINUTES + 5)
 
-    with pytest.raises(GraphError) as caught:
+    with pytest.raises(UpstreamError) as caught:
         subscribe(client, subscriber, expiration=too_far)
 
     assert caught.value.status == 400

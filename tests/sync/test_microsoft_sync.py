@@ -18,9 +18,9 @@ import pytest
 from django.db import connection as db
 
 from bookings.models import Calendar
-from sync.microsoft import GraphCalendarClient, transaction_id_for
 from sync.models import Connection, ConnectionStatus, IngestionRecord, RecordKind, UpstreamEvent
 from sync.oauth import Grant, MicrosoftApp, grant_from_secret, pkce_pair, seal_grant
+from sync.providers.microsoft_client import GraphCalendarClient, transaction_id_for
 from sync.services import connection_create_oauth, connection_sync, connections_due
 from sync.writeback import write_behind
 from tests.conftest import Persona, audit_rows, create_calendar, iso

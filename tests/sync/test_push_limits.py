@@ -1,5 +1,5 @@
-"""What a push request may cost whoever sends it (sync/push.py): nobody needs a key to call the hooks, so
-each peer address has a request budget, a Graph delivery a cap on its notifications, and the
+"""What a push request may cost whoever sends it (sync/push/endpoints.py): nobody needs a key to call the
+hooks, so each peer address has a request budget, a Graph delivery a cap on its notifications, and the
 subscriptions it names one look-up. Everything over real HTTP to the live server, which runs in this
 process: the statements it sends are seen on every connection this process opens."""
 

@@ -16,8 +16,8 @@ carries no subscription id or clientState, so it is echoed unconditionally (it r
 changes nothing). Notifications then arrive as JSON `{"value": [...]}`, each naming its
 `subscriptionId` and carrying our `clientState`; they are answered 202 within Graph's 3 seconds (the sync
 itself runs on a worker). Lifecycle events go to their own URL: `reauthorizationRequired` and
-`subscriptionRemoved` are handled by the sync they request (sync.services._keep_push_open renews, or
-opens a new subscription), `missed` only asks for a sync.
+`subscriptionRemoved` are handled by the sync they request (sync.services keeps push open: it renews,
+or opens a new subscription), `missed` only asks for a sync.
 
 Nobody needs a key to call these URLs, so what a request may cost is bounded before it is read. Each peer
 address has a budget of requests a minute (SYNC_PUSH_MAX_REQUESTS_PER_MINUTE_PER_IP): over it the answer
@@ -49,8 +49,8 @@ from agentcal.text import is_storable
 from audit.events import AuditEvent
 from audit.models import Outcome
 from audit.services import audit_record
-from sync.google_provider import push_secret_hash
 from sync.models import Connection, ConnectionStatus, Provider
+from sync.push.channels import push_secret_hash
 from sync.services import request_sync
 
 logger = logging.getLogger(__name__)
