@@ -262,6 +262,7 @@ class GraphFake:
         self.client_id, self.client_secret, self.redirect_uris = client_id, client_secret, redirect_uris
         self.access_token_ttl = access_token_ttl
         self.default_account = default_account
+        self.page_size: int | None = None  # calendarView delta: at most this many items a page
         self._lock = threading.RLock()
         self._codes: dict[str, _Code] = {}
         self._refresh_tokens: dict[str, _Grant] = {}
@@ -690,6 +691,8 @@ class GraphFake:
         if found := re.search(r"odata\.maxpagesize=(\d+)", request.headers.get("Prefer") or ""):
             page_size = max(1, int(found.group(1)))
             applied = {"Preference-Applied": f"odata.maxpagesize={page_size}"}
+        # "the server may return fewer" than odata.maxpagesize (delta-query-overview): tests cap it.
+        page_size = min(page_size, self.page_size or page_size)
         if "$skiptoken" in request.query:
             state = self._skip_tokens.get(request.query["$skiptoken"])
             if state is None or state.account != account:
