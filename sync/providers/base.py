@@ -45,9 +45,6 @@ class LeaseLost(Exception):
 
 
 class UpstreamProvider(Protocol):
-    # Whether the provider tells us of changes (push), so that polling is only its fallback.
-    pushes: bool
-
     def fetch(self, connection: Connection, *, lease_token: str | None = None) -> Fetched: ...
     def create_copy(self, connection: Connection, copy: BookingCopy) -> tuple[str, str | None]:
         """Write a new copy; returns its name upstream and its version (None if already there)."""

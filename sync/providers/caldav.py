@@ -67,8 +67,6 @@ class CalDAVProvider:
     a snapshot, so events gone meanwhile are tombstoned). Servers without sync-collection: the
     collection's ctag says whether anything changed, and member etags say what."""
 
-    pushes = False
-
     def fetch(self, connection: Connection, *, lease_token: str | None = None) -> Fetched:
         with caldav_client_for(connection) as client:
             if connection.supports_sync:

@@ -38,7 +38,7 @@ class GoogleProvider(OAuthProvider[GoogleCalendarClient, None]):
         self,
         client: GoogleCalendarClient,
         connection: Connection,
-        round: None,
+        fixed: None,
         marker: str | None,
         cursor: str | None,
     ) -> Page:

@@ -1,24 +1,10 @@
-"""Microsoft 365 (Graph) as an upstream provider: calendarView delta over a bounded window, and our
-bookings written with a transactionId.
-
-Sync (learn.microsoft.com/graph/delta-query-events, /graph/api/event-delta): calendarView delta lists the
-instances between a start and an end (single events, occurrences and exceptions of series; never series
-masters), each its own resource keyed by its id. The first round lists them all (a snapshot); the
-deltaLink of its last page, stored as the connection's sync token, then answers what changed since,
-removals as `@removed`. The window is fixed when a round starts (the links encode it): it runs from a
-day back to the end of the sync horizon (sync.ingest.horizon), and a new full round starts once that
-end has fallen a day behind the horizon's, so events entering the horizon are seen. The window's end
-is kept in the connection's `ctag`, which no OAuth provider uses otherwise. A refused link (expired,
-evicted: SyncTokenRefused) means a full round as well, logged as a snapshot.
-
-Our bookings: created with a `transactionId` derived from the booking id, so a retried or concurrent
-create returns the event the first one made; the body carries a line naming the booking
-(sync.formats.MICROSOFT_BOOKING_LINE), which is how the copy's echo in the delta is recognised (the
-delta cannot $expand extended properties). Graph assigns event ids, so a copy the person deleted in
-Outlook is not brought back by a later rewrite.
-
-Change-notification subscriptions are sync.push.channels' (learn.microsoft.com/graph/change-
-notifications-delivery-webhooks).
+"""Microsoft 365 (Graph) as an upstream provider: calendarView delta over a bounded window
+(learn.microsoft.com/graph/delta-query-events, /graph/api/event-delta), and our bookings written with a
+transactionId. The delta lists instances (single events, occurrences and exceptions; never series
+masters), each its own resource keyed by its id, removals as `@removed`. Our copies carry a line naming
+the booking (sync.formats.MICROSOFT_BOOKING_LINE): that is how their echo is recognised, as the delta
+cannot $expand extended properties. Graph assigns event ids, so a copy the person deleted in Outlook is
+not brought back by a later rewrite. Subscriptions are sync.push.channels'.
 """
 
 from __future__ import annotations
@@ -50,6 +36,10 @@ class MicrosoftProvider(OAuthProvider[GraphCalendarClient, Span]):
         return GraphCalendarClient(access_token, api_url=settings.SYNC_MICROSOFT_API_URL)
 
     def begin(self, connection: Connection) -> tuple[Span, str | None]:
+        """The window is fixed when a round starts (the links encode it): from a day back to the end of
+        the sync horizon. Its end is kept in the connection's `ctag` (no OAuth provider uses it
+        otherwise); once it has fallen a day behind the horizon's, a new full round starts, so events
+        entering the horizon are seen."""
         window = horizon(server_now())
         link = connection.sync_token or None
         if link is not None and _window_end(connection) < window.end - WINDOW_ROLL:
@@ -60,19 +50,19 @@ class MicrosoftProvider(OAuthProvider[GraphCalendarClient, Span]):
         self,
         client: GraphCalendarClient,
         connection: Connection,
-        round: Span,
+        fixed: Span,
         marker: str | None,
         cursor: str | None,
     ) -> Page:
         page = client.delta_page(
-            connection.remote_calendar_id, start=round.start, end=round.end, link=cursor or marker
+            connection.remote_calendar_id, start=fixed.start, end=fixed.end, link=cursor or marker
         )
         return Page(page.items, page.next_link, page.delta_link)
 
-    def marker_fields(self, round: Span, marker: str, *, full: bool) -> dict[str, str]:
+    def marker_fields(self, fixed: Span, marker: str, *, full: bool) -> dict[str, str]:
         fields = {"sync_token": marker}
         if full:
-            fields["ctag"] = round.end.astimezone(UTC).isoformat()
+            fields["ctag"] = fixed.end.astimezone(UTC).isoformat()
         return fields
 
     def record(self, item: dict[str, Any]) -> IngestionRecord:

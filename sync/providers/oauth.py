@@ -33,9 +33,8 @@ class Page:
 
 
 class OAuthProvider(ABC, Generic[ClientT, RoundT]):
-    """`RoundT` is what one listing is fixed to when it starts (Graph's window; nothing for Google)."""
-
-    pushes = True
+    """`RoundT` is what one listing is fixed to when it starts, passed as `fixed` (Graph's window; nothing
+    for Google)."""
 
     @abstractmethod
     def open_client(self, access_token: str) -> AbstractContextManager[ClientT]: ...
@@ -46,7 +45,7 @@ class OAuthProvider(ABC, Generic[ClientT, RoundT]):
 
     @abstractmethod
     def page(
-        self, client: ClientT, connection: Connection, round: RoundT, marker: str | None, cursor: str | None
+        self, client: ClientT, connection: Connection, fixed: RoundT, marker: str | None, cursor: str | None
     ) -> Page:
         """One page: the first of a listing from `marker` (a full one when None), or the one `cursor`
         names."""
@@ -54,7 +53,7 @@ class OAuthProvider(ABC, Generic[ClientT, RoundT]):
     @abstractmethod
     def record(self, item: dict[str, Any]) -> IngestionRecord: ...
 
-    def marker_fields(self, round: RoundT, marker: str, *, full: bool) -> dict[str, str]:
+    def marker_fields(self, fixed: RoundT, marker: str, *, full: bool) -> dict[str, str]:
         """The connection's fields that store the new marker."""
         return {"sync_token": marker}
 
@@ -79,13 +78,13 @@ class OAuthProvider(ABC, Generic[ClientT, RoundT]):
         raise AssertionError("unreachable")
 
     def fetch(self, connection: Connection, *, lease_token: str | None = None) -> Fetched:
-        round, marker = self.begin(connection)
+        fixed, marker = self.begin(connection)
 
         def listing(client: ClientT) -> tuple[list[dict[str, Any]], str, bool]:
             try:
-                return (*self._all_pages(client, connection, round, marker), marker is None)
+                return (*self._all_pages(client, connection, fixed, marker), marker is None)
             except SyncTokenRefused:
-                return (*self._all_pages(client, connection, round, None), True)
+                return (*self._all_pages(client, connection, fixed, None), True)
 
         items, new_marker, full = self.with_client(connection, listing)
         records = [self.record(item) for item in items]
@@ -95,17 +94,17 @@ class OAuthProvider(ABC, Generic[ClientT, RoundT]):
             records,
             lease_token=lease_token,
             snapshot=snapshot,
-            **self.marker_fields(round, new_marker, full=full),
+            **self.marker_fields(fixed, new_marker, full=full),
         )
 
     def _all_pages(
-        self, client: ClientT, connection: Connection, round: RoundT, marker: str | None
+        self, client: ClientT, connection: Connection, fixed: RoundT, marker: str | None
     ) -> tuple[list[dict[str, Any]], str]:
         """Every page of one listing, and the marker that only its last page carries."""
         items: list[dict[str, Any]] = []
         cursor: str | None = None
         for _ in range(MAX_PAGES):
-            page = self.page(client, connection, round, marker, cursor)
+            page = self.page(client, connection, fixed, marker, cursor)
             items += page.items
             if page.next_cursor is None:
                 if page.marker is None:
