@@ -72,8 +72,8 @@ INBOUND_SMTP_SESSIONS_CLOSED = Counter(
     "SMTP sessions the inbound listener closed itself (over_sessions, over_sessions_per_ip, idle, too_long).",
     ["reason"],
 )
-# Push notifications (sync/push.py) refused without an audit row, by provider: over their peer's request
-# rate, or past its budget of audited refusals (the rest are audited as sync.push.rejected).
+# Push notifications (sync/push/endpoints.py) refused without an audit row, by provider: over their peer's
+# request rate, or past its budget of audited refusals (the rest are audited as sync.push.rejected).
 PUSH_UNAUDITED = Counter(
     "agentcal_push_unaudited_refusals_total",
     "Push notifications refused without an audit row (rate_limited, over_audit_budget).",

@@ -2,7 +2,7 @@ from django.urls import include, path
 
 from agentcal.views import metrics
 from inboxes import inbound_webhook
-from sync import push
+from sync.push import endpoints as push
 
 urlpatterns = [
     path("metrics", metrics, name="metrics"),

@@ -20,9 +20,6 @@ def _copy_upstream_soon(sender: Any, calendar_ids: list[int], **kwargs: Any) -> 
     No query here (it would lengthen every commit): the task looks up which calendars are linked. A
     nudge, so a busy process sends one message per interval for every calendar changed meanwhile, not
     a message per write. If the broker is down it is dropped; the next scheduled sync writes behind."""
-    from django.db import transaction
-
     from agentcal import broker
-    from sync.tasks import write_behind_for_calendars
 
-    transaction.on_commit(lambda: broker.nudge(write_behind_for_calendars, items=calendar_ids))
+    broker.nudge_on_commit("sync.write_behind_for_calendars", items=calendar_ids)

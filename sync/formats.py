@@ -25,15 +25,15 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from sync.ical import InvalidCalendarData, event_version
-from sync.microsoft import transaction_id_for
 from sync.models import Provider
+from sync.providers.microsoft_client import transaction_id_for
 
 _ICS_DATETIME = "%Y%m%dT%H%M%S"
 # Google marks the calendar owner's own attendance (`self: true`), Graph gives it as the event's
 # `responseStatus`; a declined one is written as this attendee, which sync.ingest counts among the
 # owner's addresses.
 SELF_ADDRESS = "self@agentcal.invalid"
-# Our bookings' copies in Microsoft 365 carry this line in their body (sync.microsoft_provider writes
+# Our bookings' copies in Microsoft 365 carry this line in their body (sync.providers.microsoft writes
 # it): the calendarView delta returns the body but cannot $expand extended properties, so the body is
 # where the echo of a booking can be recognised without a request per event. Graph may hand the body
 # back as HTML, hence the tolerance for markup-escaped spaces around the id.

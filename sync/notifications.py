@@ -3,26 +3,15 @@ started failing): one email each, pointing at the calendar's page, where the lin
 
 from __future__ import annotations
 
-import functools
 import logging
 
 from django.conf import settings
 
 from accounts.owner_mail import email_owners
-from agentcal import broker
 from sync.models import Connection, ConnectionStatus
 
 logger = logging.getLogger(__name__)
 PROVIDER_NAMES = {"caldav": "CalDAV", "google": "Google Calendar", "microsoft": "Microsoft 365"}
-
-
-def enqueue_owner_notification(connection_pk: int) -> None:
-    """Email from a Celery worker; if the broker refuses the message, the publisher's thread sends it."""
-    from sync.tasks import notify_owners
-
-    broker.enqueue(
-        notify_owners, (connection_pk,), fallback=functools.partial(connection_notify_owners, connection_pk)
-    )
 
 
 def connection_notify_owners(connection_pk: int) -> None:

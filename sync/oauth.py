@@ -19,17 +19,15 @@ from django.db import transaction
 
 from agentcal.clock import isoformat_z
 from agentcal.errors import InvalidRequest
-from sync import google, microsoft
 from sync.credentials import seal, unseal
 from sync.models import Connection, Provider
+from sync.providers import google_client as google
+from sync.providers import microsoft_client as microsoft
+from sync.providers.errors import GrantRevoked
 
 # Refresh an access token this long before it expires (a sync run must not start with a token that
 # dies halfway through).
 REFRESH_MARGIN = timedelta(minutes=5)
-
-
-class GrantRevoked(Exception):
-    """The provider refused the refresh token: only a new consent brings the connection back."""
 
 
 @dataclass(frozen=True)
@@ -90,15 +88,12 @@ class GoogleApp:
         return Grant(tokens.access_token, tokens.refresh_token, tokens.expires_at)
 
     def refresh(self, refresh_token: str) -> Grant:
-        try:
-            tokens = google.refresh(
-                token_url=settings.SYNC_GOOGLE_TOKEN_URL,
-                client_id=settings.SYNC_GOOGLE_CLIENT_ID,
-                client_secret=settings.SYNC_GOOGLE_CLIENT_SECRET,
-                refresh_token=refresh_token,
-            )
-        except google.GrantRevoked as exc:
-            raise GrantRevoked(str(exc)) from None
+        tokens = google.refresh(
+            token_url=settings.SYNC_GOOGLE_TOKEN_URL,
+            client_id=settings.SYNC_GOOGLE_CLIENT_ID,
+            client_secret=settings.SYNC_GOOGLE_CLIENT_SECRET,
+            refresh_token=refresh_token,
+        )
         return Grant(tokens.access_token, tokens.refresh_token, tokens.expires_at)
 
     def calendars(self, access_token: str) -> list[CalendarChoice]:
@@ -146,16 +141,13 @@ class MicrosoftApp:
         return Grant(tokens.access_token, tokens.refresh_token, tokens.expires_at)
 
     def refresh(self, refresh_token: str) -> Grant:
-        try:
-            tokens = microsoft.refresh(
-                authority_url=settings.SYNC_MICROSOFT_AUTHORITY_URL,
-                tenant=settings.SYNC_MICROSOFT_TENANT,
-                client_id=settings.SYNC_MICROSOFT_CLIENT_ID,
-                client_secret=settings.SYNC_MICROSOFT_CLIENT_SECRET,
-                refresh_token=refresh_token,
-            )
-        except microsoft.GrantRevoked as exc:
-            raise GrantRevoked(str(exc)) from None
+        tokens = microsoft.refresh(
+            authority_url=settings.SYNC_MICROSOFT_AUTHORITY_URL,
+            tenant=settings.SYNC_MICROSOFT_TENANT,
+            client_id=settings.SYNC_MICROSOFT_CLIENT_ID,
+            client_secret=settings.SYNC_MICROSOFT_CLIENT_SECRET,
+            refresh_token=refresh_token,
+        )
         return Grant(tokens.access_token, tokens.refresh_token, tokens.expires_at)
 
     def calendars(self, access_token: str) -> list[CalendarChoice]:

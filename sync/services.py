@@ -31,14 +31,17 @@ from audit.models import Outcome
 from audit.services import audit_record
 from bookings.engine.upstream import upstream_blocks_replace
 from bookings.models import Calendar
-from sync import caldav, google, microsoft
 from sync.credentials import CredentialsUnreadable, seal
 from sync.ingest import blocks_rebuild, horizon, process_pending
-from sync.models import Connection, ConnectionStatus, IngestionRecord, Provider, UpstreamCopy, UpstreamEvent
-from sync.notifications import enqueue_owner_notification
-from sync.oauth import Grant, GrantRevoked, seal_grant
+from sync.models import Connection, ConnectionStatus, IngestionRecord, UpstreamCopy, UpstreamEvent
+from sync.oauth import Grant, seal_grant
 from sync.problems import note_problem
-from sync.providers import LeaseLost, open_caldav, provider_for
+from sync.providers.base import LeaseLost
+from sync.providers.caldav import open_caldav
+from sync.providers.caldav_client import CalendarInfo
+from sync.providers.errors import AuthFailed, NotACalendar, Throttled, UpstreamError
+from sync.providers.registry import provider_for
+from sync.push.channels import push_channel_for
 from sync.writeback import write_behind
 from webhooks.models import EventType
 from webhooks.outbox import outbox_emit
@@ -52,15 +55,10 @@ _ROLL_EVERY = timedelta(days=1)
 PUSH_RETRY_AFTER_FAILURE = timedelta(hours=1)
 # Push channels are replaced this long before they expire.
 PUSH_RENEW_MARGIN = timedelta(days=1)
-# Errors an upstream provider answers with (a sync or write that failed, retried with backoff).
-UPSTREAM_ERRORS = (
-    caldav.CalDAVError,
-    google.GoogleError,
-    microsoft.GraphError,
-    CredentialsUnreadable,
-    UpstreamUnreachable,
-    UnsafeUpstreamUrl,
-)
+# Errors of a sync or write that failed upstream: the provider's answers, and what keeps us from
+# asking (unreadable credentials, an unsupported or unsafe target). Retried with backoff unless the
+# error is permanent.
+UPSTREAM_ERRORS = (UpstreamError, CredentialsUnreadable, UpstreamUnreachable, UnsafeUpstreamUrl)
 # Failed syncs back off exponentially up to this.
 MAX_BACKOFF_SECONDS = 3600
 
@@ -169,15 +167,15 @@ def connection_create_oauth(
     return connection
 
 
-def _check_caldav(url: str, username: str, password: str) -> caldav.CalendarInfo:
+def _check_caldav(url: str, username: str, password: str) -> CalendarInfo:
     try:
         with open_caldav(url, username, password) as client:
             return client.check()
-    except caldav.AuthFailed:
+    except AuthFailed:
         raise UpstreamAuthFailed("The CalDAV server refused the username or password.") from None
-    except caldav.NotACalendar as exc:
+    except NotACalendar as exc:
         raise UpstreamNotACalendar(f"{url} is not a CalDAV calendar collection: {exc}") from None
-    except caldav.CalDAVError as exc:
+    except UpstreamError as exc:
         raise UpstreamUnreachable(f"The CalDAV server could not be used: {exc}") from None
 
 
@@ -216,12 +214,13 @@ def _disconnect_upstream(connection: Connection, *, remove_bookings: bool) -> di
     done: dict[str, object] = {"push_stopped": None, "bookings_removed": 0, "bookings_left": 0}
     if connection.status == ConnectionStatus.REVOKED:
         return done  # nothing can be done there any more
-    provider = provider_for(connection)
+    provider, push = provider_for(connection), push_channel_for(connection)
     try:
         if connection.push_id:
-            provider.close_push(connection)
+            if push is not None:
+                push.close(connection)
             done["push_stopped"] = True
-    except UPSTREAM_ERRORS + (GrantRevoked,) as exc:
+    except UPSTREAM_ERRORS as exc:
         logger.warning("push of %s not stopped: %s", connection.public_id, exc)
         done["push_stopped"] = False
     if remove_bookings:
@@ -229,7 +228,7 @@ def _disconnect_upstream(connection: Connection, *, remove_bookings: bool) -> di
             try:
                 provider.remove_copy(connection, copy.resource_name)
                 done["bookings_removed"] = int(str(done["bookings_removed"])) + 1
-            except UPSTREAM_ERRORS + (GrantRevoked,) as exc:
+            except UPSTREAM_ERRORS as exc:
                 logger.warning("copy %s of %s left upstream: %s", copy.booking_id, connection.public_id, exc)
                 done["bookings_left"] = int(str(done["bookings_left"])) + 1
     return done
@@ -244,11 +243,10 @@ def _allow_log_deletion() -> None:
 
 def request_sync(connection_id: int) -> None:
     """Sync soon ("sync now", a new connection, a push): through the same task as the schedule. The
-    connection is marked due first, so if the broker is down the scheduler still picks it up."""
-    from sync.tasks import sync_connection  # the tasks module imports this one
-
+    connection is marked due first, so if the broker is down the scheduler still picks it up (no
+    fallback: the due row is the work)."""
     Connection.objects.filter(pk=connection_id).update(next_sync_at=Now())
-    broker.enqueue(sync_connection, (connection_id,), fallback=lambda: None)
+    broker.enqueue_on_commit("sync.sync_connection", (connection_id,), fallback=None)
 
 
 # --- The sync run ------------------------------------------------------------------------------------
@@ -326,15 +324,15 @@ def _sync_leased(connection_id: int, lease: _Lease) -> SyncRun:
             blocks_rebuild(connection.pk)
     except LeaseLost:
         raise
-    except GrantRevoked as exc:
-        connection_revoked(connection, str(exc))
-        SYNC_RUNS.labels(connection.provider, "revoked").inc()
-        return SyncRun("revoked", error=str(exc))
-    except (google.RateLimited, microsoft.Throttled) as exc:
-        _throttled(connection, exc.retry_after)
-        SYNC_RUNS.labels(connection.provider, "throttled").inc()
-        return SyncRun("throttled", error=str(exc), retry_after=exc.retry_after)
     except UPSTREAM_ERRORS as exc:
+        if isinstance(exc, UpstreamError) and exc.permanent:
+            connection_revoked(connection, str(exc))
+            SYNC_RUNS.labels(connection.provider, "revoked").inc()
+            return SyncRun("revoked", error=str(exc))
+        if isinstance(exc, Throttled):
+            _throttled(connection, exc.retry_after)
+            SYNC_RUNS.labels(connection.provider, "throttled").inc()
+            return SyncRun("throttled", error=str(exc), retry_after=exc.retry_after)
         retry_after = getattr(exc, "retry_after", None)
         connection_failed(connection, str(exc), retry_after=retry_after)
         SYNC_RUNS.labels(connection.provider, "failed").inc()
@@ -350,10 +348,10 @@ def _sync_leased(connection_id: int, lease: _Lease) -> SyncRun:
         lease.renew()
         write_behind(connection.pk)
         _keep_push_open(connection)
-    except GrantRevoked as exc:
-        connection_revoked(connection, str(exc))
-        return SyncRun("revoked", error=str(exc))
     except UPSTREAM_ERRORS as exc:
+        if isinstance(exc, UpstreamError) and exc.permanent:
+            connection_revoked(connection, str(exc))
+            return SyncRun("revoked", error=str(exc))
         # Reading works: the person's busy time keeps its schedule; the failing write shows (and is
         # announced once, not on every run).
         _succeeded(connection, started, healthy=False)
@@ -367,7 +365,7 @@ def _sync_leased(connection_id: int, lease: _Lease) -> SyncRun:
 def _interval(connection: Connection) -> float:
     """How long until the next scheduled sync: CalDAV is polled; an OAuth provider with a live push
     channel is polled only as a fallback, more slowly."""
-    if connection.provider == Provider.CALDAV:
+    if push_channel_for(connection) is None:
         return float(settings.SYNC_CALDAV_INTERVAL_SECONDS)
     if connection.push_expires_at is not None and connection.push_expires_at > server_now():
         return float(settings.SYNC_PUSH_FALLBACK_INTERVAL_SECONDS)
@@ -479,15 +477,16 @@ def _announce_failure(connection: Connection, error: str) -> None:
             agent_id=connection.created_by_agent_id,
             data={"connection": connection_data(connection), "error": error[:500]},
         )
-    pk = connection.pk
-    transaction.on_commit(lambda: enqueue_owner_notification(pk))
+    # Emailed from a worker; if the broker refuses the message, the publisher's thread sends it.
+    broker.enqueue_on_commit("sync.notify_owners", (connection.pk,), fallback=broker.RUN_HERE)
 
 
 def _keep_push_open(connection: Connection) -> None:
     """Open the provider's push channel (Google) or subscription (Microsoft), and a day before it
     expires replace it (Google's channels cannot be renewed) or renew it (Microsoft), when this
     installation can receive notifications. Best effort: without push, the schedule polls."""
-    if connection.provider == Provider.CALDAV or not settings.SYNC_PUSH_ENABLED:
+    push = push_channel_for(connection)
+    if push is None or not settings.SYNC_PUSH_ENABLED:
         return
     connection.refresh_from_db()
     now = server_now()
@@ -495,16 +494,11 @@ def _keep_push_open(connection: Connection) -> None:
         return
     if connection.push_retry_at is not None and connection.push_retry_at > now:
         return  # it failed lately (setting up push can take the provider seconds): poll meanwhile
-    # Provider modules build on this one.
-    from sync.google_provider import open_channel
-    from sync.microsoft_provider import renew_subscription
-
     try:
-        if connection.provider == Provider.MICROSOFT:
-            renew_subscription(connection)
-        else:
-            open_channel(connection)
-    except (google.GoogleError, microsoft.GraphError) as exc:
+        push.keep_open(connection)
+    except UpstreamError as exc:
+        if exc.permanent:
+            raise  # the run's revocation, not a push problem
         logger.warning("push for %s not opened or renewed: %s", connection.public_id, exc)
         Connection.objects.filter(pk=connection.pk).update(push_retry_at=now + PUSH_RETRY_AFTER_FAILURE)
         note_problem(connection, f"Push notifications could not be set up (polling instead): {exc}")

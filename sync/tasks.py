@@ -6,6 +6,7 @@ from celery import shared_task
 
 from sync.models import Connection
 from sync.notifications import connection_notify_owners
+from sync.providers.errors import UpstreamError
 from sync.services import UPSTREAM_ERRORS, connection_failed, connection_sync, connections_due, sync_log_purge
 from sync.writeback import write_behind
 
@@ -36,6 +37,8 @@ def write_behind_task(self: object, connection_id: int) -> None:
     except Connection.DoesNotExist:
         return
     except UPSTREAM_ERRORS as exc:
+        if isinstance(exc, UpstreamError) and exc.permanent:
+            raise  # retrying cannot help; the next sync run marks the connection revoked
         retries = self.request.retries  # type: ignore[attr-defined]
         if retries >= WRITE_BEHIND_RETRIES:
             connection = Connection.objects.select_related("calendar").filter(pk=connection_id).first()
@@ -52,12 +55,6 @@ def write_behind_for_calendars(calendar_ids: list[int]) -> None:
     """Bookings on these calendars changed: copy them upstream where a calendar is linked."""
     for connection_id in Connection.objects.filter(calendar_id__in=calendar_ids).values_list("pk", flat=True):
         write_behind_task.delay(connection_id)
-
-
-@shared_task(name="sync.write_behind_for_calendar", ignore_result=True)
-def write_behind_for_calendar(calendar_id: int) -> None:
-    # The one-calendar message of earlier versions: kept so messages queued before an upgrade still run.
-    write_behind_for_calendars([calendar_id])
 
 
 @shared_task(name="sync.notify_owners", ignore_result=True)

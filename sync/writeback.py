@@ -19,7 +19,8 @@ from django.db import IntegrityError
 from agentcal.clock import server_now
 from bookings.models import Reservation, ReservationStatus
 from sync.models import Connection, UpstreamCopy
-from sync.providers import BookingCopy, provider_for
+from sync.providers.base import BookingCopy
+from sync.providers.registry import provider_for
 
 # Bookings that ended longer ago than this are left as they are upstream (history, not plans).
 WRITE_BEHIND_PAST = timedelta(days=1)

@@ -13,6 +13,7 @@ from tests.conftest import Persona
 from tests.sync.google_fake import GoogleFake
 from tests.sync.graph_fake import CLIENT_ID, CLIENT_SECRET, GraphFake
 from tests.sync.linking import Linked, link
+from tests.sync.oauth_linking import GoogleLinked, MicrosoftLinked, google_link, microsoft_link
 from tests.sync.radicale import (
     DEFAULT_PASSWORD,
     DEFAULT_USER,
@@ -110,3 +111,13 @@ def graph_settings(settings: Any, graph_fake: GraphFake, live_server: Any) -> An
     settings.DASHBOARD_BASE_URL = live_server.url
     graph_fake.redirect_uris = {f"{live_server.url}/oauth/microsoft/callback"}
     return settings
+
+
+@pytest.fixture
+def glinked(sdr: Persona, google_fake: GoogleFake, google_settings: Any, live_server: Any) -> GoogleLinked:
+    return google_link(sdr, google_fake, live_server.url)
+
+
+@pytest.fixture
+def mslinked(sdr: Persona, graph_fake: GraphFake, graph_settings: Any, live_server: Any) -> MicrosoftLinked:
+    return microsoft_link(sdr, graph_fake, live_server.url)

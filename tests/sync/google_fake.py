@@ -1,6 +1,6 @@
 """A fake of the Google Calendar API v3 and of Google's OAuth 2.0 endpoints: a real HTTP server on
-127.0.0.1 (ThreadingHTTPServer in a thread), so the product's httpx client talks to it exactly as it would
-to Google, and a browser can click through its consent page.
+127.0.0.1 (tests/sync/fake_http.py, shared with the Microsoft fake), so the product's httpx client talks
+to it exactly as it would to Google, and a browser can click through its consent page.
 
 Every behaviour follows a page of Google's documentation, named where it is implemented (paths below are
 under developers.google.com):
@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import base64
 import email.utils
-import hashlib
 import html
 import itertools
 import json
@@ -40,12 +39,25 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import httpx
+
+from tests.sync.fake_http import (
+    Code,
+    CodeRefused,
+    FakeHTTPServer,
+    FakeOAuth,
+    FakeRequest,
+    Fault,
+    Grant,
+    Refusal,
+    Reply,
+    TokenRefused,
+    json_reply,
+)
 
 DEFAULT_ACCOUNT = "alice@example.com"
 DEFAULT_CLIENT_ID = "agentcal-test.apps.googleusercontent.com"
@@ -65,7 +77,6 @@ MAX_CHANNEL_TTL = 604800
 MAX_PAGE_SIZE = 2500  # events/list: "The page size can never be larger than 2500 events."
 CODE_TTL = 600.0
 CLIENT_ID_PATTERN = re.compile(r"[a-v0-9]{5,1024}")  # events/insert: base32hex, 5–1024 characters
-MAX_REQUEST_BYTES = 1024 * 1024
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 PUSH_USER_AGENT = "APIs-Google; (+https://developers.google.com/webmasters/APIs-Google.html)"
 # guides/push: these answers acknowledge a notification; 500, 502, 503 and 504 are retried with
@@ -90,18 +101,10 @@ SYNC_TOKEN_GONE = "Sync token is no longer valid, a full sync is required."
 USAGE_LIMIT_REASONS = {"rateLimitExceeded", "userRateLimitExceeded", "quotaExceeded", "dailyLimitExceeded"}
 
 
-class _Refusal(Exception):
-    """Ends a request with this answer (an error from Google, in Google's shape)."""
-
-    def __init__(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
-        super().__init__(status)
-        self.status, self.body, self.headers = status, body, headers or {}
-
-
 def api_error(
     status: int, reason: str = "", message: str = "", *, domain: str = "", location: str = "",
     location_type: str = "", headers: dict[str, str] | None = None,
-) -> _Refusal:  # fmt: skip
+) -> Refusal:  # fmt: skip
     """guides/errors: {"error": {"errors": [{domain, reason, message, location…}], "code", "message"}}."""
     default_reason, default_message = DEFAULT_REASONS.get(status, ("backendError", "Error"))
     reason, message = reason or default_reason, message or default_message
@@ -115,12 +118,12 @@ def api_error(
     error: dict[str, Any] = {"errors": [detail], "code": status, "message": message}
     if status in STATUS_NAMES:
         error["status"] = STATUS_NAMES[status]
-    return _Refusal(status, _dumps({"error": error}), headers)
+    return Refusal(json_reply(status, {"error": error}, headers, indent=1))
 
 
-def oauth_error(status: int, error: str, description: str) -> _Refusal:
+def oauth_error(status: int, error: str, description: str, headers: dict[str, str] | None = None) -> Refusal:
     """oauth2/web-server: the token endpoint answers {"error": code, "error_description": text}."""
-    return _Refusal(status, _dumps({"error": error, "error_description": description}))
+    return Refusal(json_reply(status, {"error": error, "error_description": description}, headers, indent=1))
 
 
 def _dumps(value: Any) -> bytes:
@@ -130,10 +133,6 @@ def _dumps(value: Any) -> bytes:
 def _rfc3339(moment: float) -> str:
     stamp = datetime.fromtimestamp(moment, UTC)
     return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
-
-
-def _s256(verifier: str) -> str:
-    return base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
 
 
 def _new_id() -> str:
@@ -161,23 +160,6 @@ class _Consent:
     offline: bool
     force_consent: bool
     include_granted: bool
-    expires_at: float = 0.0
-
-
-@dataclass
-class _Grant:
-    account: str
-    client_id: str
-    scopes: set[str]
-    revoked: bool = False
-
-
-@dataclass
-class _AccessToken:
-    account: str
-    scopes: set[str]
-    expires_at: float
-    grant: str | None  # the refresh token it came from: revoking that revokes this (oauth2/web-server)
 
 
 @dataclass
@@ -238,30 +220,22 @@ class Delivery:
         return self.status in PUSH_SUCCESS
 
 
-@dataclass
-class _Fault:
-    status: int
-    remaining: int
-    reason: str | None
-    retry_after: str | None
-    path_contains: str | None
-
-
-class GoogleFake:
+class GoogleFake(FakeHTTPServer):
     def __init__(self, *, access_token_ttl: int = 3600, delivery_attempts: int = 3) -> None:
-        self.access_token_ttl = access_token_ttl
+        super().__init__()
         self.delivery_attempts = delivery_attempts
         self.signed_in = DEFAULT_ACCOUNT  # who is signed in to Google in "the browser"
-        self.page_size: int | None = None  # events/list: a page "may be less than" maxResults; tests cap it
         self.deliveries: list[Delivery] = []
         self.errors: list[str] = []  # the fake's own failures while serving (each answered with a 500)
-        self._lock = threading.RLock()
         self._clients: dict[str, _Client] = {DEFAULT_CLIENT_ID: _Client(DEFAULT_CLIENT_SECRET, set())}
         self._pending: dict[str, _Consent] = {}
-        self._codes: dict[str, _Consent] = {}
         self._consented: dict[tuple[str, str], set[str]] = {}
-        self._grants: dict[str, _Grant] = {}
-        self._access: dict[str, _AccessToken] = {}
+        # oauth2/web-server: a code is spent only when redeemed; revoking a token ends the grant's access
+        # tokens too ("Revoking a token": "the refresh token and access tokens … are revoked").
+        self._oauth = FakeOAuth(
+            access_token_ttl=access_token_ttl, access_prefix="ya29.", refresh_prefix="1//", code_prefix="4/",
+            burn_refused_codes=False, revoking_ends_access_tokens=True,
+        )  # fmt: skip
         self._calendars: dict[str, _Calendar] = {}
         self._memberships: dict[str, list[_Membership]] = {}
         self._changes = itertools.count(1)
@@ -270,27 +244,18 @@ class GoogleFake:
         self._sync_tokens: dict[str, tuple[str, int, int]] = {}  # token → (calendar id, change, epoch)
         self._listings: dict[str, _Listing] = {}
         self._channels: dict[str, _Channel] = {}
-        self._faults: list[_Fault] = []
-        self._requests: list[str] = []
         self._outbox: queue.Queue[tuple[_Channel, str, int] | None] = queue.Queue()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
-        self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
         self.api_url = f"{self.url}/calendar/v3/"
         self.auth_url = f"{self.url}/o/oauth2/v2/auth"
         self.token_url = f"{self.url}/token"
         self.revoke_url = f"{self.url}/revoke"
-        # A short poll: shutdown() waits for the loop to notice, half a second by default.
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True)
-        self._thread.start()
         self._courier = threading.Thread(target=self._deliver_forever, daemon=True)
         self._courier.start()
 
     def close(self) -> None:
         self._outbox.put(None)
         self._courier.join(timeout=5)
-        self._server.shutdown()
-        self._server.server_close()
+        super().close()
 
     # -- control: OAuth ------------------------------------------------------------------------------
 
@@ -323,28 +288,19 @@ class GoogleFake:
         """(access token, refresh token) as if `account` had consented to `scope`: for tests that are not
         about the consent."""
         with self._lock:
-            refresh_token = "1//" + secrets.token_urlsafe(32)
-            self._grants[refresh_token] = _Grant(account, client_id, set(scope.split()))
-            return self._new_access_token(account, set(scope.split()), refresh_token), refresh_token
+            grant = Grant(account, client_id, scope.split())
+            refresh_token = self._oauth.new_refresh_token(grant)
+            return self._oauth.new_access_token(grant, set(scope.split())), refresh_token
 
     def revoke(self, token: str) -> None:
         """The person removes AgentCal's access (or Google revokes it): the refresh token and every access
         token issued with it stop working."""
         with self._lock:
-            access = self._access.get(token)
-            grant = self._grants.get(access.grant if access and access.grant else token)
-            if grant is None and access is None:
-                raise KeyError("unknown token")
-            if grant is not None:
-                grant.revoked = True
-            for name, issued in list(self._access.items()):
-                if name == token or (issued.grant is not None and self._grants[issued.grant].revoked):
-                    del self._access[name]
+            self._oauth.revoke(token)
 
     def expire_access_tokens(self) -> None:
         with self._lock:
-            for issued in self._access.values():
-                issued.expires_at = 0.0
+            self._oauth.expire_access_tokens()
 
     # -- control: calendars and the person editing them ------------------------------------------------
 
@@ -424,62 +380,16 @@ class GoogleFake:
         """Answer the next `times` requests (whose path and query contain `path_contains`, or any) with a
         Google error of `status` instead of serving them. Reasons of usage limits come with the domain
         usageLimits, as in guides/errors."""
-        header = None if retry_after is None else str(retry_after)
-        if isinstance(retry_after, float) and retry_after.is_integer():
-            header = str(int(retry_after))
-        with self._lock:
-            self._faults.append(_Fault(status, times, reason, header, path_contains))
-
-    def count(self, path_contains: str | None = None) -> int:
-        with self._lock:
-            return sum(1 for target in self._requests if path_contains is None or path_contains in target)
+        self.add_fault(
+            status, times=times, reason=reason, retry_after=retry_after, path_contains=path_contains
+        )
 
     # -- the HTTP side -----------------------------------------------------------------------------------
 
-    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def answer(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                if length > MAX_REQUEST_BYTES:
-                    self.send_error(413)
-                    return
-                body = self.rfile.read(length)
-                headers = {name.lower(): value for name, value in self.headers.items()}
-                try:
-                    status, reply_headers, content = fake._serve(self.command, self.path, headers, body)
-                except _Refusal as refusal:
-                    status, reply_headers, content = refusal.status, refusal.headers, refusal.body
-                    reply_headers.setdefault("Content-Type", "application/json; charset=UTF-8")
-                except Exception as exc:  # a bug in the fake: answered as Google would, kept for the test
-                    fake.errors.append(f"{self.command} {self.path}: {type(exc).__name__}: {exc}")
-                    crash = api_error(500)
-                    status, reply_headers, content = 500, {"Content-Type": "application/json"}, crash.body
-                self.send_response(status)
-                for name, value in reply_headers.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(content)))
-                self.end_headers()
-                self.wfile.write(content)
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass  # the test output is no place for an access log
-
-        for method in ("GET", "POST", "PUT", "PATCH", "DELETE"):
-            setattr(Handler, f"do_{method}", Handler.answer)
-        return Handler
-
-    def _serve(
-        self, method: str, target: str, headers: dict[str, str], body: bytes
-    ) -> tuple[int, dict[str, str], bytes]:
-        parts = urlsplit(target)
-        query = {name: values[-1] for name, values in parse_qs(parts.query, keep_blank_values=True).items()}
+    def route(self, request: FakeRequest) -> Reply:
+        method, parts, query, body = request.method, urlsplit(request.target), request.query, request.body
+        headers = {name.lower(): value for name, value in request.headers.items()}
         with self._lock:
-            self._requests.append(target)
-            self._take_fault(target)
             if parts.path == "/o/oauth2/v2/auth" and method == "GET":
                 return self._authorize_page(query)
             if parts.path == "/o/oauth2/v2/auth" and method == "POST":
@@ -520,18 +430,15 @@ class GoogleFake:
                     return self._stop(body)
             raise api_error(404)
 
-    def _take_fault(self, target: str) -> None:
-        for fault in self._faults:
-            if fault.path_contains is None or fault.path_contains in target:
-                fault.remaining -= 1
-                if fault.remaining <= 0:
-                    self._faults.remove(fault)
-                headers = {"Retry-After": fault.retry_after} if fault.retry_after is not None else {}
-                if target.startswith(("/token", "/revoke")):
-                    refusal = oauth_error(fault.status, fault.reason or "server_error", "Injected fault")
-                    refusal.headers = headers
-                    raise refusal
-                raise api_error(fault.status, fault.reason or "", headers=headers)
+    def refusal_for(self, fault: Fault, request: FakeRequest) -> Refusal:
+        headers = {"Retry-After": fault.retry_after} if fault.retry_after is not None else {}
+        if request.target.startswith(("/token", "/revoke")):
+            return oauth_error(fault.status, fault.reason or "server_error", "Injected fault", headers)
+        return api_error(fault.status, fault.reason or "", headers=headers)
+
+    def crash(self, request: FakeRequest, exc: Exception) -> Reply:
+        self.errors.append(f"{request.method} {request.target}: {type(exc).__name__}: {exc}")
+        return api_error(500).reply
 
     # -- OAuth 2.0: /identity/protocols/oauth2/web-server -----------------------------------------------
 
@@ -589,10 +496,13 @@ class GoogleFake:
         key = (pending.account, pending.client_id)
         if pending.include_granted:  # include_granted_scopes: the new grant covers the earlier ones too
             granted |= self._consented.get(key, set())
-        pending.scopes = granted
-        pending.expires_at = time.time() + CODE_TTL
-        code = "4/" + secrets.token_urlsafe(32)
-        self._codes[code] = pending
+        code = self._oauth.new_code(
+            Code(
+                Grant(pending.account, pending.client_id, sorted(granted)), pending.redirect_uri,
+                pending.code_challenge or None, pending.challenge_method, time.time() + CODE_TTL,
+                details={"offline": pending.offline, "force_consent": pending.force_consent},
+            )
+        )  # fmt: skip
         answer = {"code": code, "scope": " ".join(sorted(granted)), "state": pending.state}
         return 302, {"Location": pending.redirect_uri + separator + urlencode(answer)}, b""
 
@@ -604,44 +514,43 @@ class GoogleFake:
             raise oauth_error(401, "invalid_client", "Unauthorized")
         grant_type = form.get("grant_type")
         if grant_type == "authorization_code":
-            code = self._codes.get(form.get("code", ""))
-            if code is None or code.client_id != client_id or code.expires_at < time.time():
-                raise oauth_error(400, "invalid_grant", "Malformed auth code.")
-            if form.get("redirect_uri") != code.redirect_uri:
-                raise oauth_error(400, "redirect_uri_mismatch", "Bad Request")
-            if code.code_challenge:  # PKCE (RFC 7636 §4.6), named in oauth2/web-server step 1
-                verifier = form.get("code_verifier", "")
-                if not verifier:
-                    raise oauth_error(400, "invalid_grant", "Missing code verifier.")
-                expected = _s256(verifier) if code.challenge_method == "S256" else verifier
-                if not secrets.compare_digest(expected, code.code_challenge):
-                    raise oauth_error(400, "invalid_grant", "Invalid code verifier.")
-            # Single use: spent once redeemed (a refused attempt, e.g. a wrong verifier, leaves it be).
-            del self._codes[form["code"]]
-            key = (code.account, client_id)
+            # Single use: spent once redeemed (a refused attempt, e.g. a wrong verifier, leaves it be);
+            # PKCE (RFC 7636 §4.6) is named in oauth2/web-server step 1.
+            try:
+                code = self._oauth.redeem(
+                    form.get("code", ""), client_id=client_id, redirect_uri=form.get("redirect_uri"),
+                    verifier=form.get("code_verifier", ""),
+                )  # fmt: skip
+            except CodeRefused as refused:
+                raise {
+                    "redirect_mismatch": oauth_error(400, "redirect_uri_mismatch", "Bad Request"),
+                    "verifier_missing": oauth_error(400, "invalid_grant", "Missing code verifier."),
+                    "verifier": oauth_error(400, "invalid_grant", "Invalid code verifier."),
+                }.get(refused.why, oauth_error(400, "invalid_grant", "Malformed auth code.")) from None
+            scopes = set(code.grant.scopes)
+            key = (code.grant.account, client_id)
             # "a refresh token … only the first time your application exchanges the authorization code",
             # unless prompt=consent asked again; and only for access_type=offline.
             first_time = key not in self._consented
-            self._consented[key] = self._consented.get(key, set()) | code.scopes
-            answer: dict[str, Any] = {"token_type": "Bearer", "scope": " ".join(sorted(code.scopes))}
+            self._consented[key] = self._consented.get(key, set()) | scopes
+            answer: dict[str, Any] = {"token_type": "Bearer", "scope": " ".join(sorted(scopes))}
             refresh_token = None
-            if code.offline and (first_time or code.force_consent):
-                refresh_token = "1//" + secrets.token_urlsafe(32)
-                self._grants[refresh_token] = _Grant(code.account, client_id, set(code.scopes))
+            if code.details["offline"] and (first_time or code.details["force_consent"]):
+                refresh_token = self._oauth.new_refresh_token(code.grant)
                 answer["refresh_token"] = refresh_token
-            answer["access_token"] = self._new_access_token(code.account, code.scopes, refresh_token)
+            answer["access_token"] = self._oauth.new_access_token(
+                code.grant, scopes, refreshable=refresh_token is not None
+            )
         elif grant_type == "refresh_token":
-            grant = self._grants.get(form.get("refresh_token", ""))
-            if grant is None or grant.revoked or grant.client_id != client_id:
+            grant = self._oauth.grant_for(form.get("refresh_token", ""))
+            if grant is None or grant.client_id != client_id:
                 raise oauth_error(400, "invalid_grant", "Token has been expired or revoked.")
             # "Refreshing an access token (offline access)": no new refresh token in the answer.
             answer = {"token_type": "Bearer", "scope": " ".join(sorted(grant.scopes))}
-            answer["access_token"] = self._new_access_token(
-                grant.account, grant.scopes, form["refresh_token"]
-            )
+            answer["access_token"] = self._oauth.new_access_token(grant, set(grant.scopes))
         else:
             raise oauth_error(400, "unsupported_grant_type", f"Invalid grant_type: {grant_type}")
-        answer["expires_in"] = self.access_token_ttl
+        answer["expires_in"] = int(self._oauth.access_token_ttl)
         return (
             200,
             {"Content-Type": "application/json; charset=utf-8", "Cache-Control": "no-store"},
@@ -657,20 +566,15 @@ class GoogleFake:
             raise oauth_error(400, "invalid_token", "Token expired or revoked") from None
         return 200, {"Content-Type": "application/json; charset=utf-8"}, b"{}"
 
-    def _new_access_token(self, account: str, scopes: set[str], grant: str | None) -> str:
-        token = "ya29." + secrets.token_urlsafe(32)
-        self._access[token] = _AccessToken(account, set(scopes), time.time() + self.access_token_ttl, grant)
-        return token
-
     def _authenticate(self, headers: dict[str, str]) -> tuple[str, set[str]]:
         """guides/errors "401: Invalid Credentials": a missing, unknown, expired or revoked token."""
-        scheme, _, token = headers.get("authorization", "").partition(" ")
-        issued = self._access.get(token) if scheme.lower() == "bearer" else None
-        if issued is None or issued.expires_at <= time.time():
+        try:
+            issued = self._oauth.bearer(headers.get("authorization", ""))
+        except TokenRefused:
             raise api_error(
                 401, "authError", "Invalid Credentials", location="Authorization", location_type="header",
                 headers={"WWW-Authenticate": 'Bearer realm="https://accounts.google.com/"'},
-            )  # fmt: skip
+            ) from None  # fmt: skip
         return issued.account, issued.scopes
 
     def _require(self, scopes: set[str], accepted: set[str]) -> None:

@@ -1,7 +1,7 @@
 """A fake Microsoft 365 for the sync tests: Graph's calendar endpoints with change notifications, and the
 Microsoft identity platform's OAuth 2.0 authorization code flow, served over real HTTP from a thread on
-127.0.0.1. The API is at `{url}/v1.0`, the authority at `{url}` (`{url}/{tenant}/oauth2/v2.0/authorize`
-and `/token`).
+127.0.0.1 (tests/sync/fake_http.py, shared with the Google fake). The API is at `{url}/v1.0`, the
+authority at `{url}` (`{url}/{tenant}/oauth2/v2.0/authorize` and `/token`).
 
 Each behaviour follows a Microsoft Learn page (learn.microsoft.com/…), named where it is implemented:
 - /entra/identity-platform/v2-oauth2-auth-code-flow: authorize (consent page, redirect with code and state
@@ -34,17 +34,30 @@ import queue
 import re
 import secrets
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
-from email.message import Message
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
+from urllib.parse import quote, unquote, urlencode, urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import httpx
+
+from tests.sync.fake_http import (
+    Code,
+    CodeRefused,
+    FakeHTTPServer,
+    FakeOAuth,
+    FakeRequest,
+    Fault,
+    Grant,
+    Refusal,
+    Reply,
+    TokenRefused,
+    json_reply,
+)
 
 CLIENT_ID = "7c0e1d54-agentcal-test-client"
 CLIENT_SECRET = "fake-client-secret-value"
@@ -112,16 +125,8 @@ AADSTS = {
     "grant_type": (400, "unsupported_grant_type", 70003, "The app requested an unsupported grant type."),
 }
 
-Reply = tuple[int, dict[str, str], bytes]
 
-
-class _Refusal(Exception):
-    def __init__(self, reply: Reply) -> None:
-        super().__init__(reply[0])
-        self.reply = reply
-
-
-def _graph_error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> _Refusal:
+def _graph_error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> Refusal:
     """/graph/errors: {"error": {"code", "message", "innerError": {"date", "request-id", …}}}."""
     request_id = str(uuid.uuid4())
     inner = {
@@ -130,10 +135,10 @@ def _graph_error(status: int, code: str, message: str, headers: dict[str, str] |
         "client-request-id": request_id,
     }
     body = {"error": {"code": code, "message": message, "innerError": inner}}
-    return _Refusal(_json(status, body, {"request-id": request_id, **(headers or {})}))
+    return Refusal(json_reply(status, body, {"request-id": request_id, **(headers or {})}))
 
 
-def _oauth_error(name: str) -> _Refusal:
+def _oauth_error(name: str) -> Refusal:
     """v2-oauth2-auth-code-flow, "Error response": error, error_description (AADSTS number first), …"""
     status, error, number, description = AADSTS[name]
     trace = str(uuid.uuid4())
@@ -145,7 +150,7 @@ def _oauth_error(name: str) -> _Refusal:
         "trace_id": trace,
         "correlation_id": str(uuid.uuid4()),
     }
-    return _Refusal(_json(status, body, {"Cache-Control": "no-store"}))
+    return Refusal(json_reply(status, body, {"Cache-Control": "no-store"}))
 
 
 @dataclass(frozen=True)
@@ -174,25 +179,6 @@ class FakeSubscription:
 
 
 @dataclass
-class _Grant:
-    """One consent; its codes and refresh tokens all die with it (revoke)."""
-
-    account: str
-    scope: list[str]
-    revoked: bool = False
-
-
-@dataclass
-class _Code:
-    grant: _Grant
-    redirect_uri: str
-    challenge: str | None
-    method: str
-    expires_at: datetime
-    used: bool = False
-
-
-@dataclass
 class _Calendar:
     id: str
     account: str
@@ -217,39 +203,17 @@ class _DeltaState:
     pending: tuple[dict[str, Any], ...] = ()
 
 
-@dataclass
-class _Fault:
-    status: int
-    remaining: int
-    code: str
-    retry_after: str | None
-    path_contains: str | None
+def _json_of(request: FakeRequest) -> dict[str, Any]:
+    try:
+        parsed = json.loads(request.body or b"{}")
+    except ValueError:
+        raise _graph_error(400, "BadRequest", "Unable to read JSON request payload.") from None
+    if not isinstance(parsed, dict):
+        raise _graph_error(400, "BadRequest", "Unable to read JSON request payload.")
+    return parsed
 
 
-@dataclass(frozen=True)
-class _Request:
-    method: str
-    path: str
-    query: dict[str, str]
-    headers: Message
-    body: bytes
-
-    def form(self) -> dict[str, str]:
-        return {
-            key: values[-1] for key, values in parse_qs(self.body.decode(), keep_blank_values=True).items()
-        }
-
-    def json(self) -> dict[str, Any]:
-        try:
-            parsed = json.loads(self.body or b"{}")
-        except ValueError:
-            raise _graph_error(400, "BadRequest", "Unable to read JSON request payload.") from None
-        if not isinstance(parsed, dict):
-            raise _graph_error(400, "BadRequest", "Unable to read JSON request payload.")
-        return parsed
-
-
-class GraphFake:
+class GraphFake(FakeHTTPServer):
     def __init__(
         self,
         *,
@@ -259,41 +223,33 @@ class GraphFake:
         access_token_ttl: float = 3600.0,
         default_account: str = DEFAULT_ACCOUNT,
     ) -> None:
+        super().__init__()
         self.client_id, self.client_secret, self.redirect_uris = client_id, client_secret, redirect_uris
-        self.access_token_ttl = access_token_ttl
         self.default_account = default_account
-        self._lock = threading.RLock()
-        self._codes: dict[str, _Code] = {}
-        self._refresh_tokens: dict[str, _Grant] = {}
-        self._access_tokens: dict[str, tuple[str, set[str], datetime]] = {}
+        # v2-oauth2-auth-code-flow: a code is redeemed at most once (Unspecified: whether a refused
+        # redemption burns it; here any attempt does); revoking a grant leaves its access tokens to expire.
+        self._oauth = FakeOAuth(
+            access_token_ttl=access_token_ttl, access_prefix="EwB", refresh_prefix="M.C",
+            burn_refused_codes=True, revoking_ends_access_tokens=False,
+        )  # fmt: skip
         self._calendars: dict[str, _Calendar] = {}
         self._changed_at: dict[str, int] = {}  # stored event id → change counter of its last change
         self._seq = 0
         self._skip_tokens: dict[str, _DeltaState] = {}
         self._delta_tokens: dict[str, _DeltaState] = {}
         self._subscriptions: dict[str, FakeSubscription] = {}
-        self._faults: list[_Fault] = []
-        self._paths: list[str] = []
         self.deliveries: list[Delivery] = []
         self._delivered = threading.Condition(self._lock)
         self._outbox: queue.Queue[tuple[str, str, dict[str, Any]] | None] = queue.Queue()
         self._http = httpx.Client(trust_env=False)
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
-        self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
         self.api_url = f"{self.url}/v1.0"
-        self._threads = [
-            threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True),
-            threading.Thread(target=self._deliver_forever, daemon=True),
-        ]
-        for thread in self._threads:
-            thread.start()
+        self._courier = threading.Thread(target=self._deliver_forever, daemon=True)
+        self._courier.start()
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().close()
         self._outbox.put(None)
-        self._threads[1].join(timeout=NOTIFICATION_TIMEOUT + 1)
+        self._courier.join(timeout=NOTIFICATION_TIMEOUT + 1)
         self._http.close()
 
     # Control: the identity platform
@@ -303,17 +259,17 @@ class GraphFake:
     ) -> dict[str, Any]:
         """A token response as if `account` had consented, without the consent page."""
         with self._lock:
-            return self._issue(_Grant(account or self.default_account, scope.split()))
+            return self._issue(Grant(account or self.default_account, self.client_id, scope.split()))
 
     def revoke(self, refresh_token: str) -> None:
         """The person withdraws consent (or their password changes): every refresh token of that grant is
         refused with invalid_grant from now on. Access tokens already issued live on until they expire."""
         with self._lock:
-            self._refresh_tokens[refresh_token].revoked = True
+            self._oauth.revoke(refresh_token)
 
     def expire_access_tokens(self) -> None:
         with self._lock:
-            self._access_tokens.clear()
+            self._oauth.expire_access_tokens()
 
     # Control: calendars and the person editing them in Outlook
 
@@ -415,54 +371,14 @@ class GraphFake:
     ) -> None:
         """The next `times` requests to the Graph API, or with `path_contains` to any path containing it (the
         OAuth endpoints included), are answered with `status` and a Graph error body instead of served."""
-        header = (
-            None
-            if retry_after is None
-            else str(int(retry_after) if isinstance(retry_after, float) else retry_after)
-        )
-        with self._lock:
-            self._faults.append(
-                _Fault(status, times, code or _ERROR_CODES.get(status, "UnknownError"), header, path_contains)
-            )
-
-    def count(self, path_contains: str) -> int:
-        """Requests received whose path (without the query) contains `path_contains`, faults included."""
-        with self._lock:
-            return sum(path_contains in path for path in self._paths)
+        self.add_fault(
+            status, times=times, reason=code or _ERROR_CODES.get(status, "UnknownError"),
+            retry_after=retry_after, path_contains=path_contains,
+        )  # fmt: skip
 
     # HTTP
 
-    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            wbufsize = 1 << 16  # headers and body leave in one write: no delayed-ACK stall per answer
-
-            def serve(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                parts = urlsplit(self.path)
-                query = {
-                    key: values[-1] for key, values in parse_qs(parts.query, keep_blank_values=True).items()
-                }
-                status, headers, content = fake._answer(
-                    _Request(self.command, parts.path, query, self.headers, body)
-                )
-                self.send_response(status)
-                for name, value in headers.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(content)))
-                self.end_headers()
-                self.wfile.write(content)
-
-            do_GET = do_POST = do_PATCH = do_DELETE = serve
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass  # the test output is no place for an access log
-
-        return Handler
-
-    def _answer(self, request: _Request) -> Reply:
+    def route(self, request: FakeRequest) -> Reply:
         routes: list[tuple[str, str, str | None, Callable[..., Reply]]] = [
             ("GET", r"/(?P<tenant>[^/]+)/oauth2/v2\.0/authorize", None, self._authorize_page),
             ("POST", r"/(?P<tenant>[^/]+)/oauth2/v2\.0/authorize", None, self._authorize_decision),
@@ -476,62 +392,60 @@ class GraphFake:
             ("PATCH", r"/v1\.0/subscriptions/(?P<subscription_id>[^/]+)", "read", self._renew_subscription),
             ("DELETE", r"/v1\.0/subscriptions/(?P<subscription_id>[^/]+)", "read", self._delete_subscription),
         ]
-        try:
-            with self._lock:
-                self._paths.append(request.path)
-                self._take_fault(request.path)
-            for method, pattern, access, handler in routes:
-                match = re.fullmatch(pattern, request.path, re.IGNORECASE)  # Graph's segments ignore case
-                if match and method == request.method:
-                    arguments = {name: unquote(value) for name, value in match.groupdict().items()}
-                    if handler == self._create_subscription:  # validates the URLs outside the lock
-                        return handler(request, self._authenticate(request, access), **arguments)
-                    with self._lock:
-                        if access is None:
-                            return handler(request, **arguments)
-                        return handler(request, self._authenticate(request, access), **arguments)
-            segment = request.path.rstrip("/").rsplit("/", 1)[-1]
-            raise _graph_error(400, "BadRequest", f"Resource not found for the segment '{segment}'.")
-        except _Refusal as refusal:
-            return refusal.reply
-        except Exception as exc:  # a bug in the fake: say so in the answer rather than drop the connection
-            return _graph_error(500, "InternalServerError", f"fake: {type(exc).__name__}: {exc}").reply
+        for method, pattern, access, handler in routes:
+            match = re.fullmatch(pattern, request.path, re.IGNORECASE)  # Graph's segments ignore case
+            if match and method == request.method:
+                arguments = {name: unquote(value) for name, value in match.groupdict().items()}
+                if handler == self._create_subscription:  # validates the URLs outside the lock
+                    return handler(request, self._authenticate(request, access), **arguments)
+                with self._lock:
+                    if access is None:
+                        return handler(request, **arguments)
+                    return handler(request, self._authenticate(request, access), **arguments)
+        segment = request.path.rstrip("/").rsplit("/", 1)[-1]
+        raise _graph_error(400, "BadRequest", f"Resource not found for the segment '{segment}'.")
 
-    def _take_fault(self, path: str) -> None:
-        for fault in self._faults:
-            if (path.startswith("/v1.0/") and fault.path_contains is None) or (
-                fault.path_contains is not None and fault.path_contains in path
-            ):
-                fault.remaining -= 1
-                if fault.remaining <= 0:
-                    self._faults.remove(fault)
-                message = "Please retry again later." if fault.status == 429 else "Injected by the test."
-                headers = {"Retry-After": fault.retry_after} if fault.retry_after else {}
-                raise _graph_error(fault.status, fault.code, message, headers)
+    def fault_applies(self, fault: Fault, request: FakeRequest) -> bool:
+        """Any Graph API request, or one to any path (the OAuth endpoints included) containing
+        `path_contains`."""
+        if fault.path_contains is None:
+            return request.path.startswith("/v1.0/")
+        return fault.path_contains in request.path
 
-    def _authenticate(self, request: _Request, access: str | None) -> str:
+    def refusal_for(self, fault: Fault, request: FakeRequest) -> Refusal:
+        message = "Please retry again later." if fault.status == 429 else "Injected by the test."
+        headers = {"Retry-After": fault.retry_after} if fault.retry_after else {}
+        return _graph_error(fault.status, fault.reason or "UnknownError", message, headers)
+
+    def crash(self, request: FakeRequest, exc: Exception) -> Reply:
+        """A bug in the fake: said in the answer rather than by dropping the connection."""
+        return _graph_error(500, "InternalServerError", f"fake: {type(exc).__name__}: {exc}").reply
+
+    def _authenticate(self, request: FakeRequest, access: str | None) -> str:
         """The account a bearer token stands for. 401 InvalidAuthenticationToken for a missing, unknown or
         expired token; 403 ErrorAccessDenied when its scopes do not cover the request."""
         scheme, _, token = (request.headers.get("Authorization") or "").partition(" ")
         challenge = {"WWW-Authenticate": 'Bearer realm="", error="invalid_token"'}
         if scheme.lower() != "bearer" or not token:
             raise _graph_error(401, "InvalidAuthenticationToken", "Access token is empty.", challenge)
-        with self._lock:
-            known = self._access_tokens.get(token)
-        if known is None:
-            raise _graph_error(
-                401, "InvalidAuthenticationToken", "Access token validation failure.", challenge
+        try:
+            with self._lock:
+                issued = self._oauth.bearer(f"Bearer {token}")
+        except TokenRefused as refused:
+            message = (
+                "Lifetime validation failed."
+                if refused.why == "expired"
+                else "Access token validation failure."
             )
-        account, scopes, expires_at = known
-        if expires_at <= _now():
-            raise _graph_error(401, "InvalidAuthenticationToken", "Lifetime validation failed.", challenge)
+            raise _graph_error(401, "InvalidAuthenticationToken", message, challenge) from None
+        account, scopes = issued.account, issued.scopes
         if not scopes & (WRITE_SCOPES if access == "write" else READ_SCOPES):
             raise _graph_error(*ACCESS_DENIED)
         return account
 
     # The identity platform (v2-oauth2-auth-code-flow)
 
-    def _authorize_page(self, request: _Request, tenant: str) -> Reply:
+    def _authorize_page(self, request: FakeRequest, tenant: str) -> Reply:
         params = self._authorize_params(request.query)
         hidden = "".join(
             f'<input type="hidden" name="{html.escape(key)}" value="{html.escape(value)}">'
@@ -549,7 +463,7 @@ class GraphFake:
         )
         return 200, {"Content-Type": "text/html; charset=utf-8"}, page.encode()
 
-    def _authorize_decision(self, request: _Request, tenant: str) -> Reply:
+    def _authorize_decision(self, request: FakeRequest, tenant: str) -> Reply:
         form = request.form()
         params = self._authorize_params(form)
         answer = {"state": params["state"]} if "state" in params else {}
@@ -559,13 +473,11 @@ class GraphFake:
                 "error_description": "AADSTS65004: User declined to consent to access the app.",
             }
         else:
-            code = secrets.token_urlsafe(48)
-            grant = _Grant(form.get("login") or self.default_account, params["scope"].split())
+            grant = Grant(form.get("login") or self.default_account, self.client_id, params["scope"].split())
             challenge = params.get("code_challenge")
             method = params.get("code_challenge_method", "plain")
-            self._codes[code] = _Code(
-                grant, params["redirect_uri"], challenge, method, _now() + CODE_LIFETIME
-            )
+            expires_at = time.time() + CODE_LIFETIME.total_seconds()
+            code = self._oauth.new_code(Code(grant, params["redirect_uri"], challenge, method, expires_at))
             answer |= {"code": code, "session_state": str(uuid.uuid4())}
         return _redirect(params["redirect_uri"], answer)
 
@@ -573,10 +485,10 @@ class GraphFake:
         """Problems with the client or the redirect URI show an error page; the rest go back to the redirect
         URI as error=… (v2-oauth2-auth-code-flow, "Error response")."""
         if params.get("client_id") != self.client_id:
-            raise _Refusal(_page(400, "AADSTS700016: Application was not found in the directory."))
+            raise Refusal(_page(400, "AADSTS700016: Application was not found in the directory."))
         redirect_uri = params.get("redirect_uri", "")
         if not redirect_uri or (self.redirect_uris is not None and redirect_uri not in self.redirect_uris):
-            raise _Refusal(_page(400, "AADSTS50011: The redirect URI does not match the registered ones."))
+            raise Refusal(_page(400, "AADSTS50011: The redirect URI does not match the registered ones."))
         problem = None
         if params.get("response_type") != "code":
             problem = ("unsupported_response_type", "AADSTS700054: response_type 'code' is expected.")
@@ -589,10 +501,10 @@ class GraphFake:
         if problem:
             state = {"state": params["state"]} if "state" in params else {}
             error = {"error": problem[0], "error_description": problem[1], **state}
-            raise _Refusal(_redirect(redirect_uri, error))
+            raise Refusal(_redirect(redirect_uri, error))
         return params
 
-    def _token(self, request: _Request, tenant: str) -> Reply:
+    def _token(self, request: FakeRequest, tenant: str) -> Reply:
         form = request.form()
         client_id, client_secret = form.get("client_id", ""), form.get("client_secret")
         basic = request.headers.get("Authorization") or ""
@@ -606,57 +518,53 @@ class GraphFake:
             raise _oauth_error("bad_secret")
         grant_type = form.get("grant_type")
         if grant_type == "authorization_code":
-            return _json(200, self._redeem(form), {"Cache-Control": "no-store"})
+            return json_reply(200, self._redeem(form), {"Cache-Control": "no-store"})
         if grant_type == "refresh_token":
-            grant = self._refresh_tokens.get(form.get("refresh_token", ""))
-            if grant is None or grant.revoked:
-                raise _oauth_error("malformed" if grant is None else "revoked")
+            refresh_token = form.get("refresh_token", "")
+            grant = self._oauth.grant_for(refresh_token)
+            if grant is None:
+                raise _oauth_error(
+                    "revoked" if self._oauth.knows_refresh_token(refresh_token) else "malformed"
+                )
             # Refresh tokens are replaced on every use; the old one stays valid until its grant goes.
-            return _json(200, self._issue(grant), {"Cache-Control": "no-store"})
+            return json_reply(200, self._issue(grant), {"Cache-Control": "no-store"})
         raise _oauth_error("grant_type")
 
     def _redeem(self, form: dict[str, str]) -> dict[str, Any]:
-        code = self._codes.get(form.get("code", ""))
-        if code is None or code.used or code.expires_at <= _now():
-            raise _oauth_error("malformed" if code is None else "redeemed" if code.used else "code_expired")
-        # Unspecified: whether a refused redemption burns the code. Here any attempt does (single use).
-        code.used = True
-        if form.get("redirect_uri") != code.redirect_uri:
-            raise _oauth_error("redirect_mismatch")
-        if code.challenge is not None:
-            verifier = form.get("code_verifier", "")
-            if code.method == "S256":
-                verifier = _s256(verifier)
-            if not verifier or not secrets.compare_digest(verifier, code.challenge):
-                raise _oauth_error("verifier")
+        try:
+            code = self._oauth.redeem(
+                form.get("code", ""), client_id=self.client_id, redirect_uri=form.get("redirect_uri"),
+                verifier=form.get("code_verifier", ""),
+            )  # fmt: skip
+        except CodeRefused as refused:
+            raise _oauth_error(
+                {"unknown": "malformed", "used": "redeemed", "expired": "code_expired"}.get(
+                    refused.why, "verifier" if refused.why.startswith("verifier") else refused.why
+                )
+            ) from None
         return self._issue(code.grant)
 
-    def _issue(self, grant: _Grant) -> dict[str, Any]:
+    def _issue(self, grant: Grant) -> dict[str, Any]:
         """A token response: refresh_token only when offline_access was granted; scope without the OpenID
         Connect and offline_access scopes, as the identity platform answers."""
-        access_token = "EwB" + secrets.token_urlsafe(60)
         granted = [
-            s for s in grant.scope if s.lower() not in {"offline_access", "openid", "profile", "email"}
+            s for s in grant.scopes if s.lower() not in {"offline_access", "openid", "profile", "email"}
         ]
-        self._access_tokens[access_token] = (
-            grant.account, {s.lower() for s in granted}, _now() + timedelta(seconds=self.access_token_ttl),
-        )  # fmt: skip
+        ttl = int(self._oauth.access_token_ttl)
         answer: dict[str, Any] = {
             "token_type": "Bearer",
             "scope": " ".join(granted),
-            "expires_in": int(self.access_token_ttl),
-            "ext_expires_in": int(self.access_token_ttl),
-            "access_token": access_token,
+            "expires_in": ttl,
+            "ext_expires_in": ttl,
+            "access_token": self._oauth.new_access_token(grant, {s.lower() for s in granted}),
         }
-        if "offline_access" in {s.lower() for s in grant.scope}:
-            refresh_token = "M.C" + secrets.token_urlsafe(90)
-            self._refresh_tokens[refresh_token] = grant
-            answer["refresh_token"] = refresh_token
+        if "offline_access" in {s.lower() for s in grant.scopes}:
+            answer["refresh_token"] = self._oauth.new_refresh_token(grant)
         return answer
 
     # Calendars and events
 
-    def _list_calendars(self, request: _Request, account: str) -> Reply:
+    def _list_calendars(self, request: FakeRequest, account: str) -> Reply:
         """user-list-calendars: pages of $top (default 10) with @odata.nextLink."""
         owned = [c for c in self._calendars.values() if c.account == account]
         top, skip = int(request.query.get("$top") or 10), int(request.query.get("$skip") or 0)
@@ -677,9 +585,9 @@ class GraphFake:
             body["@odata.nextLink"] = (
                 f"{self.api_url}/me/calendars?{urlencode({'$top': top, '$skip': skip + top})}"
             )
-        return _json(200, body)
+        return json_reply(200, body)
 
-    def _delta(self, request: _Request, account: str, calendar_id: str) -> Reply:
+    def _delta(self, request: FakeRequest, account: str, calendar_id: str) -> Reply:
         """event-delta, delta-query-events: the first request names the window (400 without it) and lists
         every instance in it; later rounds (the deltaLink) list the instances changed since, and as
         {"@removed": {"reason": "deleted"}} those no longer in the window (Unspecified: the reason given for
@@ -690,11 +598,13 @@ class GraphFake:
         if found := re.search(r"odata\.maxpagesize=(\d+)", request.headers.get("Prefer") or ""):
             page_size = max(1, int(found.group(1)))
             applied = {"Preference-Applied": f"odata.maxpagesize={page_size}"}
+        # "the server may return fewer" than odata.maxpagesize (delta-query-overview): tests cap it.
+        page_size = min(page_size, self.page_size or page_size)
         if "$skiptoken" in request.query:
             state = self._skip_tokens.get(request.query["$skiptoken"])
             if state is None or state.account != account:
                 raise _graph_error(*SYNC_STATE_GONE)
-            return _json(200, self._delta_page(state, list(state.pending), page_size), applied)
+            return json_reply(200, self._delta_page(state, list(state.pending), page_size), applied)
         calendar = self._calendar(account, calendar_id)
         if "$deltatoken" in request.query:
             state = self._delta_tokens.get(request.query["$deltatoken"])
@@ -713,7 +623,7 @@ class GraphFake:
         items += [{"@odata.type": "#microsoft.graph.event", "id": gone, "@removed": {"reason": "deleted"}}
                   for gone in sorted(known - view.keys())]  # fmt: skip
         state = _DeltaState(account, calendar.id, start, end, frozenset(view), self._seq)
-        return _json(200, self._delta_page(state, items, page_size), applied)
+        return json_reply(200, self._delta_page(state, items, page_size), applied)
 
     def _delta_page(self, state: _DeltaState, items: list[dict[str, Any]], page_size: int) -> dict[str, Any]:
         page, rest = items[:page_size], items[page_size:]
@@ -731,31 +641,31 @@ class GraphFake:
             body["@odata.deltaLink"] = f"{base}?$deltatoken={token}"
         return body
 
-    def _create_event(self, request: _Request, account: str, calendar_id: str) -> Reply:
+    def _create_event(self, request: FakeRequest, account: str, calendar_id: str) -> Reply:
         """user-post-events: 201 with the event. A transactionId already used in this calendar returns the
         event made with it (Unspecified: with 201, as for a new one) instead of a second event."""
         calendar = self._calendar(account, calendar_id, write=True)
-        event = request.json()
+        event = _json_of(request)
         transaction_id = event.get("transactionId")
         for existing in calendar.events.values():
             if transaction_id and existing.get("transactionId") == transaction_id:
-                return _json(201, existing)
+                return json_reply(201, existing)
         event_id = _new_id()
         stored = self._store(calendar, event_id, {k: v for k, v in event.items() if k != "id"}, created=True)
         self._notify(calendar, event_id, "created")
-        return _json(201, stored)
+        return json_reply(201, stored)
 
-    def _update_event(self, request: _Request, account: str, event_id: str) -> Reply:
+    def _update_event(self, request: FakeRequest, account: str, event_id: str) -> Reply:
         """event-update: PATCH merges top-level properties; transactionId cannot change once set."""
         calendar = self._calendar_of(account, event_id, write=True)
-        existing, changes = calendar.events[event_id], request.json()
+        existing, changes = calendar.events[event_id], _json_of(request)
         if "transactionId" in changes and changes["transactionId"] != existing.get("transactionId"):
             raise _graph_error(400, "ErrorInvalidRequest", "The transactionId of an event cannot be changed.")
         stored = self._store(calendar, event_id, {**existing, **changes, "id": event_id}, created=False)
         self._notify(calendar, event_id, "updated")
-        return _json(200, stored)
+        return json_reply(200, stored)
 
-    def _delete_event(self, request: _Request, account: str, event_id: str) -> Reply:
+    def _delete_event(self, request: FakeRequest, account: str, event_id: str) -> Reply:
         """event-delete: 204; 404 ErrorItemNotFound when the event is not (or no longer) there."""
         self._delete(self._calendar_of(account, event_id, write=True), event_id)
         return 204, {}, b""
@@ -865,11 +775,11 @@ class GraphFake:
 
     # Subscriptions and change notifications
 
-    def _create_subscription(self, request: _Request, account: str) -> Reply:
+    def _create_subscription(self, request: FakeRequest, account: str) -> Reply:
         """subscription-post-subscriptions: checks the request, then (without holding the fake) the
         validationToken handshake with notificationUrl and lifecycleNotificationUrl; 201 with the
         subscription, or 400 ValidationError when an endpoint does not echo the token."""
-        body = request.json()
+        body = _json_of(request)
         required = ("changeType", "notificationUrl", "resource", "expirationDateTime")
         missing = [key for key in required if not body.get(key)]
         if missing:
@@ -897,17 +807,17 @@ class GraphFake:
         )  # fmt: skip
         with self._lock:
             self._subscriptions[subscription.id] = subscription
-        return _json(201, self._subscription_json(subscription))
+        return json_reply(201, self._subscription_json(subscription))
 
-    def _renew_subscription(self, request: _Request, account: str, subscription_id: str) -> Reply:
+    def _renew_subscription(self, request: FakeRequest, account: str, subscription_id: str) -> Reply:
         """subscription-update: a new expirationDateTime (within the maximum). Renewing also answers a
         reauthorizationRequired (change-notifications-lifecycle-events)."""
         subscription = self._own_subscription(account, subscription_id)
-        subscription.expiration = self._expiration(request.json().get("expirationDateTime"))
+        subscription.expiration = self._expiration(_json_of(request).get("expirationDateTime"))
         subscription.reauthorization_required = False
-        return _json(200, self._subscription_json(subscription))
+        return json_reply(200, self._subscription_json(subscription))
 
-    def _delete_subscription(self, request: _Request, account: str, subscription_id: str) -> Reply:
+    def _delete_subscription(self, request: FakeRequest, account: str, subscription_id: str) -> Reply:
         del self._subscriptions[self._own_subscription(account, subscription_id).id]
         return 204, {}, b""
 
@@ -1026,7 +936,7 @@ class GraphFake:
             self._delivered.notify_all()
 
 
-class NotificationReceiver:
+class NotificationReceiver(FakeHTTPServer):
     """A subscriber's endpoint for the tests: echoes validation tokens as Graph requires (unless told not
     to) and records every notification's JSON. `url` is its address; paths are free."""
 
@@ -1034,42 +944,20 @@ class NotificationReceiver:
         self.echo, self.status = echo, status
         self.received: list[tuple[str, dict[str, Any]]] = []  # (path, payload)
         self.validations: list[str] = []  # the decoded tokens seen
-        self._lock = threading.Lock()
-        receiver = self
+        super().__init__()
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            wbufsize = 1 << 16
+    def route(self, request: FakeRequest) -> Reply:
+        text = {"Content-Type": "text/plain; charset=utf-8"}
+        token = request.query.get("validationToken")
+        with self._lock:
+            if token:
+                self.validations.append(token)
+                return (200, text, token.encode()) if self.echo else (404, text, b"")
+            self.received.append((request.path, json.loads(request.body)))
+        return self.status, text, b""
 
-            def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                parts = urlsplit(self.path)
-                token = parse_qs(parts.query).get("validationToken")
-                if token:
-                    with receiver._lock:
-                        receiver.validations.append(token[0])
-                    status, content = (200, token[0].encode()) if receiver.echo else (404, b"")
-                else:
-                    with receiver._lock:
-                        receiver.received.append((parts.path, json.loads(body)))
-                    status, content = receiver.status, b""
-                self.send_response(status)
-                self.send_header("Content-Type", "text/plain; charset=utf-8")
-                self.send_header("Content-Length", str(len(content)))
-                self.end_headers()
-                self.wfile.write(content)
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True).start()
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+    def crash(self, request: FakeRequest, exc: Exception) -> Reply:
+        return 500, {"Content-Type": "text/plain; charset=utf-8"}, f"{type(exc).__name__}: {exc}".encode()
 
 
 def _now() -> datetime:
@@ -1083,10 +971,6 @@ def _new_id() -> str:
 
 def _occurrence_id(master_id: str, day: date) -> str:
     return "AAMkOcc" + hashlib.sha256(f"{master_id}/{day.isoformat()}".encode()).hexdigest()[:40] + "="
-
-
-def _s256(verifier: str) -> str:
-    return base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
 
 
 def _graph_time(moment: datetime) -> str:
@@ -1144,14 +1028,6 @@ def _series_days(master: dict[str, Any], until: date | None) -> Iterator[date]:
             if remaining is not None:
                 remaining -= 1
             yield current
-
-
-def _json(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> Reply:
-    return (
-        status,
-        {"Content-Type": "application/json; charset=utf-8", **(headers or {})},
-        json.dumps(body).encode(),
-    )
 
 
 def _page(status: int, message: str) -> Reply:

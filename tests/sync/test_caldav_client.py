@@ -11,15 +11,15 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from sync import caldav
-from sync.caldav import (
+from sync.providers import caldav_client as caldav
+from sync.providers.caldav_client import CalDAVClient
+from sync.providers.errors import (
     AuthFailed,
-    CalDAVClient,
-    CalDAVError,
     NotACalendar,
     PreconditionFailed,
-    StaleSyncToken,
+    SyncTokenRefused,
     Unavailable,
+    UpstreamError,
 )
 from tests.sync.radicale import (
     DEFAULT_PASSWORD,
@@ -144,7 +144,7 @@ def test_a_refused_token_raises_stale_and_never_lists_everything(
     human.put("dentist.ics", ics_event("dentist"))
 
     proxied = client_for(caldav_calendar, faulty_proxy.through(caldav_calendar.url))
-    with proxied as client, pytest.raises(StaleSyncToken) as caught:
+    with proxied as client, pytest.raises(SyncTokenRefused) as caught:
         client.sync(token)
 
     assert caught.value.status == 403  # Radicale's way, with DAV:valid-sync-token in the body
@@ -293,7 +293,7 @@ def test_a_redirect_is_not_followed(caldav_calendar: CalDAVAccount, faulty_proxy
     faulty_proxy.fail_next(301, headers={"Location": "https://elsewhere.example/cal/"})
 
     proxied = client_for(caldav_calendar, faulty_proxy.through(caldav_calendar.url))
-    with proxied as client, pytest.raises(CalDAVError, match="elsewhere.example") as caught:
+    with proxied as client, pytest.raises(UpstreamError, match="elsewhere.example") as caught:
         client.check()
 
     assert caught.value.status == 301
@@ -310,7 +310,7 @@ def test_an_answer_declaring_entities_is_refused(
     faulty_proxy.fail_next(207, body=bomb, headers={"Content-Type": "text/xml"})
 
     proxied = client_for(caldav_calendar, faulty_proxy.through(caldav_calendar.url))
-    with proxied as client, pytest.raises(CalDAVError, match="DOCTYPE"):
+    with proxied as client, pytest.raises(UpstreamError, match="DOCTYPE"):
         client.check()
 
 
@@ -319,7 +319,7 @@ def test_an_answer_over_the_size_cap_is_refused(
 ) -> None:
     monkeypatch.setattr(caldav, "MAX_RESPONSE_BYTES", 200)  # Radicale's PROPFIND answer is over 1 kB
 
-    with client_for(caldav_calendar) as client, pytest.raises(CalDAVError, match="response over 200 bytes"):
+    with client_for(caldav_calendar) as client, pytest.raises(UpstreamError, match="response over 200 bytes"):
         client.check()
 
 

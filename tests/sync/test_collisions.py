@@ -143,7 +143,7 @@ def test_holds_commits_and_ingestions_racing_on_one_span(
 def test_processing_twice_at_once_applies_each_record_once(linked: Linked) -> None:
     linked.human.put("a.ics", phone_event("a", hour(30)))
     from sync.models import Connection
-    from sync.providers import provider_for
+    from sync.providers.registry import provider_for
 
     connection = Connection.objects.select_related("calendar").get(pk=linked.pk)
     provider_for(connection).fetch(connection)

@@ -1,118 +1,26 @@
 """Microsoft 365, against the fake (tests/sync/graph_fake.py, which follows Microsoft's documentation):
-consent with PKCE, calendarView delta with an expired link, subscriptions opened through the validation
-handshake to our live server, change and lifecycle notifications, writes with a transactionId,
-throttling, token refresh and a revoked grant."""
+what only Graph does: what blocks and what does not, the delta window rolling on with the horizon,
+subscriptions opened through the validation handshake to our live server, change and lifecycle
+notifications, a moved copy. What every OAuth provider does alike is in test_oauth_providers_contract.py."""
 
 from __future__ import annotations
 
 import json
-import threading
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from html.parser import HTMLParser
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import httpx
-import pytest
-from django.db import connection as db
 
-from bookings.models import Calendar
-from sync.microsoft import GraphCalendarClient, transaction_id_for
-from sync.models import Connection, ConnectionStatus, IngestionRecord, RecordKind, UpstreamEvent
-from sync.oauth import Grant, MicrosoftApp, grant_from_secret, pkce_pair, seal_grant
-from sync.services import connection_create_oauth, connection_sync, connections_due
+from sync.models import Connection, IngestionRecord, RecordKind, UpstreamEvent
+from sync.oauth import grant_from_secret
+from sync.providers.microsoft_client import GraphCalendarClient
 from sync.writeback import write_behind
-from tests.conftest import Persona, audit_rows, create_calendar, iso
-from tests.sync.graph_fake import DEFAULT_ACCOUNT, GraphFake
-from tests.sync.linking import blocks_of, hour, span, sync_now, upstream_busy
+from tests.conftest import Persona, audit_rows, iso
+from tests.sync.linking import blocks_of, hour, span, upstream_busy
+from tests.sync.oauth_linking import OUTLOOK_CALENDAR, MicrosoftLinked, connection_of, synced
+from tests.sync.oauth_linking import graph_at as at
+from tests.sync.oauth_linking import graph_timed as timed
 from tests.webhooks.conftest import wait_until
-from workspaces.actor import Actor
-
-OUTLOOK_CALENDAR = "AAMkADcalendar-work="
-
-
-@dataclass
-class MicrosoftLinked:
-    calendar_id: str
-    connection_id: str
-    pk: int
-    fake: GraphFake
-
-
-class _ConsentForm(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.action, self.fields = "", dict[str, str]()
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        named = {key: value or "" for key, value in attrs}
-        if tag == "form":
-            self.action = named["action"]
-        elif tag == "input":
-            self.fields[named["name"]] = named.get("value", "")
-
-
-def consent(fake: GraphFake, url: str) -> dict[str, str]:
-    """Open the consent page and press Accept, as a browser would; the query of the redirect back."""
-    with httpx.Client(trust_env=False) as browser:
-        page = browser.get(url)
-        assert page.status_code == 200, page.text
-        form = _ConsentForm()
-        form.feed(page.text)
-        answer = browser.post(fake.url + form.action, data={**form.fields, "consent": "allow"})
-    assert answer.status_code == 302
-    return {key: values[0] for key, values in parse_qs(urlsplit(answer.headers["Location"]).query).items()}
-
-
-def microsoft_link(persona: Persona, fake: GraphFake, live_url: str) -> MicrosoftLinked:
-    """Consent on the fake's page, exchange the code with PKCE, pick the calendar, link it."""
-    fake.add_calendar(DEFAULT_ACCOUNT, OUTLOOK_CALENDAR, "Calendar", is_default=True)
-    fake.add_calendar(DEFAULT_ACCOUNT, "AAMkADholidays=", "Holidays", can_edit=False)
-    calendar = create_calendar(persona)
-    app = MicrosoftApp()
-    verifier, challenge = pkce_pair()
-    redirect_uri = f"{live_url}/oauth/microsoft/callback"
-    query = consent(
-        fake, app.authorization_url(state="s1", code_challenge=challenge, redirect_uri=redirect_uri)
-    )
-    assert query["state"] == "s1"
-    grant = app.exchange(code=query["code"], code_verifier=verifier, redirect_uri=redirect_uri)
-    # Only calendars our bookings can be written to are offered.
-    assert [(c.id, c.primary) for c in app.calendars(grant.access_token)] == [(OUTLOOK_CALENDAR, True)]
-    model = Calendar.objects.get(public_id=calendar["id"])
-    connection = connection_create_oauth(
-        actor=Actor(workspace=model.workspace, agent=persona.agent),
-        calendar=model,
-        provider="microsoft",
-        grant=grant,
-        remote_calendar_id=OUTLOOK_CALENDAR,
-        remote_calendar_name="Calendar",
-        account=DEFAULT_ACCOUNT,
-    )
-    return MicrosoftLinked(calendar["id"], connection.public_id, connection.pk, fake)
-
-
-@pytest.fixture
-def mslinked(sdr: Persona, graph_fake: GraphFake, graph_settings: Any, live_server: Any) -> MicrosoftLinked:
-    return microsoft_link(sdr, graph_fake, live_server.url)
-
-
-def at(moment: datetime) -> dict[str, str]:
-    return {"dateTime": moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S"), "timeZone": "UTC"}
-
-
-def timed(start: datetime, minutes: int = 60) -> dict[str, Any]:
-    return {"start": at(start), "end": at(start + timedelta(minutes=minutes))}
-
-
-def synced(linked: MicrosoftLinked) -> Any:
-    """A sync now, in this process (waiting out a Celery worker's run of the same connection)."""
-    return sync_now(linked.pk)
-
-
-def connection_of(linked: MicrosoftLinked) -> Connection:
-    return Connection.objects.get(pk=linked.pk)
 
 
 def test_an_event_made_in_outlook_blocks_after_one_sync_and_a_subscription_opens(
@@ -256,24 +164,6 @@ def test_forged_and_duplicated_notifications(mslinked: MicrosoftLinked, live_ser
     assert len(audit_rows(event_type="sync.push.rejected")) == 4
 
 
-def test_an_expired_delta_link_triggers_a_full_resync_that_converges(
-    mslinked: MicrosoftLinked, sdr: Persona
-) -> None:
-    first = mslinked.fake.human_put(OUTLOOK_CALENDAR, {"subject": "A", **timed(hour(30))})
-    synced(mslinked)
-    link = connection_of(mslinked).sync_token
-    assert "deltatoken" in link
-    mslinked.fake.expire_delta_tokens()
-    mslinked.fake.human_delete(OUTLOOK_CALENDAR, first["id"])
-    second = hour(36)
-    mslinked.fake.human_put(OUTLOOK_CALENDAR, {"subject": "B", **timed(second)})
-    synced(mslinked)
-    busy = upstream_busy(sdr, mslinked.calendar_id, hour(29), hour(40))
-    assert [b["start_time"] for b in busy] == [iso(second)]
-    assert IngestionRecord.objects.filter(connection_id=mslinked.pk, kind=RecordKind.SNAPSHOT).count() == 2
-    assert connection_of(mslinked).sync_token not in ("", link)
-
-
 def test_the_window_rolls_on_with_the_horizon(mslinked: MicrosoftLinked, sdr: Persona, settings: Any) -> None:
     synced(mslinked)
     # Beyond the first round's window: a delta link never reports it.
@@ -288,49 +178,6 @@ def test_the_window_rolls_on_with_the_horizon(mslinked: MicrosoftLinked, sdr: Pe
     busy = upstream_busy(sdr, mslinked.calendar_id, late, late + timedelta(hours=1))
     assert [b["start_time"] for b in busy] == [iso(late)]
     assert IngestionRecord.objects.filter(connection_id=mslinked.pk, kind=RecordKind.SNAPSHOT).count() == 2
-
-
-def test_a_booking_is_written_once_under_concurrency_and_its_echo_never_blocks(
-    mslinked: MicrosoftLinked, sdr: Persona
-) -> None:
-    at_ = hour(30)
-    booking = sdr.client.post(
-        f"/calendars/{mslinked.calendar_id}/commits", json={**span(at_), "title": "Demo"}
-    )
-    assert booking.status_code == 201
-    booking_id = booking.json()["id"]
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            write_behind(mslinked.pk)
-        except BaseException as exc:  # noqa: BLE001 (reported below)
-            errors.append(exc)
-        finally:
-            db.close()
-
-    threads = [threading.Thread(target=run) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
-    mine = [e for e in mslinked.fake.events(OUTLOOK_CALENDAR) if e.get("subject") == "Demo"]
-    assert len(mine) == 1
-    assert mine[0]["transactionId"] == transaction_id_for(booking_id)
-    assert f"AgentCal booking: {booking_id}" in mine[0]["body"]["content"]
-
-    synced(mslinked)  # the copy comes back in the delta: recognised, not busy
-    assert blocks_of(mslinked.pk) == set()
-    assert (
-        UpstreamEvent.objects.get(connection_id=mslinked.pk, resource=mine[0]["id"]).booking_id == booking_id
-    )
-    other = sdr.client.post(f"/calendars/{mslinked.calendar_id}/holds", json=span(at_ + timedelta(hours=1)))
-    assert other.status_code == 201, "the calendar around the booking is still free"
-
-    assert sdr.client.delete(f"/bookings/{booking_id}").status_code in (200, 204)
-    write_behind(mslinked.pk)
-    assert [e for e in mslinked.fake.events(OUTLOOK_CALENDAR) if e.get("subject") == "Demo"] == []
 
 
 def test_a_moved_copy_blocks_like_any_event(mslinked: MicrosoftLinked, sdr: Persona) -> None:
@@ -374,63 +221,6 @@ def test_a_subscription_is_renewed_before_it_expires_and_replaced_once_graph_los
     assert len([d for d in mslinked.fake.deliveries if d.kind == "validation"]) == 4
 
 
-def test_throttling_backs_off_then_succeeds_without_hammering(mslinked: MicrosoftLinked) -> None:
-    synced(mslinked)
-    mslinked.fake.fail_next(429, times=2, path_contains="/calendarView/delta")
-    mslinked.fake.fail_next(429, times=1, retry_after="30", path_contains="/calendarView/delta")
-    listed_before = mslinked.fake.count("/calendarView/delta")
-    delays = []
-    for _ in range(3):
-        run = connection_sync(mslinked.pk)
-        assert run.outcome == "throttled", run
-        connection = connection_of(mslinked)
-        delays.append((connection.next_sync_at - datetime.now(UTC)).total_seconds())
-        assert connection.status == ConnectionStatus.ACTIVE, "a pause, not a failure"
-    assert delays[0] < delays[1] and delays[2] >= 29, delays
-    synced(mslinked)
-    assert mslinked.fake.count("/calendarView/delta") - listed_before == 4, "three refused rounds, then one"
-    assert connection_of(mslinked).throttled_count == 3
-    assert connection_of(mslinked).throttled_streak == 0
-
-
-def test_tokens_are_refreshed_before_they_expire_and_a_revoked_grant_stops_once(
-    mslinked: MicrosoftLinked,
-) -> None:
-    synced(mslinked)
-    # The stored access token is about to expire: the next sync refreshes it first.
-    grant = grant_from_secret(connection_of(mslinked).secret)
-    soon = Grant(grant.access_token, grant.refresh_token, datetime.now(UTC) + timedelta(minutes=1))
-    Connection.objects.filter(pk=mslinked.pk).update(secret=seal_grant(soon))
-    refreshes = mslinked.fake.count("/token")
-    synced(mslinked)
-    assert mslinked.fake.count("/token") == refreshes + 1
-    renewed = grant_from_secret(connection_of(mslinked).secret)
-    assert renewed.access_token != grant.access_token and renewed.refresh_token
-
-    assert renewed.refresh_token is not None
-    mslinked.fake.revoke(renewed.refresh_token)
-    Connection.objects.filter(pk=mslinked.pk).update(
-        secret=seal_grant(Grant(renewed.access_token, renewed.refresh_token, soon.expires_at))
-    )
-    assert connection_sync(mslinked.pk).outcome == "revoked"
-    assert connection_sync(mslinked.pk).outcome == "revoked"
-    connection = connection_of(mslinked)
-    assert connection.status == ConnectionStatus.REVOKED and "revoked" in connection.last_error
-    assert len(audit_rows(event_type="sync.connection.failed")) == 1, "told once"
-    Connection.objects.filter(pk=mslinked.pk).update(next_sync_at=datetime.now(UTC))
-    assert mslinked.pk not in connections_due(), "never retried on its own"
-
-
-def test_an_access_token_refused_before_its_time_is_refreshed_once(mslinked: MicrosoftLinked) -> None:
-    synced(mslinked)
-    mslinked.fake.expire_access_tokens()  # Graph stops honouring it early (e.g. the password changed)
-    refreshes = mslinked.fake.count("/token")
-    mslinked.fake.human_put(OUTLOOK_CALENDAR, {"subject": "Gym", **timed(hour(60))})
-    synced(mslinked)
-    assert mslinked.fake.count("/token") == refreshes + 1
-    assert len(blocks_of(mslinked.pk)) == 1
-
-
 def test_lifecycle_events_renew_replace_and_resync_on_a_real_worker(
     mslinked: MicrosoftLinked, celery_worker: Any
 ) -> None:
@@ -461,24 +251,3 @@ def test_lifecycle_events_renew_replace_and_resync_on_a_real_worker(
     assert replacement.push_secret_hash != first.push_secret_hash
     lifecycle = [d.status for d in fake.wait_for_deliveries(3, kind="lifecycle")]
     assert lifecycle == [202, 202, 202]
-
-
-def test_with_push_off_a_change_arrives_by_the_schedule_on_a_real_worker(
-    mslinked: MicrosoftLinked, sdr: Persona, settings: Any, celery_worker: Any
-) -> None:
-    settings.SYNC_PUSH_ENABLED = False
-    synced(mslinked)
-    assert not connection_of(mslinked).push_id
-    start = hour(45)
-    mslinked.fake.human_put(OUTLOOK_CALENDAR, {"subject": "Offsite", **timed(start)})
-    assert not upstream_busy(sdr, mslinked.calendar_id, start, start + timedelta(hours=1))
-    # The polling interval has passed: beat's scheduler finds the connection due.
-    Connection.objects.filter(pk=mslinked.pk).update(
-        next_sync_at=datetime.now(start.tzinfo) - timedelta(seconds=1)
-    )
-    from sync.tasks import sync_due
-
-    assert sync_due() == 1
-    wait_until(
-        lambda: upstream_busy(sdr, mslinked.calendar_id, start, start + timedelta(hours=1)), timeout=20
-    )

@@ -1,5 +1,5 @@
-"""What a push request may cost whoever sends it (sync/push.py): nobody needs a key to call the hooks, so
-each peer address has a request budget, a Graph delivery a cap on its notifications, and the
+"""What a push request may cost whoever sends it (sync/push/endpoints.py): nobody needs a key to call the
+hooks, so each peer address has a request budget, a Graph delivery a cap on its notifications, and the
 subscriptions it names one look-up. Everything over real HTTP to the live server, which runs in this
 process: the statements it sends are seen on every connection this process opens."""
 
@@ -21,7 +21,7 @@ from prometheus_client import REGISTRY
 
 from sync.models import Connection
 from tests.conftest import audit_rows, http_client
-from tests.sync.test_microsoft_sync import MicrosoftLinked, mslinked, synced  # noqa: F401 (fixture)
+from tests.sync.oauth_linking import MicrosoftLinked, synced
 
 
 @contextmanager
@@ -73,7 +73,7 @@ def test_it_refuses_a_hundred_thousand_graph_notifications_fast_and_unread(live_
 
 
 def test_a_full_delivery_is_looked_up_in_one_query_and_its_genuine_notification_still_syncs(
-    mslinked: MicrosoftLinked,  # noqa: F811 (the fixture)
+    mslinked: MicrosoftLinked,
     live_server: Any,
 ) -> None:
     synced(mslinked)

@@ -16,8 +16,9 @@ from django.db import connection as db
 
 from agentcal import broker
 from agentcal.celery import app as celery_app
-from sync import caldav
 from sync.models import Connection, ConnectionStatus, UpstreamCopy
+from sync.providers import caldav_client as caldav
+from sync.providers.errors import PreconditionFailed
 from sync.writeback import write_behind
 from tests.conftest import Persona, audit_rows
 from tests.sync.linking import Linked, blocks_of, hour, link, span, synced, upstream_busy
@@ -174,7 +175,7 @@ def test_put_refuses_a_second_create(caldav_calendar: CalDAVAccount) -> None:
         caldav_calendar.url, caldav_calendar.username, caldav_calendar.password
     ) as client:
         client.put("bk_once.ics", _ICS, create_only=True)
-        with pytest.raises(caldav.PreconditionFailed):
+        with pytest.raises(PreconditionFailed):
             client.put("bk_once.ics", _ICS, create_only=True)
 
 

@@ -15,6 +15,14 @@ from xml.sax.saxutils import escape
 import httpx
 
 from agentcal.retry_after import retry_after_seconds
+from sync.providers.errors import (
+    AuthFailed,
+    NotACalendar,
+    PreconditionFailed,
+    SyncTokenRefused,
+    Unavailable,
+    UpstreamError,
+)
 
 DAV = "{DAV:}"
 CALDAV = "{urn:ietf:params:xml:ns:caldav}"
@@ -33,37 +41,6 @@ _SYNC = (
     f"{_DATA_PROPS}</D:sync-collection>"
 )
 _MULTIGET = f"{_HEAD}<C:calendar-multiget {_NS}>{_DATA_PROPS}{{}}</C:calendar-multiget>"
-
-
-class CalDAVError(Exception):
-    """Any failure talking to the CalDAV server. The message names the operation and the URL, never the
-    password."""
-
-    def __init__(self, message: str, *, status: int | None = None, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.retry_after = retry_after
-
-
-class AuthFailed(CalDAVError):
-    """The server refused the credentials (401), or refused this account the calendar (403)."""
-
-
-class NotACalendar(CalDAVError):
-    """The URL does not name a calendar collection (anymore)."""
-
-
-class StaleSyncToken(CalDAVError):
-    """The server refused our sync token: the caller must resync in full."""
-
-
-class Unavailable(CalDAVError):
-    """Worth retrying later: a network error, a timeout, 429 or 5xx. `retry_after` is the server's wish in
-    seconds, None if it did not say."""
-
-
-class PreconditionFailed(CalDAVError):
-    """A conditional write lost: the resource exists (create-only) or changed (If-Match)."""
 
 
 @dataclass(frozen=True)
@@ -91,7 +68,7 @@ class Delta:
 class _NoDoctype(ET.TreeBuilder):
     def doctype(self, name: str, pubid: str, system: str) -> None:
         # Entities live in the DTD: refusing it refuses entity-expansion bombs before any expansion.
-        raise CalDAVError("response refused: it declares a DOCTYPE")
+        raise UpstreamError("response refused: it declares a DOCTYPE")
 
 
 def _parse_xml(body: bytes, during: str) -> ET.Element:
@@ -100,7 +77,7 @@ def _parse_xml(body: bytes, during: str) -> ET.Element:
         parser.feed(body)
         return parser.close()
     except ET.ParseError as exc:
-        raise CalDAVError(f"{during}: malformed XML in response: {exc}") from exc
+        raise UpstreamError(f"{during}: malformed XML in response: {exc}") from exc
 
 
 def _status_of(element: ET.Element) -> int | None:
@@ -145,7 +122,7 @@ def _precondition(body: bytes) -> str | None:
         return None
     try:
         root = _parse_xml(body, "error body")
-    except CalDAVError:
+    except UpstreamError:
         return None
     return root[0].tag.rpartition("}")[2] if root.tag == f"{DAV}error" and len(root) else None
 
@@ -175,7 +152,7 @@ class CalDAVClient:
             follow_redirects=False,
             headers={"User-Agent": "AgentCal"},
             # Proxy settings from the environment would choose the address instead of the caller's
-            # transport (which pins the address it checked: sync.providers.open_caldav).
+            # transport (which pins the address it checked: sync.providers.caldav.open_caldav).
             trust_env=False,
         )
 
@@ -214,7 +191,7 @@ class CalDAVClient:
 
     def sync(self, token: str | None) -> Delta:
         """Changes since `token` (everything when None). Follows truncated answers to the end. A refused
-        token raises StaleSyncToken, never a full listing in disguise: a listing has no deletions."""
+        token raises SyncTokenRefused, never a full listing in disguise: a listing has no deletions."""
         latest: dict[str, Resource | None] = {}  # href → its state; None: deleted; later rounds win
         current = token
         for _ in range(MAX_SYNC_ROUNDS):
@@ -236,15 +213,15 @@ class CalDAVClient:
             latest.update((href, fetched.get(href)) for href in without_data)  # gone in between: deleted
             new_token = (root.findtext(f"{DAV}sync-token") or "").strip()
             if not new_token:
-                raise CalDAVError(f"sync {self.url}: the answer carries no sync-token")
+                raise UpstreamError(f"sync {self.url}: the answer carries no sync-token")
             if not truncated:
                 changed = [resource for resource in latest.values() if resource is not None]
                 deleted = [href for href, resource in latest.items() if resource is None]
                 return Delta(changed, deleted, new_token)
             if new_token == current:
-                raise CalDAVError(f"sync {self.url}: truncated answer without progress")
+                raise UpstreamError(f"sync {self.url}: truncated answer without progress")
             current = new_token
-        raise CalDAVError(f"sync {self.url}: still truncated after {MAX_SYNC_ROUNDS} rounds")
+        raise UpstreamError(f"sync {self.url}: still truncated after {MAX_SYNC_ROUNDS} rounds")
 
     def etags(self) -> dict[str, str]:
         root = self._xml(
@@ -301,7 +278,7 @@ class CalDAVClient:
         responses = root.findall(f"{DAV}response")
         own = [response for response in responses if _href_of(response).rstrip("/") == self._path]
         if not (own or responses):
-            raise CalDAVError(f"{during} {self.url}: empty multistatus")
+            raise UpstreamError(f"{during} {self.url}: empty multistatus")
         return _ok_props((own or responses)[0])
 
     def _xml(
@@ -311,7 +288,7 @@ class CalDAVClient:
         response, content = self._send(method, url, during, headers, body.encode())
         self._raise_for(response, content, during=during, sent_token=sent_token)
         if response.status_code != 207:
-            raise CalDAVError(f"{during} {url}: expected 207 Multi-Status, got {response.status_code}")
+            raise UpstreamError(f"{during} {url}: expected 207 Multi-Status, got {response.status_code}")
         return _parse_xml(content, during)
 
     def _send(
@@ -323,13 +300,13 @@ class CalDAVClient:
                 for chunk in response.iter_bytes():
                     body += chunk
                     if len(body) > MAX_RESPONSE_BYTES:
-                        raise CalDAVError(
+                        raise UpstreamError(
                             self._redact(f"{during} {url}: response over {MAX_RESPONSE_BYTES} bytes")
                         )
         except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
             raise Unavailable(self._redact(f"{during} {url}: {type(exc).__name__}: {exc}")) from exc
         except httpx.HTTPError as exc:
-            raise CalDAVError(self._redact(f"{during} {url}: {type(exc).__name__}: {exc}")) from exc
+            raise UpstreamError(self._redact(f"{during} {url}: {type(exc).__name__}: {exc}")) from exc
         return response, bytes(body)
 
     def _raise_for(
@@ -349,11 +326,11 @@ class CalDAVClient:
             + (f" ({precondition})" if precondition else "")
             + (f" → {response.headers.get('Location')}" if 300 <= status < 400 else "")
         )
-        error: type[CalDAVError] = CalDAVError
+        error: type[UpstreamError] = UpstreamError
         if precondition == "valid-sync-token" or (
             during == "sync" and sent_token and status in (403, 409, 412) and precondition is None
         ):
-            error = StaleSyncToken
+            error = SyncTokenRefused
         elif status == 401 or (status == 403 and precondition is None and during not in ("put", "delete")):
             error = AuthFailed
         elif status in (404, 410):

@@ -1,8 +1,8 @@
 """A Microsoft Graph calendar client and the Microsoft identity platform's OAuth 2.0 authorization code flow
 (with PKCE) for it: calendars, calendarView delta, event writes and change-notification subscriptions.
 
-Plain httpx, like sync/caldav.py: the sync engine decides from the exact status, error code and
-Retry-After of every answer. Base URLs are parameters so settings (and the tests) can point them
+Plain httpx, like sync/providers/caldav_client.py: the sync engine decides from the exact status, error
+code and Retry-After of every answer. Base URLs are parameters so settings (and the tests) can point them
 elsewhere: the authority is https://login.microsoftonline.com, the API https://graph.microsoft.com/v1.0.
 """
 
@@ -21,6 +21,15 @@ from urllib.parse import quote, urlencode, urlsplit
 import httpx
 
 from agentcal.retry_after import retry_after_seconds
+from sync.providers.errors import (
+    GrantRevoked,
+    NotFound,
+    SyncTokenRefused,
+    Throttled,
+    Unauthorized,
+    Unavailable,
+    UpstreamError,
+)
 
 # Least privilege: offline_access for a refresh token, Calendars.ReadWrite for /me/calendars, delta and
 # writes. User.Read is not needed: a calendar's `owner` already names the mailbox.
@@ -39,43 +48,6 @@ DELTA_REFUSED_CODES = {"syncstatenotfound", "resyncrequired", "syncstateinvalid"
 # transactionId is a uuid5 of the booking id: the create-event example uses a GUID; no maximum length is
 # documented (learn.microsoft.com/graph/api/resources/event).
 _TRANSACTION_NAMESPACE = uuid.UUID("6f1c8d3e-2b7a-5c4e-9a0d-3e8f1b2c4d5a")
-
-
-class GraphError(Exception):
-    """Any failure talking to Graph or the token endpoint. Messages name the operation and the URL path,
-    never a token, code or secret."""
-
-    def __init__(
-        self, message: str, *, status: int | None = None, code: str = "", retry_after: float | None = None
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.retry_after = retry_after
-
-
-class Unauthorized(GraphError):
-    """401: the access token is expired, revoked or not for this API (or the client secret is wrong)."""
-
-
-class GrantRevoked(GraphError):
-    """The token endpoint answered invalid_grant: the person must connect again."""
-
-
-class Throttled(GraphError):
-    """429, or 503 with Retry-After: wait `retry_after` seconds (None if unsaid) before trying again."""
-
-
-class DeltaTokenInvalid(GraphError):
-    """The delta (or next) link was refused: start over with a full calendarView delta."""
-
-
-class NotFound(GraphError):
-    """404: the calendar, event or subscription does not exist (anymore)."""
-
-
-class Unavailable(GraphError):
-    """Worth retrying later: a network error, a timeout, or another 5xx."""
 
 
 @dataclass(frozen=True)
@@ -199,7 +171,7 @@ def _token_request(
     try:
         expires_in, access_token = int(body.get("expires_in", 0)), str(body["access_token"])
     except (KeyError, TypeError, ValueError) as exc:
-        raise GraphError(f"token: malformed answer ({type(exc).__name__})") from exc
+        raise UpstreamError(f"token: malformed answer ({type(exc).__name__})") from exc
     return Tokens(
         access_token=access_token,
         refresh_token=body.get("refresh_token") or old_refresh_token,
@@ -247,7 +219,7 @@ class GraphCalendarClient:
                 for c in body.get("value", [])
             ]  # fmt: skip
             url = body.get("@odata.nextLink")
-        raise GraphError(f"calendars: more than {MAX_CALENDAR_PAGES} pages")
+        raise UpstreamError(f"calendars: more than {MAX_CALENDAR_PAGES} pages")
 
     def delta_page(self, calendar_id: str, *, start: datetime, end: datetime, link: str | None) -> DeltaPage:
         """One page of calendarView delta: the first page of a full listing of the instances (occurrences,
@@ -263,7 +235,7 @@ class GraphCalendarClient:
             body = self._http.call("GET", self._own(link), "delta", headers=prefer, sent_link=True)
         next_link, delta_link = body.get("@odata.nextLink"), body.get("@odata.deltaLink")
         if (next_link is None) == (delta_link is None):
-            raise GraphError("delta: the answer carries not exactly one of nextLink and deltaLink")
+            raise UpstreamError("delta: the answer carries not exactly one of nextLink and deltaLink")
         return DeltaPage(list(body.get("value", [])), next_link, delta_link)
 
     def create(self, calendar_id: str, event: dict[str, Any]) -> dict[str, Any]:
@@ -320,7 +292,7 @@ class GraphCalendarClient:
     def _own(self, link: str) -> str:
         """Links from answers would carry our bearer token along: only ever to the API's own origin."""
         if urlsplit(link)[:2] != self._origin:
-            raise GraphError("a link in the answer points away from the Graph API: not followed")
+            raise UpstreamError("a link in the answer points away from the Graph API: not followed")
         return link
 
 
@@ -364,11 +336,11 @@ class _Http:
                 for chunk in response.iter_bytes():
                     body += chunk
                     if len(body) > MAX_RESPONSE_BYTES:
-                        raise GraphError(f"{where}: response over {MAX_RESPONSE_BYTES} bytes")
+                        raise UpstreamError(f"{where}: response over {MAX_RESPONSE_BYTES} bytes")
         except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
             raise Unavailable(self._redact(f"{where}: {type(exc).__name__}: {exc}")) from exc
         except httpx.HTTPError as exc:
-            raise GraphError(self._redact(f"{where}: {type(exc).__name__}: {exc}")) from exc
+            raise UpstreamError(self._redact(f"{where}: {type(exc).__name__}: {exc}")) from exc
         try:
             parsed = json.loads(body) if body else {}
         except ValueError:
@@ -376,12 +348,12 @@ class _Http:
         if not 200 <= response.status_code < 300:
             raise self._error(response, parsed, where, during, sent_link)
         if not isinstance(parsed, dict):
-            raise GraphError(f"{where}: the answer is not a JSON object", status=response.status_code)
+            raise UpstreamError(f"{where}: the answer is not a JSON object", status=response.status_code)
         return parsed
 
     def _error(
         self, response: httpx.Response, parsed: Any, where: str, during: str, sent_link: bool
-    ) -> GraphError:
+    ) -> UpstreamError:
         """Graph errors are {"error": {"code", "message"}}, the token endpoint's {"error": "invalid_grant",
         "error_description"} (whose AADSTS text is left out: the code suffices)."""
         status = response.status_code
@@ -390,20 +362,20 @@ class _Http:
         detail = str(error.get("message", ""))[:200] if isinstance(error, dict) else ""
         message = self._redact(f"{where}: HTTP {status} {code}".rstrip() + (f": {detail}" if detail else ""))
         retry_after = retry_after_seconds(response.headers.get("Retry-After"))
-        kind: type[GraphError] = GraphError
+        kind: type[UpstreamError] = UpstreamError
         if during == "token" and code == "invalid_grant":
             kind = GrantRevoked
         elif status == 401:
             kind = Unauthorized
         elif sent_link and (status == 410 or (status == 400 and code.lower() in DELTA_REFUSED_CODES)):
-            kind = DeltaTokenInvalid
+            kind = SyncTokenRefused
         elif status == 429 or (status == 503 and retry_after is not None):
             kind = Throttled
         elif status == 404:
             kind = NotFound
         elif status == 408 or status >= 500:
             kind = Unavailable
-        return kind(message, status=status, code=code, retry_after=retry_after)
+        return kind(message, status=status, reason=code, retry_after=retry_after)
 
     def _redact(self, message: str) -> str:
         for secret in self._hidden:
@@ -423,7 +395,7 @@ def _subscription(body: dict[str, Any]) -> Subscription:
             str(body["expirationDateTime"])
         )  # 7 fraction digits: fine in 3.11
     except (KeyError, ValueError) as exc:
-        raise GraphError(f"subscription: malformed answer ({type(exc).__name__})") from exc
+        raise UpstreamError(f"subscription: malformed answer ({type(exc).__name__})") from exc
     return Subscription(
         str(body.get("id", "")), expiration if expiration.tzinfo else expiration.replace(tzinfo=UTC)
     )

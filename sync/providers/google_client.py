@@ -23,6 +23,17 @@ from urllib.parse import quote, urlencode
 import httpx
 
 from agentcal.retry_after import retry_after_seconds
+from sync.providers.errors import (
+    Conflict,
+    GrantRevoked,
+    NotFound,
+    PreconditionFailed,
+    SyncTokenRefused,
+    Throttled,
+    Unauthorized,
+    Unavailable,
+    UpstreamError,
+)
 
 API_URL = "https://www.googleapis.com/calendar/v3/"
 AUTH_URL = "https://accounts.google.com/o/oauth2/v2/auth"
@@ -42,51 +53,6 @@ EVENTS_PAGE_SIZE = 250
 RATE_LIMIT_REASONS = frozenset(
     {"rateLimitExceeded", "userRateLimitExceeded", "quotaExceeded", "dailyLimitExceeded"}
 )
-
-
-class GoogleError(Exception):
-    """Any failure talking to Google. The message names the operation and the URL path, never a token, a
-    code or the client secret; `reason` is Google's machine-readable reason when it gave one."""
-
-    def __init__(
-        self, message: str, *, status: int | None = None, reason: str = "", retry_after: float | None = None
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.reason = reason
-        self.retry_after = retry_after
-
-
-class Unauthorized(GoogleError):
-    """401: the access token expired or is not valid (anymore); refresh it and try again."""
-
-
-class GrantRevoked(GoogleError):
-    """The refresh token no longer works (revoked, expired, password changed): the person must reconnect."""
-
-
-class RateLimited(GoogleError):
-    """429, or a 403 whose reason is a usage limit. `retry_after` is Google's wish in seconds, if any."""
-
-
-class SyncTokenGone(GoogleError):
-    """410 on an incremental list: forget the sync token and everything learned with it, list in full."""
-
-
-class Conflict(GoogleError):
-    """409: an event with this client-supplied id exists (also after it was deleted: ids are never reused)."""
-
-
-class PreconditionFailed(GoogleError):
-    """412: the event changed since the etag sent with If-Match."""
-
-
-class NotFound(GoogleError):
-    """404, or 410 outside sync: the calendar or event is unknown, or the event was deleted."""
-
-
-class Unavailable(GoogleError):
-    """Worth retrying later: a network error, a timeout, 408 or 5xx."""
 
 
 @dataclass(frozen=True)
@@ -230,7 +196,7 @@ class GoogleCalendarClient:
             if not page.get("nextPageToken"):
                 return found
             params["pageToken"] = str(page["nextPageToken"])
-        raise GoogleError(f"calendars: more than {MAX_CALENDAR_PAGES} pages")
+        raise UpstreamError(f"calendars: more than {MAX_CALENDAR_PAGES} pages")
 
     def events_page(self, calendar_id: str, *, sync_token: str | None, page_token: str | None) -> EventsPage:
         """One page of a full (no sync_token) or incremental listing. Recurring series come unexpanded: the
@@ -246,7 +212,7 @@ class GoogleCalendarClient:
         )
         next_page, next_sync = page.get("nextPageToken"), page.get("nextSyncToken")
         if not (next_page or next_sync):
-            raise GoogleError(
+            raise UpstreamError(
                 f"events {_cal(calendar_id)}: a page with neither nextPageToken nor nextSyncToken"
             )
         return EventsPage(_items(page, "events"), next_page or None, None if next_page else next_sync)
@@ -287,7 +253,7 @@ class GoogleCalendarClient:
             expiration = datetime.fromtimestamp(int(answer["expiration"]) / 1000, UTC)
             return Channel(str(answer["id"]), str(answer["resourceId"]), expiration)
         except (KeyError, TypeError, ValueError) as exc:
-            raise GoogleError(f"watch {_cal(calendar_id)}: malformed channel in answer") from exc
+            raise UpstreamError(f"watch {_cal(calendar_id)}: malformed channel in answer") from exc
 
     def stop(self, *, channel_id: str, resource_id: str) -> None:
         """Stops the channel; one that is unknown (stopped or expired already) counts as stopped."""
@@ -338,11 +304,11 @@ def _request(
             for chunk in response.iter_bytes():
                 content += chunk
                 if len(content) > MAX_RESPONSE_BYTES:
-                    raise GoogleError(f"{during}: response over {MAX_RESPONSE_BYTES} bytes")
+                    raise UpstreamError(f"{during}: response over {MAX_RESPONSE_BYTES} bytes")
     except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
         raise Unavailable(f"{during}: {type(exc).__name__}") from exc
     except httpx.HTTPError as exc:
-        raise GoogleError(f"{during}: {type(exc).__name__}") from exc
+        raise UpstreamError(f"{during}: {type(exc).__name__}") from exc
     return _Answer(response.status_code, response.headers, bytes(content))
 
 
@@ -350,16 +316,16 @@ def _json_object(answer: _Answer, during: str) -> dict[str, Any]:
     try:
         value = json.loads(answer.body)
     except ValueError as exc:
-        raise GoogleError(f"{during}: the answer is not JSON", status=answer.status) from exc
+        raise UpstreamError(f"{during}: the answer is not JSON", status=answer.status) from exc
     if not isinstance(value, dict):
-        raise GoogleError(f"{during}: the answer is not a JSON object", status=answer.status)
+        raise UpstreamError(f"{during}: the answer is not a JSON object", status=answer.status)
     return value
 
 
 def _items(page: dict[str, Any], during: str) -> list[dict[str, Any]]:
     items = page.get("items", [])
     if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
-        raise GoogleError(f"{during}: malformed items")
+        raise UpstreamError(f"{during}: malformed items")
     return items
 
 
@@ -392,19 +358,19 @@ def _raise_for(answer: _Answer, during: str, *, sync: bool = False, grant: str |
         f"{during}: HTTP {status}" + (f" {reason}" if reason else "") + (f": {detail}" if detail else "")
     )
     retry_after = retry_after_seconds(answer.headers.get("Retry-After"))
-    error: type[GoogleError] = GoogleError
+    error: type[UpstreamError] = UpstreamError
     if status == 429 or (status == 403 and reason in RATE_LIMIT_REASONS):
-        error = RateLimited
+        error = Throttled
     elif status in (408, 500, 502, 503, 504) or status > 504:
         error = Unavailable
     elif grant is not None:
         # A refused authorization code is no revoked grant: only a refresh can find the grant gone.
         revoked = grant == "refresh_token" and status == 400 and reason == "invalid_grant"
-        error = GrantRevoked if revoked else GoogleError
+        error = GrantRevoked if revoked else UpstreamError
     elif status == 401:
         error = Unauthorized
     elif status == 410 and (sync or reason == "fullSyncRequired"):
-        error = SyncTokenGone
+        error = SyncTokenRefused
     elif status in (404, 410):
         error = NotFound
     elif status == 409:
@@ -430,7 +396,7 @@ def _token_call(
         if not isinstance(access_token, str) or not isinstance(new_refresh_token, str | None):
             raise TypeError("token of a wrong type")
     except (KeyError, TypeError, ValueError) as exc:
-        raise GoogleError(f"{during}: malformed token answer", status=answer.status) from exc
+        raise UpstreamError(f"{during}: malformed token answer", status=answer.status) from exc
     return Tokens(
         access_token=access_token,
         # Google sends a refresh token with the first consent only, and never with a refresh.

@@ -1,32 +1,11 @@
-"""Push notifications from providers: they carry no event data and only ask for a sync, so each one is
-checked (it must present the channel's secret) and then enqueues the same sync as the schedule.
-Duplicated or out-of-order notifications are harmless: the sync reads whatever changed since the
-stored token, and finds nothing new the second time.
-
-Google (developers.google.com/calendar/api/guides/push): `X-Goog-Channel-ID`, `X-Goog-Channel-Token`
-(our secret), `X-Goog-Resource-ID`, `X-Goog-Resource-State` (`sync` when the channel opens, then
-`exists`). A notification we cannot match is refused (404/403) and audited; Google stops retrying.
-A revoked connection's notifications (on both providers) are acknowledged and sync nothing: its grant
-is refused, and a sync would only ask the provider for a token again.
-
-Microsoft Graph (learn.microsoft.com/graph/change-notifications-delivery-webhooks and
-/graph/change-notifications-lifecycle-events): creating a subscription, Graph first POSTs
-`?validationToken=…` to each URL and wants the token back as text/plain within 10 seconds; that request
-carries no subscription id or clientState, so it is echoed unconditionally (it reveals nothing and
-changes nothing). Notifications then arrive as JSON `{"value": [...]}`, each naming its
-`subscriptionId` and carrying our `clientState`; they are answered 202 within Graph's 3 seconds (the sync
-itself runs on a worker). Lifecycle events go to their own URL: `reauthorizationRequired` and
-`subscriptionRemoved` are handled by the sync they request (sync.services._keep_push_open renews, or
-opens a new subscription), `missed` only asks for a sync.
-
-Nobody needs a key to call these URLs, so what a request may cost is bounded before it is read. Each peer
-address has a budget of requests a minute (SYNC_PUSH_MAX_REQUESTS_PER_MINUTE_PER_IP): over it the answer
-is 429 with Retry-After, before the body is parsed or the database asked, and nothing is written. A Graph
-delivery holds at most SYNC_PUSH_MAX_GRAPH_NOTIFICATIONS notifications (more: 413, refused before any
-query), and the subscriptions its notifications name are looked up in one query, however many there are.
-Refusals are audited only within their peer's budget of audited refusals
-(SYNC_PUSH_AUDITED_REFUSALS_PER_MINUTE_PER_IP), so forged notifications cannot fill the audit log; the
-others, and the requests over the rate, are counted in agentcal_push_unaudited_refusals_total.
+"""The push endpoints: a provider's notification carries no event data and only asks for a sync, so
+each is checked (it must present the channel's secret, sync.push.channels) and then enqueues the same
+sync as the schedule; duplicates and reordering are harmless. Google: developers.google.com/calendar/
+api/guides/push; Graph: learn.microsoft.com/graph/change-notifications-delivery-webhooks and
+/graph/change-notifications-lifecycle-events. What a request may cost is bounded before it is read:
+a per-peer request budget (429), a cap on a Graph delivery's notifications (413), one look-up for the
+subscriptions it names, and audited refusals within a per-peer budget (the rest only counted).
+docs/architecture.md ("Upstream sync") has the design.
 """
 
 from __future__ import annotations
@@ -49,8 +28,8 @@ from agentcal.text import is_storable
 from audit.events import AuditEvent
 from audit.models import Outcome
 from audit.services import audit_record
-from sync.google_provider import push_secret_hash
 from sync.models import Connection, ConnectionStatus, Provider
+from sync.push.channels import push_secret_hash
 from sync.services import request_sync
 
 logger = logging.getLogger(__name__)
