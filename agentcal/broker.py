@@ -216,15 +216,10 @@ def _current() -> _Publisher:
     return publisher
 
 
-def _name_of(task: str | Task) -> str:
-    # A task object is accepted while callers that import their tasks modules move to names.
-    return task if isinstance(task, str) else task.name
-
-
-def nudge(task: str | Task, *, items: Iterable[Any] = ()) -> None:
+def nudge(task_name: str, *, items: Iterable[Any] = ()) -> None:
     """Ask for the task to run soon — with `items`, as `task(sorted items)` — coalesced with the task's
     other nudges meanwhile; lost while the broker is down. Call it after the commit."""
-    _current().nudge(_name_of(task), items)
+    _current().nudge(task_name, items)
 
 
 def nudge_on_commit(task_name: str, *, items: Iterable[Any] = ()) -> None:
@@ -233,11 +228,11 @@ def nudge_on_commit(task_name: str, *, items: Iterable[Any] = ()) -> None:
 
 
 def enqueue(
-    task: str | Task, args: tuple[Any, ...], *, fallback: Callable[[], object] | Fallback | None
+    task_name: str, args: tuple[Any, ...], *, fallback: Callable[[], object] | Fallback | None
 ) -> None:
     """Publish `task(*args)` from the background thread; if the broker refuses it, that thread calls
     `fallback()`, runs the task itself (RUN_HERE) or, with None, leaves the work to a sweep."""
-    _current().enqueue(_Job(task_name=_name_of(task), args=args, fallback=fallback))
+    _current().enqueue(_Job(task_name=task_name, args=args, fallback=fallback))
 
 
 def enqueue_on_commit(

@@ -251,6 +251,16 @@ def test_imports_follow_the_layers(path: Path) -> None:
     assert wrong == [], f"{module} may not import {wrong}"
 
 
+def test_writers_never_import_the_workers() -> None:
+    """Work is enqueued by task name (agentcal.broker): no module imports a tasks module, so code that
+    records a change never pulls in (or circles back through) the code that does the work."""
+    importing = {
+        module_name(path): sorted(name for name in imported_modules(path) if name.split(".")[-1] == "tasks")
+        for path in project_modules()
+    }
+    assert {module: names for module, names in importing.items() if names} == {}
+
+
 # --- docs/architecture.md's table is these rules, rendered -------------------------------------------------
 ARCHITECTURE_DOC = ROOT / "docs" / "architecture.md"
 TABLE_BEGIN = "<!-- The rules table below is rendered from tests/test_architecture.py's RULES. -->"
