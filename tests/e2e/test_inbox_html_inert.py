@@ -28,8 +28,8 @@ from bookings.models import Calendar
 from bookings.spans import Span
 from inboxes.addresses import agent_address
 from inboxes.models import Direction, Message, MessageStatus
-from tests.e2e.conftest import screenshot, watch_csp_violations
-from tests.inboxes.conftest import deliver_raw
+from tests.e2e.helpers import screenshot, watch_csp_violations
+from tests.inboxes.helpers import deliver_raw
 from workspaces.actor import Actor
 from workspaces.models import Agent, Workspace
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from inboxes.models import Attachment, InboundRaw, Message
 from inboxes.parsing import authentication_results, normalize_subject, parse_mail, strip_quoted_history
 from inboxes.tasks import parse_pending
-from tests.inboxes.conftest import address_of, deliver_raw, mail
+from tests.inboxes.helpers import address_of, deliver_raw, mail
 
 GMAIL_REPLY = """Thanks, Tuesday at 10 works for us.
 

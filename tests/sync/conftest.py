@@ -9,41 +9,16 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Persona
+from tests.helpers import Persona
 from tests.sync.google_fake import GoogleFake
 from tests.sync.graph_fake import CLIENT_ID, CLIENT_SECRET, GraphFake
 from tests.sync.linking import Linked, link
 from tests.sync.radicale import (
-    DEFAULT_PASSWORD,
-    DEFAULT_USER,
     CalDAVAccount,
     FaultyProxy,
     Human,
     RadicaleServer,
 )
-from tests.webhooks.conftest import celery_worker, receiver, webhook_settings  # noqa: F401
-
-
-@pytest.fixture(scope="session")
-def radicale(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RadicaleServer]:
-    server = RadicaleServer(tmp_path_factory.mktemp("radicale"))
-    server.start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def caldav_calendar(radicale: RadicaleServer) -> CalDAVAccount:
-    return CalDAVAccount(
-        radicale.new_calendar(DEFAULT_USER, DEFAULT_PASSWORD), DEFAULT_USER, DEFAULT_PASSWORD
-    )
-
-
-@pytest.fixture
-def human(caldav_calendar: CalDAVAccount) -> Iterator[Human]:
-    person = Human(caldav_calendar)
-    yield person
-    person.close()
 
 
 @pytest.fixture
@@ -67,13 +42,6 @@ def linked(sdr: Persona, caldav_calendar: CalDAVAccount, human: Human, sync_sett
 
 
 @pytest.fixture
-def google_fake() -> Iterator[GoogleFake]:
-    fake = GoogleFake()
-    yield fake
-    fake.close()
-
-
-@pytest.fixture
 def google_settings(settings: Any, google_fake: GoogleFake, live_server: Any) -> Any:
     """AgentCal's Google app registered with the fake, and push delivered to the live server."""
     settings.SYNC_GOOGLE_CLIENT_ID = "agentcal-tests.apps.googleusercontent.com"
@@ -89,13 +57,6 @@ def google_settings(settings: Any, google_fake: GoogleFake, live_server: Any) ->
         {f"{live_server.url}/oauth/google/callback"},
     )
     return settings
-
-
-@pytest.fixture
-def graph_fake() -> Iterator[GraphFake]:
-    fake = GraphFake()
-    yield fake
-    fake.close()
 
 
 @pytest.fixture

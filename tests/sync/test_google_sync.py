@@ -23,11 +23,10 @@ from sync.models import Connection, ConnectionStatus, IngestionRecord, RecordKin
 from sync.oauth import GoogleApp, pkce_pair
 from sync.services import connection_create_oauth, connection_sync
 from sync.writeback import write_behind
-from tests.approvals.conftest import make_person, owner  # noqa: F401 (fixtures)
-from tests.conftest import Persona, audit_rows, create_calendar, iso
+from tests.helpers import Persona, audit_rows, create_calendar, iso
 from tests.sync.google_fake import DEFAULT_ACCOUNT, GoogleFake
 from tests.sync.linking import blocks_of, hour, span, sync_now, upstream_busy
-from tests.webhooks.conftest import wait_until
+from tests.webhooks.helpers import wait_until
 from workspaces.actor import Actor
 
 GOOGLE_CALENDAR = "work-calendar"

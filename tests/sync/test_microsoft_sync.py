@@ -23,10 +23,10 @@ from sync.models import Connection, ConnectionStatus, IngestionRecord, RecordKin
 from sync.oauth import Grant, MicrosoftApp, grant_from_secret, pkce_pair, seal_grant
 from sync.services import connection_create_oauth, connection_sync, connections_due
 from sync.writeback import write_behind
-from tests.conftest import Persona, audit_rows, create_calendar, iso
+from tests.helpers import Persona, audit_rows, create_calendar, iso
 from tests.sync.graph_fake import DEFAULT_ACCOUNT, GraphFake
 from tests.sync.linking import blocks_of, hour, span, sync_now, upstream_busy
-from tests.webhooks.conftest import wait_until
+from tests.webhooks.helpers import wait_until
 from workspaces.actor import Actor
 
 OUTLOOK_CALENDAR = "AAMkADcalendar-work="
