@@ -1,7 +1,9 @@
-"""Approval fixtures: people who decide (Django users with a workspace membership) and request helpers.
+"""The approval tests' own fixture: a teammate who may decide.
 
-Agents (`sdr`, `exec_assistant`, `outsider`) and the live server come from tests/conftest.py; the webhook
-receiver and the in-process Celery worker from tests/webhooks/conftest.py.
+Agents (`sdr`, `exec_assistant`, `outsider`) and the live server come from tests/conftest.py; the owner,
+`make_person`, the webhook receiver and the in-process Celery worker from tests/approvals/fixtures.py and
+tests/webhooks/fixtures.py (registered in tests/conftest.py); request helpers are in
+tests/approvals/helpers.py.
 """
 
 from __future__ import annotations

@@ -220,7 +220,7 @@ def test_hostile_mail_html_is_inert_in_the_owners_browser(
     assert dialogs == []
     assert tracker.requests == []
     # The sanitizer left nothing for the page's policy to refuse: a quiet list, not a deaf listener
-    # (tests/e2e/conftest.py watches both the console and the document's violation events).
+    # (tests/e2e/helpers.py watches both the console and the document's violation events).
     assert csp_violations == []
     assert body.locator("script, iframe, form, svg, style, [onclick], [onerror]").count() == 0
     proposal_link = body.get_by_role("link", name="Proposal on our site")

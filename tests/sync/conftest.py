@@ -1,6 +1,7 @@
-"""Peers for the sync tests: one Radicale server per test process (each xdist worker is its own process,
-so each has its own server), a fresh calendar per test, and a person editing it; fakes of Google
-Calendar and Microsoft 365 per test."""
+"""The sync tests' own fixtures: a calendar linked to the human's Radicale calendar, a faulty proxy in front
+of Radicale, and AgentCal's settings for the Google and Microsoft fakes. The Radicale server (one per test
+process: each xdist worker is its own process), the person editing a calendar on it and the fakes
+themselves are in tests/sync/fixtures.py, which other directories' tests use too."""
 
 from __future__ import annotations
 
