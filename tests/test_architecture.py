@@ -441,6 +441,55 @@ def f():
     assert session_scoped_uses(source) == []
 
 
+# --- Tests import nothing from a conftest -------------------------------------------------------------------
+# pytest imports each conftest.py itself; a test that imports one again registers its fixtures a second
+# time wherever it is imported (pytest advises against it). Helpers live in tests/<dir>/helpers.py; fixtures
+# that other directories use in tests/<dir>/fixtures.py, which tests/conftest.py lists in pytest_plugins.
+
+
+def conftest_imports(source: str) -> list[str]:
+    """Each import of a conftest module in the source, at any depth, relative ones too."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [f"import {a.name}" for a in node.names if a.name.rsplit(".", 1)[-1] == "conftest"]
+        elif isinstance(node, ast.ImportFrom):
+            module = "." * node.level + (node.module or "")
+            names = [alias.name for alias in node.names]
+            if module.rsplit(".", 1)[-1] == "conftest" or "conftest" in names:
+                found.append(f"from {module} import {', '.join(names)}")
+    return found
+
+
+def test_no_test_imports_from_a_conftest() -> None:
+    found = {
+        str(path.relative_to(ROOT)): uses
+        for path in sorted((ROOT / "tests").rglob("*.py"))
+        if (uses := conftest_imports(path.read_text()))
+    }
+    assert found == {}
+
+
+@pytest.mark.parametrize(
+    "snippet",
+    [
+        "from tests.webhooks.conftest import wait_until",
+        "from tests.sync import conftest as caldav_fixtures",
+        "import tests.conftest",
+        "from .conftest import mail",
+        "from . import conftest",
+        "def f():\n    from tests.inboxes.conftest import deliver_raw\n",
+    ],
+)
+def test_the_conftest_check_finds_each_form(snippet: str) -> None:
+    assert conftest_imports(snippet) != []
+
+
+def test_the_conftest_check_leaves_helpers_and_fixtures_modules_alone() -> None:
+    source = "from tests.webhooks.helpers import wait_until\nimport tests.sync.fixtures\n"
+    assert conftest_imports(source) == []
+
+
 # --- The web process loads no tool --------------------------------------------------------------------------
 # What gunicorn loads (`agentcal run` serves agentcal.wsgi:application): the settings' installed apps, then
 # every view module through the URLconf, as the first request would. The import rules above cover what the

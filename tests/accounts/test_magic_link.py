@@ -12,7 +12,7 @@ from django.db.models.functions import Now
 from accounts.links import MAX_LINKS_PER_EMAIL
 from accounts.models import MagicLink
 from accounts.services import MAX_LINKS_PER_IP
-from tests.accounts.conftest import ORIGIN
+from tests.accounts.helpers import ORIGIN
 
 
 def link_from(mail) -> str:

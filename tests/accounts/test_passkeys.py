@@ -10,7 +10,7 @@ from django.test import Client
 
 from accounts.models import Passkey
 from tests.accounts.authenticator import SoftAuthenticator
-from tests.accounts.conftest import ORIGIN, make_person
+from tests.accounts.helpers import ORIGIN, make_person
 
 if TYPE_CHECKING:
     # What the test client returns: a response with .json(); the stubs' name for it.

@@ -14,7 +14,7 @@ from agentcal.errors import RoleNotAllowed
 from approvals.models import Approval
 from approvals.services import approval_decide, approval_request
 from audit.models import AuditRecord
-from tests.accounts.conftest import make_person
+from tests.accounts.helpers import make_person
 from workspaces.actor import Actor
 from workspaces.models import Agent, Workspace
 

@@ -31,7 +31,7 @@ from agentcal.errors import (
     TeamChangeNotAllowed,
 )
 from audit.models import AuditRecord
-from tests.accounts.conftest import ORIGIN, make_person
+from tests.accounts.helpers import ORIGIN, make_person
 from workspaces.actor import Actor
 from workspaces.models import Workspace
 

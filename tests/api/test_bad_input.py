@@ -11,7 +11,7 @@ import pytest
 
 from audit.models import AuditRecord, Outcome
 from bookings.models import Reservation
-from tests.conftest import create_calendar, iso, slot
+from tests.helpers import create_calendar, iso, slot
 
 PROBLEM = "application/problem+json"
 

@@ -8,7 +8,7 @@ import httpx
 
 from tests.api.test_bad_input import assert_problem
 from tests.bookings.helpers import rows_of
-from tests.conftest import http_client, slot
+from tests.helpers import http_client, slot
 
 
 def chunks(data: bytes, size: int = 7) -> Iterator[bytes]:

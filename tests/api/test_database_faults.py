@@ -18,7 +18,7 @@ import psycopg
 import pytest
 from django.db import connection, connections
 
-from tests.conftest import Persona, http_client, iso, overlapping_live_pairs
+from tests.helpers import Persona, http_client, iso, overlapping_live_pairs
 
 pytestmark = pytest.mark.slow
 

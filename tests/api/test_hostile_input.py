@@ -6,7 +6,7 @@ import pytest
 
 from audit.models import AuditRecord, Outcome
 from tests.api.test_bad_input import assert_problem, post_raw, writes_nothing
-from tests.conftest import slot
+from tests.helpers import slot
 
 LONG_ID_SUFFIX = "x" * 40
 

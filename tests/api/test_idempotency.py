@@ -15,7 +15,7 @@ from agentcal.api.idempotency import key_digest, request_fingerprint
 from agentcal.api.models import IdempotencyRecord
 from agentcal.errors import IdempotencyReplayUnavailable
 from bookings.models import Reservation
-from tests.conftest import audit_rows, slot
+from tests.helpers import audit_rows, slot
 
 
 def reservations(calendar_id: str) -> int:

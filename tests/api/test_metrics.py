@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import create_calendar, slot
+from tests.helpers import create_calendar, slot
 
 
 def scrape(live_server, **headers) -> dict[tuple[str, tuple], float]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.conftest import audit_rows, slot
+from tests.helpers import audit_rows, slot
 
 PROBLEM_MEMBERS = {"type", "title", "status", "detail", "error"}
 

@@ -50,7 +50,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import Persona, slot
+from tests.helpers import Persona, slot
 
 pytest.importorskip("schemathesis", reason="schemathesis is not installed: pip install -e '.[dev]'")
 

@@ -7,9 +7,9 @@ import threading
 import pytest
 
 from approvals.models import Approval
-from tests.approvals.conftest import created, problem, request_approval
+from tests.approvals.helpers import created, problem, request_approval
 from tests.bookings.helpers import parse
-from tests.conftest import audit_rows, create_calendar, slot
+from tests.helpers import audit_rows, create_calendar, slot
 from webhooks.models import OutboxEvent
 
 

@@ -12,8 +12,8 @@ from django.db.models.functions import Now
 from agentcal.errors import ApprovalAlreadyDecided, ApprovalExpired, NotAMember, NotFound
 from approvals.models import Approval
 from approvals.services import approval_decide
-from tests.approvals.conftest import created, gated_hold, request_approval
-from tests.conftest import audit_rows
+from tests.approvals.helpers import created, gated_hold, request_approval
+from tests.helpers import audit_rows
 
 pytestmark = pytest.mark.slow
 

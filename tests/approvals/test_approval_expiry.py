@@ -11,8 +11,8 @@ from django.db.models.functions import Now
 
 from approvals.models import Approval
 from approvals.services import approvals_expire_due, approvals_finish_interrupted
-from tests.approvals.conftest import gated_hold
-from tests.conftest import audit_rows
+from tests.approvals.helpers import gated_hold
+from tests.helpers import audit_rows
 from webhooks.models import OutboxEvent
 
 pytestmark = pytest.mark.slow

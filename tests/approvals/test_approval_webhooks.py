@@ -6,7 +6,7 @@ import pytest
 from standardwebhooks import Webhook
 
 from approvals.services import approval_decide
-from tests.approvals.conftest import gated_hold
+from tests.approvals.helpers import gated_hold
 
 pytestmark = pytest.mark.slow
 

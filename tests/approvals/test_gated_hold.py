@@ -7,9 +7,9 @@ import time
 
 from approvals.models import Approval
 from approvals.services import approval_decide
-from tests.approvals.conftest import gated_hold, problem
+from tests.approvals.helpers import gated_hold, problem
 from tests.bookings.helpers import parse
-from tests.conftest import audit_rows
+from tests.helpers import audit_rows
 from webhooks.models import OutboxEvent
 
 

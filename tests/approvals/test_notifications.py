@@ -6,8 +6,8 @@ import re
 import socket
 
 from approvals.models import Approval
-from tests.approvals.conftest import created, request_approval
-from tests.webhooks.conftest import wait_until
+from tests.approvals.helpers import created, request_approval
+from tests.webhooks.helpers import wait_until
 
 
 def test_the_owner_gets_one_email_linking_to_the_queue_and_no_decision_link(

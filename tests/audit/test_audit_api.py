@@ -8,7 +8,7 @@ import pytest
 
 from audit.models import AuditRecord
 from tests.audit.aged_rows import insert_aged_audit_row
-from tests.conftest import create_calendar, iso, slot
+from tests.helpers import create_calendar, iso, slot
 from workspaces.models import Workspace
 
 

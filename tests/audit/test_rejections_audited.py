@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 
 from audit.models import AuditRecord
-from tests.conftest import slot
+from tests.helpers import slot
 from workspaces.keys import KEY_PREFIX, LOOKUP_PREFIX_LENGTH
 
 

@@ -11,11 +11,8 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 import pytest
 
 from bench.baseline_wsgi import make_app
-from bench.config import IN_PROCESS, BenchConfig
 from bench.runner import conninfo_for_baselines
-from bench.scenarios import MixPlan
-
-TEST_SCHEMA = "bench_test"
+from tests.bench.helpers import TEST_SCHEMA
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -23,29 +20,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if str(item.path).startswith(here):
             item.add_marker(pytest.mark.bench)
-
-
-def tiny(**overrides: Any) -> BenchConfig:
-    """A run of a few agents and rounds, in-process only, no key timing, no files."""
-    settings: dict[str, Any] = {
-        "agents": 4,
-        "rounds": 3,
-        "concurrency": 4,
-        "calendars": 2,
-        "duration": 1.0,
-        "max_ops": 400,
-        "herd_time_limit": 20.0,
-        "modes": (IN_PROCESS,),
-        "scenarios": ("herd",),
-        "baselines": False,
-        "key_verify_calls": 0,
-        "history_sizes": (),
-        "warmup_requests": 2,
-        "baseline_schema": TEST_SCHEMA,
-        "mix": MixPlan(calendars=2, slots=12, think_max=1.2, ttl_seconds=1),
-    }
-    settings.update(overrides)
-    return BenchConfig(**settings)
 
 
 class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):

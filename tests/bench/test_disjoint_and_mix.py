@@ -8,7 +8,7 @@ import pytest
 from bench import baselines
 from bench.runner import Bench, conninfo_for_baselines
 from bench.stats import find
-from tests.bench.conftest import tiny
+from tests.bench.helpers import tiny
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -4,7 +4,7 @@ import pytest
 
 from bench.runner import Bench
 from bench.stats import find
-from tests.bench.conftest import tiny
+from tests.bench.helpers import tiny
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

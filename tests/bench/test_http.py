@@ -12,7 +12,7 @@ from bench.runner import Bench, conninfo_for_baselines
 from bench.server import GunicornServer
 from bench.stats import find
 from bookings.spans import Span
-from tests.bench.conftest import tiny
+from tests.bench.helpers import tiny
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -11,8 +11,8 @@ from bench import sections
 from bench.config import HTTP, IN_PROCESS, UNCONGESTED, BenchConfig
 from bench.runner import Bench
 from bench.stats import Outcome, ScenarioResult, find, latency_summary, ratio
-from tests.bench.conftest import tiny
-from tests.conftest import test_database_url as database_url_for_servers
+from tests.bench.helpers import tiny
+from tests.helpers import test_database_url as database_url_for_servers
 
 
 @pytest.mark.django_db(transaction=True)

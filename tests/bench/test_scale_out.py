@@ -12,8 +12,8 @@ from bench.config import BIG_HERD, HTTP, NODES_DISJOINT, NODES_HERD
 from bench.runner import Bench, conninfo_for_baselines
 from bench.sections import markdown
 from bench.stats import find
-from tests.bench.conftest import tiny
-from tests.conftest import test_database_url as database_url_for_servers
+from tests.bench.helpers import tiny
+from tests.helpers import test_database_url as database_url_for_servers
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -18,7 +18,7 @@ from django.db.models.functions import Now
 from agentcal.clock import server_now
 from bookings.models import Reservation
 from bookings.spans import Span
-from tests.conftest import Persona
+from tests.helpers import Persona
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 

@@ -13,7 +13,7 @@ from tests.bookings.helpers import (
     parse,
     wait_for_hold_status,
 )
-from tests.conftest import create_calendar, iso, slot
+from tests.helpers import create_calendar, iso, slot
 
 
 def _availability(persona, calendar_id, window, **params):

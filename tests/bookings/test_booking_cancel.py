@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.bookings.helpers import commit, created, problem, rows_of
-from tests.conftest import audit_rows, create_calendar, slot
+from tests.helpers import audit_rows, create_calendar, slot
 
 
 def test_its_agent_cancels_a_booking_and_frees_the_slot(sdr, make_agent, calendar):

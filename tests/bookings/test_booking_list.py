@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.bookings.helpers import commit, commit_hold, created, hold, problem
-from tests.conftest import slot
+from tests.helpers import slot
 
 
 def _list(persona, calendar_id, **params):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.bookings.helpers import commit, created, hold, problem, rows_of
-from tests.conftest import audit_rows, create_calendar, slot
+from tests.helpers import audit_rows, create_calendar, slot
 
 
 def _audit_for(calendar_id: str) -> list:

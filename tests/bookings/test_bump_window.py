@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.bookings.helpers import commit, created, parse, problem, rows_of, wait_until_frozen
-from tests.conftest import audit_rows, create_calendar, slot
+from tests.helpers import audit_rows, create_calendar, slot
 
 
 def test_it_refuses_any_priority_once_the_booking_is_frozen(sdr, exec_assistant):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.bookings.helpers import commit_hold, created, hold, problem, rows_of
-from tests.conftest import audit_rows, create_calendar, slot
+from tests.helpers import audit_rows, create_calendar, slot
 
 
 def test_it_commits_a_live_hold_into_a_booking(sdr, calendar):

@@ -8,7 +8,7 @@ from threading import Barrier
 import pytest
 
 from bookings.models import Reservation, ReservationStatus
-from tests.conftest import audit_rows, create_calendar, overlapping_live_pairs, slot
+from tests.helpers import audit_rows, create_calendar, overlapping_live_pairs, slot
 
 pytestmark = [pytest.mark.slow, pytest.mark.concurrency]
 

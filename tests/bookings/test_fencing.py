@@ -8,7 +8,7 @@ from threading import Barrier
 import pytest
 
 from tests.bookings.helpers import commit_hold, created, hold, problem, rows_of
-from tests.conftest import audit_rows, create_calendar, overlapping_live_pairs, slot
+from tests.helpers import audit_rows, create_calendar, overlapping_live_pairs, slot
 
 
 def test_fencing_tokens_strictly_increase_per_calendar(sdr):

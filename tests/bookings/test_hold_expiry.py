@@ -11,7 +11,7 @@ from tests.bookings.helpers import (
     rows_of,
     wait_for_hold_status,
 )
-from tests.conftest import audit_rows, slot
+from tests.helpers import audit_rows, slot
 
 
 def test_it_lets_another_agent_hold_the_range_once_the_hold_expired(sdr, make_agent, calendar):

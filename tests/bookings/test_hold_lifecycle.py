@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from tests.bookings.helpers import commit_hold, created, hold, parse, problem, rows_of
-from tests.conftest import audit_rows, slot
+from tests.helpers import audit_rows, slot
 
 
 def _extend(persona, held, ttl_seconds):

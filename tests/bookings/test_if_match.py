@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.bookings.helpers import commit, created, hold, problem, rows_of
-from tests.conftest import audit_rows, slot
+from tests.helpers import audit_rows, slot
 
 
 def _availability(persona, calendar_id, span):

@@ -17,10 +17,10 @@ from django.test import Client
 from agentcal.metrics import CALENDAR_LOCK_WAIT_SECONDS, histogram_quantiles, lock_wait_percentiles
 from bench.runner import conninfo_for_baselines
 from bookings import engine
-from tests.accounts.conftest import make_person
+from tests.accounts.helpers import make_person
 from tests.bookings.helpers import half_hour
-from tests.conftest import http_client, slot
-from tests.conftest import test_database_url as database_url_for_children
+from tests.helpers import http_client, slot
+from tests.helpers import test_database_url as database_url_for_children
 from workspaces.actor import Actor
 from workspaces.keys import api_key_create
 

@@ -14,7 +14,7 @@ from tests.bookings.helpers import (
     problem,
     rows_of,
 )
-from tests.conftest import audit_rows, slot
+from tests.helpers import audit_rows, slot
 
 
 def test_it_evicts_a_live_hold_for_a_strictly_higher_priority(sdr, exec_assistant, calendar):

@@ -39,7 +39,7 @@ from agentcal.local_cache import generation
 from bench.cost import bound_statement_name, parsed_statement
 from bench.runner import conninfo_for_baselines
 from bookings.models import Calendar, Reservation
-from tests.conftest import audit_rows, slot
+from tests.helpers import audit_rows, slot
 from workspaces.keys import api_key_create
 from workspaces.models import Agent, Workspace
 

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from audit.models import AuditRecord, Outcome
-from tests.conftest import create_calendar, iso, overlapping_live_pairs
+from tests.helpers import create_calendar, iso, overlapping_live_pairs
 
 pytestmark = [pytest.mark.slow, pytest.mark.concurrency]
 

@@ -16,7 +16,7 @@ import pytest
 
 from bench.runner import conninfo_for_baselines
 from bookings.models import Calendar, Reservation, ReservationStatus
-from tests.conftest import audit_rows, create_calendar, overlapping_live_pairs, slot
+from tests.helpers import audit_rows, create_calendar, overlapping_live_pairs, slot
 
 pytestmark = [pytest.mark.slow, pytest.mark.concurrency]
 

@@ -9,26 +9,19 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
 import pytest
-from agentcal_client import AgentCal, AsyncAgentCal
+from agentcal_client import AgentCal
 
-from tests.approvals.conftest import make_person, owner  # noqa: F401 — fixtures used here
-from tests.conftest import Persona, _tls_context, http_client
-from tests.webhooks.conftest import celery_worker, receiver, webhook_settings  # noqa: F401 — fixtures
+from tests.clients.helpers import FaultyProxy, Plan, Seen
+from tests.helpers import Persona, http_client
 
 
 def agentcal(base_url: str, raw_key: str, *, transport: httpx.Client, **options: Any) -> AgentCal:
     return AgentCal(raw_key, base_url=base_url, http_client=transport, **options)
-
-
-def async_agentcal(base_url: str, raw_key: str, **options: Any) -> AsyncAgentCal:
-    transport = httpx.AsyncClient(verify=_tls_context(), headers={"Connection": "close"}, timeout=30)
-    return AsyncAgentCal(raw_key, base_url=base_url, http_client=transport, **options)
 
 
 @pytest.fixture
@@ -47,35 +40,6 @@ def agentcal_for(live_server: Any) -> Iterator[Callable[..., AgentCal]]:
 
 
 # --- A proxy that loses responses -------------------------------------------------------------------------
-
-
-@dataclass
-class Seen:
-    """One request as it reached the proxy, and the server's answer when it was forwarded."""
-
-    at: float
-    method: str
-    path: str
-    headers: dict[str, str]
-    upstream_status: int | None = None
-    upstream_headers: dict[str, str] = field(default_factory=dict)
-    upstream_body: bytes = b""
-
-
-# What the proxy does with the n-th request (0-based): forward it and pass the answer on ("forward"),
-# forward it and answer this instead ("lose": the server did the work, the client never hears), or
-# answer this without forwarding ("refuse").
-Plan = Callable[[int, str], tuple[str, int, dict[str, str], bytes]]
-
-
-@dataclass
-class FaultyProxy:
-    url: str
-    seen: list[Seen]
-
-
-def forward_everything(index: int, method: str) -> tuple[str, int, dict[str, str], bytes]:
-    return ("forward", 0, {}, b"")
 
 
 @pytest.fixture

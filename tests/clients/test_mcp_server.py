@@ -26,7 +26,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
 
 from bookings.models import Reservation
-from tests.conftest import Persona, audit_rows, create_calendar, slot
+from tests.helpers import Persona, audit_rows, create_calendar, slot
 
 READ_TOOLS = {
     "list_calendars",

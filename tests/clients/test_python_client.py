@@ -25,9 +25,9 @@ from agentcal_client import (
     webhooks,
 )
 
-from tests.clients.conftest import FaultyProxy, Plan, async_agentcal, forward_everything
-from tests.conftest import Persona, overlapping_live_pairs
-from tests.webhooks.conftest import Receiver
+from tests.clients.helpers import FaultyProxy, Plan, async_agentcal, forward_everything
+from tests.helpers import Persona, overlapping_live_pairs
+from tests.webhooks.helpers import Receiver
 from workspaces.models import Scope
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -13,8 +13,8 @@ from agentcal_client import AgentCal, ApprovalWaitTimeout, QuotaExceeded
 from django.db import connection
 
 from approvals.services import approval_decide
-from tests.conftest import Persona
-from tests.inboxes.conftest import address_of, deliver_raw, mail
+from tests.helpers import Persona
+from tests.inboxes.helpers import address_of, deliver_raw, mail
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

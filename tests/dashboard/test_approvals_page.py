@@ -8,7 +8,7 @@ from django.test import Client
 from accounts.models import Role
 from approvals.models import Approval
 from approvals.services import approval_request
-from tests.accounts.conftest import make_person
+from tests.accounts.helpers import make_person
 from workspaces.actor import Actor
 from workspaces.models import Agent, Workspace
 

@@ -30,13 +30,7 @@ from tests.dashboard.pages_helpers import (
     tables_containing,
     text,
 )
-from tests.sync import conftest as caldav_fixtures
 from tests.sync.radicale import CalDAVAccount, Human, ics_event
-
-# The CalDAV peers of tests/sync: a Radicale server, a fresh calendar on it, a person editing it.
-radicale = caldav_fixtures.radicale
-caldav_calendar = caldav_fixtures.caldav_calendar
-human = caldav_fixtures.human
 
 ERROR_DETAIL = "The CalDAV server is down for maintenance"
 

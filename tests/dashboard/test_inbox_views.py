@@ -24,7 +24,7 @@ from tests.dashboard.pages_helpers import (
     span_on,
     text,
 )
-from tests.inboxes.conftest import deliver_raw, mail
+from tests.inboxes.helpers import deliver_raw, mail
 
 
 def receive(agent, *, minutes_ago: int = 0, **kwargs) -> Message:

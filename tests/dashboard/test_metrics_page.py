@@ -10,7 +10,7 @@ import pytest
 from bookings import engine
 from bookings.spans import Span
 from dashboard.views.metrics import nice_ceiling
-from tests.accounts.conftest import make_person
+from tests.accounts.helpers import make_person
 from workspaces.actor import Actor
 from workspaces.models import Agent, Workspace
 

@@ -15,7 +15,7 @@ from accounts.models import Membership, Role
 from approvals.services import approval_request
 from bookings.engine import calendar_create, hold_create
 from bookings.spans import Span
-from tests.e2e.conftest import screenshot, watch_csp_violations
+from tests.e2e.helpers import screenshot, watch_csp_violations
 from workspaces.actor import Actor
 from workspaces.models import Agent, Workspace
 

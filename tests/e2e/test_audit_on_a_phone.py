@@ -12,7 +12,7 @@ from django.test import Client
 
 from accounts.models import Membership, Role
 from tests.dashboard.pages_helpers import insert_audit_row
-from tests.e2e.conftest import screenshot, watch_csp_violations
+from tests.e2e.helpers import screenshot, watch_csp_violations
 from workspaces.models import Agent, Workspace
 
 

@@ -19,7 +19,7 @@ from audit.models import AuditRecord
 from bookings.engine import booking_create, calendar_create, hold_create
 from bookings.models import Reservation, ReservationStatus
 from bookings.spans import Span
-from tests.e2e.conftest import screenshot, watch_csp_violations
+from tests.e2e.helpers import screenshot, watch_csp_violations
 from webhooks.models import OutboxEvent
 from workspaces.actor import Actor
 from workspaces.models import Agent, Workspace

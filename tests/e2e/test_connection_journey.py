@@ -14,18 +14,13 @@ from bookings import engine
 from bookings.spans import Span
 from sync.models import Connection
 from sync.services import connection_sync
-from tests.e2e.conftest import screenshot, watch_csp_violations
-from tests.sync import conftest as caldav_fixtures
+from tests.e2e.helpers import screenshot, watch_csp_violations
 from tests.sync.radicale import CalDAVAccount, Human, ics_event
 from workspaces.actor import Actor
 from workspaces.models import Agent, Workspace
 
 pytestmark = pytest.mark.slow
 
-# The CalDAV peers of tests/sync: a Radicale server, a fresh calendar on it, a person editing it.
-radicale = caldav_fixtures.radicale
-caldav_calendar = caldav_fixtures.caldav_calendar
-human = caldav_fixtures.human
 
 SCREENSHOT = "/tmp/dashboard-connection.png"
 

@@ -14,8 +14,7 @@ from django.core.management import call_command
 from bookings import engine
 from sync.models import Connection
 from sync.services import connection_sync
-from tests.e2e.conftest import screenshot, watch_csp_violations
-from tests.sync.conftest import google_fake  # noqa: F401 (fixture)
+from tests.e2e.helpers import screenshot, watch_csp_violations
 from tests.sync.google_fake import DEFAULT_ACCOUNT, GoogleFake
 from workspaces.actor import Actor
 from workspaces.models import Agent, Workspace

@@ -28,8 +28,8 @@ from bookings.models import Calendar
 from bookings.spans import Span
 from inboxes.addresses import agent_address
 from inboxes.models import Direction, Message, MessageStatus
-from tests.e2e.conftest import screenshot, watch_csp_violations
-from tests.inboxes.conftest import deliver_raw
+from tests.e2e.helpers import screenshot, watch_csp_violations
+from tests.inboxes.helpers import deliver_raw
 from workspaces.actor import Actor
 from workspaces.models import Agent, Workspace
 
@@ -220,7 +220,7 @@ def test_hostile_mail_html_is_inert_in_the_owners_browser(
     assert dialogs == []
     assert tracker.requests == []
     # The sanitizer left nothing for the page's policy to refuse: a quiet list, not a deaf listener
-    # (tests/e2e/conftest.py watches both the console and the document's violation events).
+    # (tests/e2e/helpers.py watches both the console and the document's violation events).
     assert csp_violations == []
     assert body.locator("script, iframe, form, svg, style, [onclick], [onerror]").count() == 0
     proposal_link = body.get_by_role("link", name="Proposal on our site")

@@ -10,8 +10,8 @@ from django.core.management import call_command
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from accounts.models import Passkey
-from tests.conftest import http_client, slot
-from tests.e2e.conftest import add_virtual_authenticator, screenshot, watch_csp_violations
+from tests.e2e.helpers import add_virtual_authenticator, screenshot, watch_csp_violations
+from tests.helpers import http_client, slot
 from workspaces.keys import api_key_create
 from workspaces.models import Agent, ApiKey, Workspace
 

@@ -27,8 +27,8 @@ from bookings.engine import booking_create, calendar_create, hold_create, hold_r
 from bookings.spans import Span
 from inboxes.addresses import agent_address
 from tests.e2e.axe import axe_violations, describe
-from tests.e2e.conftest import watch_csp_violations
-from tests.inboxes.conftest import deliver_raw, mail
+from tests.e2e.helpers import watch_csp_violations
+from tests.inboxes.helpers import deliver_raw, mail
 from workspaces.actor import Actor
 from workspaces.keys import api_key_create
 from workspaces.models import Agent, Workspace

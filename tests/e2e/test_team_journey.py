@@ -12,7 +12,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from accounts.models import Invitation, Membership, Passkey
 from approvals.services import approval_request
-from tests.e2e.conftest import add_virtual_authenticator, screenshot, watch_csp_violations
+from tests.e2e.helpers import add_virtual_authenticator, screenshot, watch_csp_violations
 from workspaces.actor import Actor
 from workspaces.models import Agent, Workspace
 

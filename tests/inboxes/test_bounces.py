@@ -12,7 +12,7 @@ import pytest
 from audit.models import AuditRecord
 from inboxes.bounces import bounce_in
 from inboxes.models import Message
-from tests.inboxes.conftest import address_of, deliver_raw, smtp_port  # noqa: F401 (fixture)
+from tests.inboxes.helpers import address_of, deliver_raw
 from tests.inboxes.test_sending import final_status, queued, sink  # noqa: F401 (fixture)
 from webhooks.models import OutboxEvent
 

@@ -13,8 +13,8 @@ from agentcal import broker
 from inboxes.composing import message_send
 from inboxes.delivery import messages_deliver_pending
 from inboxes.models import Direction, InboundRaw, Message, MessageStatus
-from tests.inboxes.conftest import address_of, mail
-from tests.webhooks.conftest import wait_until
+from tests.inboxes.helpers import address_of, mail
+from tests.webhooks.helpers import wait_until
 from tests.webhooks.test_broker_down import broker_switch  # noqa: F401 (fixture)
 
 

@@ -13,9 +13,9 @@ from inboxes.addresses import agent_address
 from inboxes.delivery import message_deliver
 from inboxes.mail_settings import inbound_domain_set, inbound_domain_verify
 from inboxes.models import Message, MessageStatus
-from tests.conftest import Persona
-from tests.inboxes.conftest import mail
+from tests.helpers import Persona
 from tests.inboxes.dns_server import dns_server  # noqa: F401 (fixture)
+from tests.inboxes.helpers import mail
 from tests.inboxes.test_sending import sink  # noqa: F401 (fixture)
 from workspaces.actor import Actor
 

@@ -24,9 +24,9 @@ from audit.models import AuditRecord
 from inboxes.mail_settings import inbound_webhook_secret_issue
 from inboxes.models import InboundRaw, InboundWebhookDelivery, Message
 from inboxes.services import inbound_parse
-from tests.conftest import Persona, http_client
-from tests.inboxes.conftest import address_of, mail
-from tests.webhooks.conftest import wait_until
+from tests.helpers import Persona, http_client
+from tests.inboxes.helpers import address_of, mail
+from tests.webhooks.helpers import wait_until
 from webhooks.models import OutboxEvent
 from workspaces.models import Agent, Workspace
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.core.files.storage import default_storage
 
 from inboxes.models import Message
-from tests.inboxes.conftest import address_of, deliver_raw, mail
+from tests.inboxes.helpers import address_of, deliver_raw, mail
 
 
 def received(persona, **kwargs) -> Message:

@@ -28,10 +28,10 @@ from inboxes.invite_cancels import invite_cancel, invites_cancel_ended
 from inboxes.models import BookingInvite, InboundRaw, InviteResponse, Message, MessageStatus
 from inboxes.services import inbound_parse
 from tests.bookings.helpers import commit, created, hold, problem
-from tests.conftest import slot
+from tests.helpers import slot
 from tests.inboxes import test_sending
-from tests.inboxes.conftest import address_of, deliver_raw, mail
-from tests.webhooks.conftest import wait_until
+from tests.inboxes.helpers import address_of, deliver_raw, mail
+from tests.webhooks.helpers import wait_until
 from webhooks.models import OutboxEvent
 from workspaces.models import Agent
 

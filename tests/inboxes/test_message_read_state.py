@@ -4,7 +4,7 @@ a message is read once its agent fetches it by id, and only then."""
 from __future__ import annotations
 
 from inboxes.models import Message
-from tests.inboxes.conftest import address_of, deliver_raw, mail
+from tests.inboxes.helpers import address_of, deliver_raw, mail
 
 HOSTILE_HTML = (
     '<p onclick="steal()">Hello <b>there</b></p><script>steal()</script>'

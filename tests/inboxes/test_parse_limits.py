@@ -15,9 +15,9 @@ from django.db import connection, transaction
 from inboxes.models import Attachment, InboundRaw, Message, Thread
 from inboxes.parsing import RAW_MESSAGE_HINT, ParseLimits, parse_mail
 from inboxes.services import inbound_parse, inbound_parse_pending
-from tests.inboxes.conftest import address_of, mail
+from tests.inboxes.helpers import address_of, mail
 from tests.inboxes.test_smtp_listener import send
-from tests.webhooks.conftest import wait_until
+from tests.webhooks.helpers import wait_until
 
 # Generous: on a shared two-core machine the bounded parse takes a fraction of a second.
 PARSE_SECONDS_BOUND = 5.0

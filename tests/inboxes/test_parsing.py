@@ -6,7 +6,7 @@ from inboxes.models import Attachment, InboundRaw, Message
 from inboxes.parsing import normalize_subject, parse_mail, strip_quoted_history
 from inboxes.sender_auth import authentication_results
 from inboxes.tasks import parse_pending
-from tests.inboxes.conftest import address_of, deliver_raw, mail
+from tests.inboxes.helpers import address_of, deliver_raw, mail
 
 GMAIL_REPLY = """Thanks, Tuesday at 10 works for us.
 

@@ -14,9 +14,9 @@ from django.db.models import F
 
 from inboxes.models import Direction, InboundRaw, Message, MessageStatus
 from inboxes.services import inbound_parse
-from tests.conftest import audit_rows
 from tests.dashboard.pages_helpers import make_team, signed_in, text
-from tests.inboxes.conftest import address_of, deliver_raw, mail
+from tests.helpers import audit_rows
+from tests.inboxes.helpers import address_of, deliver_raw, mail
 
 
 def send(client: httpx.Client, *to: str, cc: tuple[str, ...] = ()) -> httpx.Response:

@@ -16,11 +16,10 @@ from approvals.services import approval_decide, approvals_expire_due
 from inboxes import review
 from inboxes.delivery import message_deliver
 from inboxes.models import Message, MessageStatus
-from tests.approvals.conftest import make_person, owner  # noqa: F401 (fixtures)
-from tests.conftest import audit_rows
-from tests.inboxes.conftest import address_of, deliver_raw, mail
+from tests.helpers import audit_rows
+from tests.inboxes.helpers import address_of, deliver_raw, mail
 from tests.inboxes.test_sending import sink  # noqa: F401 (fixture)
-from tests.webhooks.conftest import wait_until
+from tests.webhooks.helpers import wait_until
 from webhooks.models import OutboxEvent
 
 

@@ -17,8 +17,8 @@ from aiosmtpd.controller import Controller
 from audit.models import AuditRecord
 from inboxes.models import InboundRaw, Message, MessageStatus
 from inboxes.services import inbound_parse
-from tests.inboxes.conftest import address_of, free_port, mail
-from tests.webhooks.conftest import wait_until
+from tests.inboxes.helpers import address_of, free_port, mail
+from tests.webhooks.helpers import wait_until
 from webhooks.models import OutboxEvent
 
 
@@ -211,7 +211,7 @@ def test_header_injection_and_bad_recipients_are_refused_and_nothing_is_queued(s
 
 
 def test_replying_to_another_agents_message_is_not_found(sdr, exec_assistant):
-    from tests.inboxes.conftest import deliver_raw
+    from tests.inboxes.helpers import deliver_raw
 
     (theirs,) = deliver_raw(mail(address_of(exec_assistant)).as_bytes(), [address_of(exec_assistant)])
     response = sdr.client.post(f"/inbox/messages/{theirs.public_id}/reply", json={"text": "Mine now."})
@@ -259,7 +259,7 @@ def test_two_runs_of_one_delivery_hand_the_relay_the_message_once(sdr, sink):
 
 def inbound_with_raw_subject(persona, encoded_subject: str) -> Message:
     """A message from Ana whose Subject header is exactly `encoded_subject` on the wire."""
-    from tests.inboxes.conftest import deliver_raw
+    from tests.inboxes.helpers import deliver_raw
 
     raw = (
         f"From: Ana Lopez <ana@example.com>\r\nTo: {address_of(persona)}\r\nSubject: {encoded_subject}\r\n"

@@ -18,8 +18,8 @@ from agentcal.rate_limits import MAX_BUCKETS, RateLimiter
 from audit.models import AuditRecord
 from inboxes.models import InboundRaw, Message, Thread
 from inboxes.services import inbound_parse
-from tests.inboxes.conftest import ListenerProcess, address_of, mail
-from tests.webhooks.conftest import wait_until
+from tests.inboxes.helpers import ListenerProcess, address_of, mail
+from tests.webhooks.helpers import wait_until
 from webhooks.models import OutboxEvent
 
 

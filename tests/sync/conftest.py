@@ -1,6 +1,7 @@
-"""Peers for the sync tests: one Radicale server per test process (each xdist worker is its own process,
-so each has its own server), a fresh calendar per test, and a person editing it; fakes of Google
-Calendar and Microsoft 365 per test."""
+"""The sync tests' own fixtures: a calendar linked to the human's Radicale calendar, a faulty proxy in front
+of Radicale, and AgentCal's settings for the Google and Microsoft fakes. The Radicale server (one per test
+process: each xdist worker is its own process), the person editing a calendar on it and the fakes
+themselves are in tests/sync/fixtures.py, which other directories' tests use too."""
 
 from __future__ import annotations
 
@@ -9,42 +10,17 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Persona
+from tests.helpers import Persona
 from tests.sync.google_fake import GoogleFake
 from tests.sync.graph_fake import CLIENT_ID, CLIENT_SECRET, GraphFake
 from tests.sync.linking import Linked, link
 from tests.sync.oauth_linking import GoogleLinked, MicrosoftLinked, google_link, microsoft_link
 from tests.sync.radicale import (
-    DEFAULT_PASSWORD,
-    DEFAULT_USER,
     CalDAVAccount,
     FaultyProxy,
     Human,
     RadicaleServer,
 )
-from tests.webhooks.conftest import celery_worker, receiver, webhook_settings  # noqa: F401
-
-
-@pytest.fixture(scope="session")
-def radicale(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RadicaleServer]:
-    server = RadicaleServer(tmp_path_factory.mktemp("radicale"))
-    server.start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def caldav_calendar(radicale: RadicaleServer) -> CalDAVAccount:
-    return CalDAVAccount(
-        radicale.new_calendar(DEFAULT_USER, DEFAULT_PASSWORD), DEFAULT_USER, DEFAULT_PASSWORD
-    )
-
-
-@pytest.fixture
-def human(caldav_calendar: CalDAVAccount) -> Iterator[Human]:
-    person = Human(caldav_calendar)
-    yield person
-    person.close()
 
 
 @pytest.fixture
@@ -68,13 +44,6 @@ def linked(sdr: Persona, caldav_calendar: CalDAVAccount, human: Human, sync_sett
 
 
 @pytest.fixture
-def google_fake() -> Iterator[GoogleFake]:
-    fake = GoogleFake()
-    yield fake
-    fake.close()
-
-
-@pytest.fixture
 def google_settings(settings: Any, google_fake: GoogleFake, live_server: Any) -> Any:
     """AgentCal's Google app registered with the fake, and push delivered to the live server."""
     settings.SYNC_GOOGLE_CLIENT_ID = "agentcal-tests.apps.googleusercontent.com"
@@ -90,13 +59,6 @@ def google_settings(settings: Any, google_fake: GoogleFake, live_server: Any) ->
         {f"{live_server.url}/oauth/google/callback"},
     )
     return settings
-
-
-@pytest.fixture
-def graph_fake() -> Iterator[GraphFake]:
-    fake = GraphFake()
-    yield fake
-    fake.close()
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from django.db import connection as db
 from bookings.models import BusyBlock
 from sync.ingest import log_records
 from sync.models import Connection, IngestionRecord, RecordKind
-from tests.conftest import Persona, create_calendar, iso
+from tests.helpers import Persona, create_calendar, iso
 from tests.sync.radicale import CalDAVAccount, Human
 
 

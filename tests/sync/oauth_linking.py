@@ -15,7 +15,7 @@ from bookings.models import Calendar
 from sync.models import Connection
 from sync.oauth import GoogleApp, MicrosoftApp, pkce_pair
 from sync.services import connection_create_oauth
-from tests.conftest import Persona, create_calendar, iso
+from tests.helpers import Persona, create_calendar, iso
 from tests.sync.google_fake import DEFAULT_ACCOUNT as GOOGLE_ACCOUNT
 from tests.sync.google_fake import GoogleFake
 from tests.sync.graph_fake import DEFAULT_ACCOUNT as MICROSOFT_ACCOUNT

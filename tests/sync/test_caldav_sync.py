@@ -11,7 +11,7 @@ from bookings.models import BusyBlock
 from sync.ingest import ingestion_replay
 from sync.models import Connection, IngestionRecord, RecordKind, UpstreamEvent
 from sync.services import connection_sync
-from tests.conftest import Persona, iso
+from tests.helpers import Persona, iso
 from tests.sync.linking import Linked, blocks_of, hour, phone_event, span, synced, upstream_busy
 
 

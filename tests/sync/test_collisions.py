@@ -18,7 +18,7 @@ from bookings.models import Reservation
 from sync.ingest import process_pending
 from sync.models import IngestionRecord, RecordKind
 from sync.services import connection_sync
-from tests.conftest import Persona, audit_rows, overlapping_live_pairs
+from tests.helpers import Persona, audit_rows, overlapping_live_pairs
 from tests.sync.linking import (
     Linked,
     append,
@@ -32,7 +32,7 @@ from tests.sync.linking import (
     unflagged_bookings_under_blocks,
 )
 from tests.sync.radicale import DEFAULT_PASSWORD, DEFAULT_USER, CalDAVAccount, Human, RadicaleServer
-from tests.webhooks.conftest import Receiver, wait_until
+from tests.webhooks.helpers import Receiver, wait_until
 
 
 def test_an_upstream_event_evicts_a_hold_and_flags_a_booking(

@@ -14,7 +14,7 @@ from bookings.models import BusyBlock
 from sync.credentials import CredentialsUnreadable, reseal, seal, unseal
 from sync.models import Connection, IngestionRecord
 from sync.services import connection_sync
-from tests.conftest import Persona, audit_rows
+from tests.helpers import Persona, audit_rows
 from tests.sync.linking import hour, link, phone_event, upstream_busy
 from tests.sync.radicale import CalDAVAccount, Human
 

@@ -15,12 +15,12 @@ from agentcal.celery import app as celery_app
 from sync.models import Connection, ConnectionStatus, IngestionRecord
 from sync.oauth import Grant, grant_from_secret, seal_grant
 from sync.services import connection_revoked
-from tests.conftest import Persona, audit_rows, iso
+from tests.helpers import Persona, audit_rows, iso
 from tests.sync.google_fake import GoogleFake
 from tests.sync.linking import blocks_of, hour, span, upstream_busy
 from tests.sync.oauth_linking import GOOGLE_CALENDAR, GoogleLinked, google_link, synced
 from tests.sync.oauth_linking import google_timed as timed
-from tests.webhooks.conftest import wait_until
+from tests.webhooks.helpers import wait_until
 
 
 def test_an_event_added_in_google_blocks_after_one_sync_and_a_push_channel_opens(

@@ -11,7 +11,7 @@ from bookings.models import BusyBlock, Reservation
 from sync.ingest import ingestion_replay, process_pending
 from sync.models import Connection, IngestionRecord, RecordKind, UpstreamEvent
 from sync.services import connection_sync, sync_log_purge
-from tests.conftest import Persona, create_calendar
+from tests.helpers import Persona, create_calendar
 from tests.sync.linking import Linked, append, blocks_of, hour, phone_event, resource, span
 
 

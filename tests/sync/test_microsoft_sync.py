@@ -15,12 +15,12 @@ from sync.models import Connection, IngestionRecord, RecordKind, UpstreamEvent
 from sync.oauth import grant_from_secret
 from sync.providers.microsoft_client import GraphCalendarClient
 from sync.writeback import write_behind
-from tests.conftest import Persona, audit_rows, iso
+from tests.helpers import Persona, audit_rows, iso
 from tests.sync.linking import blocks_of, hour, span, upstream_busy
 from tests.sync.oauth_linking import OUTLOOK_CALENDAR, MicrosoftLinked, connection_of, synced
 from tests.sync.oauth_linking import graph_at as at
 from tests.sync.oauth_linking import graph_timed as timed
-from tests.webhooks.conftest import wait_until
+from tests.webhooks.helpers import wait_until
 
 
 def test_an_event_made_in_outlook_blocks_after_one_sync_and_a_subscription_opens(

@@ -22,8 +22,7 @@ from sync.providers.microsoft_client import transaction_id_for
 from sync.services import connection_sync, connections_due
 from sync.tasks import sync_due
 from sync.writeback import write_behind
-from tests.approvals.conftest import make_person, owner  # noqa: F401 (fixtures)
-from tests.conftest import Persona, audit_rows, iso
+from tests.helpers import Persona, audit_rows, iso
 from tests.sync.google_fake import GoogleFake
 from tests.sync.graph_fake import GraphFake
 from tests.sync.linking import blocks_of, hour, span, upstream_busy
@@ -37,7 +36,7 @@ from tests.sync.oauth_linking import (
     graph_timed,
     synced,
 )
-from tests.webhooks.conftest import wait_until
+from tests.webhooks.helpers import wait_until
 
 LinkedT = TypeVar("LinkedT", GoogleLinked, MicrosoftLinked)
 

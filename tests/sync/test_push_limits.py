@@ -20,7 +20,7 @@ from django.db.backends.signals import connection_created
 from prometheus_client import REGISTRY
 
 from sync.models import Connection
-from tests.conftest import audit_rows, http_client
+from tests.helpers import audit_rows, http_client
 from tests.sync.oauth_linking import MicrosoftLinked, synced
 
 

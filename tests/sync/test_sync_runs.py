@@ -22,9 +22,9 @@ from sync.ingest import horizon
 from sync.models import Connection, IngestionRecord
 from sync.services import connection_sync
 from sync.tasks import sync_due
-from tests.conftest import test_database_url as child_database_url
+from tests.helpers import test_database_url as child_database_url
 from tests.sync.linking import Linked, blocks_of, hour, phone_event, synced
-from tests.webhooks.conftest import wait_until
+from tests.webhooks.helpers import wait_until
 
 # Runs syncs of one connection back to back until killed (the worker under test).
 _SYNC_FOREVER = """

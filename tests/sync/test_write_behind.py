@@ -20,10 +20,10 @@ from sync.models import Connection, ConnectionStatus, UpstreamCopy
 from sync.providers import caldav_client as caldav
 from sync.providers.errors import PreconditionFailed
 from sync.writeback import write_behind
-from tests.conftest import Persona, audit_rows
+from tests.helpers import Persona, audit_rows
 from tests.sync.linking import Linked, blocks_of, hour, link, span, synced, upstream_busy
 from tests.sync.radicale import CalDAVAccount, FaultyProxy, Human
-from tests.webhooks.conftest import Receiver, wait_until
+from tests.webhooks.helpers import Receiver, wait_until
 
 
 def commit(persona: Persona, linked: Linked, hours_ahead: int = 30, **extra: Any) -> dict[str, Any]:

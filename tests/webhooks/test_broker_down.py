@@ -13,9 +13,9 @@ from celery.contrib.testing.worker import start_worker
 
 from agentcal import broker
 from agentcal.celery import app as celery_app
-from tests.approvals.conftest import created, make_person, owner, request_approval  # noqa: F401 (fixtures)
-from tests.conftest import create_calendar, slot
-from tests.webhooks.conftest import wait_until
+from tests.approvals.helpers import created, request_approval
+from tests.helpers import create_calendar, slot
+from tests.webhooks.helpers import wait_until
 from webhooks.models import DeliveryStatus, OutboxEvent, WebhookDelivery
 from webhooks.outbox import outbox_dispatch
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from audit.models import AuditRecord
-from tests.conftest import create_calendar, slot
+from tests.helpers import create_calendar, slot
 from webhooks.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint
 
 

@@ -7,8 +7,8 @@ import time
 import pytest
 from standardwebhooks import Webhook
 
-from tests.conftest import create_calendar, slot
-from tests.webhooks.conftest import wait_until
+from tests.helpers import create_calendar, slot
+from tests.webhooks.helpers import wait_until
 from webhooks.models import DeliveryAttempt, DeliveryStatus, OutboxEvent, WebhookDelivery, WebhookEndpoint
 
 pytestmark = pytest.mark.slow

@@ -11,8 +11,8 @@ from django.db import connection
 from audit.models import AuditRecord
 from bookings.engine import holds_expire_lapsed
 from bookings.models import Reservation, ReservationStatus
-from tests.conftest import create_calendar, slot
-from tests.webhooks.conftest import wait_until
+from tests.helpers import create_calendar, slot
+from tests.webhooks.helpers import wait_until
 from webhooks.models import OutboxEvent
 
 pytestmark = pytest.mark.slow

@@ -13,7 +13,7 @@ from agentcal import broker
 from agentcal.celery import app as celery_app
 from agentcal.sealing import seal_secret
 from bookings.models import Reservation
-from tests.conftest import create_calendar, slot
+from tests.helpers import create_calendar, slot
 from webhooks.models import EventType, OutboxEvent, WebhookDelivery
 from webhooks.outbox import outbox_emit
 from webhooks.tasks import catch_up

@@ -21,9 +21,9 @@ from prometheus_client import REGISTRY
 from standardwebhooks import Webhook
 
 from agentcal.sealing import seal_secret, unseal_secret
-from tests.conftest import Persona, create_calendar, slot
-from tests.conftest import test_database_url as child_database_url
-from tests.webhooks.conftest import Receiver, wait_until
+from tests.helpers import Persona, create_calendar, slot
+from tests.helpers import test_database_url as child_database_url
+from tests.webhooks.helpers import Receiver, wait_until
 from webhooks.models import DeliveryAttempt, DeliveryStatus, WebhookDelivery, WebhookEndpoint
 from workspaces.models import Workspace
 

@@ -10,7 +10,7 @@ import time_machine
 from django.db import connection
 from django.utils import timezone
 
-from tests.conftest import audit_rows
+from tests.helpers import audit_rows
 from workspaces.keys import KEY_PREFIX, LOOKUP_PREFIX_LENGTH, api_keys_changed, verified_keys
 from workspaces.models import ApiKey
 

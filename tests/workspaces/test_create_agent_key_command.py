@@ -7,7 +7,7 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from tests.conftest import http_client
+from tests.helpers import http_client
 from workspaces.keys import api_key_verify, lookup_prefix
 from workspaces.models import Agent, ApiKey, Workspace
 

@@ -17,8 +17,8 @@ import pytest
 from django.utils import timezone
 
 from agentcal.local_cache import generation
-from tests.conftest import http_client
-from tests.conftest import test_database_url as database_url_for_children
+from tests.helpers import http_client
+from tests.helpers import test_database_url as database_url_for_children
 from workspaces.actor import Actor
 from workspaces.keys import api_key_create, api_keys_changed
 from workspaces.models import Agent, ApiKey, Workspace

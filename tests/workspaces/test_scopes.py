@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bookings.models import Reservation
-from tests.conftest import ALL_SCOPES, audit_rows, create_calendar, slot
+from tests.helpers import ALL_SCOPES, audit_rows, create_calendar, slot
 
 # (method, path template, body, required scope). {cal}, {hold}, {booking} are filled from real objects.
 ENDPOINTS = [

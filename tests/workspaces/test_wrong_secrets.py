@@ -13,7 +13,7 @@ from django.conf import settings as django_settings
 from agentcal.metrics import AUTH_UNAUDITED, KEY_VERIFICATIONS_SPARED
 from audit.events import AuditEvent
 from audit.models import AuditRecord
-from tests.conftest import audit_rows, http_client
+from tests.helpers import audit_rows, http_client
 from workspaces.keys import KEY_PREFIX, LOOKUP_PREFIX_LENGTH, api_key_create
 
 SECRET_LENGTH = 43  # url-safe base64 of 32 bytes

@@ -1,12 +1,10 @@
-"""A real local webhook receiver and a real Celery worker (in-process thread, real Redis broker)."""
+"""Fixtures for any test: a real local webhook receiver and a real Celery worker (in-process thread, real
+Redis broker)."""
 
 from __future__ import annotations
 
-import json
 import threading
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -14,40 +12,7 @@ import pytest
 from celery.contrib.testing.worker import start_worker
 
 from agentcal.celery import app as celery_app
-
-
-@dataclass
-class Received:
-    headers: dict[str, str]
-    body: bytes
-
-    @property
-    def json(self) -> dict[str, Any]:
-        return json.loads(self.body)
-
-
-@dataclass
-class Receiver:
-    """Records every POST; answers with the queued status codes, then with `default_status`."""
-
-    url: str
-    requests: list[Received] = field(default_factory=list)
-    statuses: list[int] = field(default_factory=list)
-    default_status: int = 200
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def wait_for(self, count: int, timeout: float = 20.0) -> list[Received]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with self.lock:
-                if len(self.requests) >= count:
-                    return list(self.requests)
-            time.sleep(0.05)
-        raise AssertionError(f"expected {count} webhook request(s), got {len(self.requests)}")
-
-    def of_type(self, event_type: str) -> list[Received]:
-        with self.lock:
-            return [r for r in self.requests if r.json["type"] == event_type]
+from tests.webhooks.helpers import Received, Receiver
 
 
 @pytest.fixture
@@ -100,13 +65,3 @@ def _purge_queue() -> None:
     # must not reach this test's worker.
     with celery_app.connection_for_write() as connection:
         celery_app.amqp.queues["celery"].bind(connection).purge()
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float = 20.0, interval: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError("condition not met in time")

@@ -1,0 +1,46 @@
+"""Helpers for the client tests: clients for a persona, and a proxy that loses responses."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from agentcal_client import AsyncAgentCal
+
+from tests.helpers import _tls_context
+
+
+def async_agentcal(base_url: str, raw_key: str, **options: Any) -> AsyncAgentCal:
+    transport = httpx.AsyncClient(verify=_tls_context(), headers={"Connection": "close"}, timeout=30)
+    return AsyncAgentCal(raw_key, base_url=base_url, http_client=transport, **options)
+
+
+@dataclass
+class Seen:
+    """One request as it reached the proxy, and the server's answer when it was forwarded."""
+
+    at: float
+    method: str
+    path: str
+    headers: dict[str, str]
+    upstream_status: int | None = None
+    upstream_headers: dict[str, str] = field(default_factory=dict)
+    upstream_body: bytes = b""
+
+
+# What the proxy does with the n-th request (0-based): forward it and pass the answer on ("forward"),
+# forward it and answer this instead ("lose": the server did the work, the client never hears), or
+# answer this without forwarding ("refuse").
+Plan = Callable[[int, str], tuple[str, int, dict[str, str], bytes]]
+
+
+@dataclass
+class FaultyProxy:
+    url: str
+    seen: list[Seen]
+
+
+def forward_everything(index: int, method: str) -> tuple[str, int, dict[str, str], bytes]:
+    return ("forward", 0, {}, b"")
