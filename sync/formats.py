@@ -1,17 +1,9 @@
 """What a logged payload means, per provider: its version markers, and the iCalendar data the busy
 time is computed from (sync.ical is the one place recurrences are expanded, for every provider).
+CalDAV payloads are iCalendar already; a Google series (a master and its exceptions) becomes one
+VCALENDAR with RECURRENCE-ID overrides; each Microsoft 365 instance becomes a VCALENDAR of one VEVENT.
 
-CalDAV payloads are iCalendar already. Google Calendar payloads are events.list items (JSON): a
-recurring series is a master (with `recurrence` lines, which are iCalendar RRULE/RDATE/EXDATE) and
-its exceptions (`recurringEventId`, `originalStartTime`; a cancelled instance has status
-`cancelled`). They become one VCALENDAR: the master, and each exception as
-an override with RECURRENCE-ID, so Google series expand exactly like CalDAV ones.
-
-Microsoft 365 payloads are calendarView delta items (Graph event JSON): instances, never series
-masters (Graph has expanded the series: occurrences and exceptions come one by one, each with its own
-id and its master's as `seriesMasterId`), so each becomes a VCALENDAR of one VEVENT, without RRULE.
-Start and end are wall-clock times in `timeZone` (UTC unless asked otherwise, which we never do). The
-copies of our bookings are recognised by the line naming the booking in their body.
+Design: docs/architecture.md, "Upstream sync" (what each provider's payload holds).
 """
 
 from __future__ import annotations

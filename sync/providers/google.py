@@ -1,14 +1,9 @@
 """Google Calendar as an upstream provider: incremental sync with sync tokens, and our bookings written
-with client-supplied event ids.
+with client-supplied event ids (developers.google.com/calendar/api/guides/sync). A `410 Gone` token
+means a full sync that replaces the connection's blocks; a cancelled event is a deletion, except for an
+exception of a series, where it cancels that one instance. Push channels are sync.push.channels'.
 
-Sync (developers.google.com/calendar/api/guides/sync): events.list with `showDeleted` and no
-`singleEvents` (series come as a master and its exceptions; sync.formats turns them into one
-iCalendar series, expanded like CalDAV's), following `pageToken`s; the `nextSyncToken` of the last
-page is stored with the records. `410 Gone` means the token is no longer valid: a full sync, logged as
-a snapshot, replaces the connection's blocks. A deleted event comes back `status: cancelled`: a
-deletion, except for an exception of a series, where it cancels that one instance.
-
-Push channels are sync.push.channels' (developers.google.com/calendar/api/guides/push).
+Design: docs/architecture.md, "Upstream sync" (what each provider's payload holds).
 """
 
 from __future__ import annotations
