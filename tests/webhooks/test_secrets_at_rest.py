@@ -10,8 +10,10 @@ import subprocess
 import sys
 import uuid
 from io import StringIO
+from pathlib import Path
 from typing import Any
 
+import pgserver
 import pytest
 from cryptography.fernet import Fernet
 from django.core.management import CommandError, call_command
@@ -41,6 +43,20 @@ def register(persona: Persona, url: str, **headers: str) -> dict[str, Any]:
     return body
 
 
+def pg_dump_data() -> bytes:
+    """`pg_dump --data-only` of the test database, wherever it runs (the machine's server, or the
+    embedded one behind a socket folder). pgserver's own pg_dump (16) reads any server up to 16; the
+    machine's may be older than the embedded server it would be asked to read."""
+    pg_dump = Path(pgserver.__file__).parent / "pginstall" / "bin" / "pg_dump"
+    done = subprocess.run(
+        [str(pg_dump), "--data-only", f"--dbname={child_database_url()}"],
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    return done.stdout
+
+
 def secret_bytes(secret: str) -> bytes:
     return base64.b64decode(secret.removeprefix("whsec_"))
 
@@ -52,18 +68,7 @@ def test_a_database_dump_holds_no_webhook_signing_secret(sdr: Persona, webhook_s
         register(sdr, "http://127.0.0.1:9/b", **{"Idempotency-Key": str(uuid.uuid4())}),
     ]
 
-    dump = subprocess.run(
-        [
-            "pg_dump",
-            "--data-only",
-            "--host=127.0.0.1",
-            "--username=postgres",
-            connection.settings_dict["NAME"],
-        ],
-        capture_output=True,
-        check=True,
-        timeout=60,
-    ).stdout
+    dump = pg_dump_data()
     text = dump.decode()
 
     assert "webhooks_webhookendpoint" in text and all(e["id"] in text for e in created)  # the right database
