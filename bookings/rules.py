@@ -117,9 +117,10 @@ def open_spans(rules: CalendarRules, zone: str, window: Span) -> list[Span]:
     """
     tz = ZoneInfo(zone)
     start, end = window.start.astimezone(UTC), window.end.astimezone(UTC)
-    # A date either side: where a zone's clocks go back across midnight, a date's hours reach past the
-    # next date's first instant; the clip below drops whatever falls outside the window.
-    day = start.astimezone(tz).date() - ONE_DAY
+    # One date past the end: where a zone's clocks once went back across midnight (Antarctica/Casey,
+    # 5 March 2010, 02:00 → 23:00 the day before), a moment can show a date again after the next date's
+    # hours have begun. The clip below drops whatever falls outside the window.
+    day = start.astimezone(tz).date()
     last = end.astimezone(tz).date() + ONE_DAY
     spans: list[Span] = []
     while day <= last:
@@ -277,6 +278,10 @@ def _parse_date(key: object) -> date | None:
 def _parse_day(value: object, path: str, problems: _Problems) -> DayHours:
     if not isinstance(value, list | tuple):
         problems.add(path, 'Must be a list of ["HH:MM", "HH:MM"] intervals ([] = closed).')
+        return ()
+    if value and all(isinstance(item, str) for item in value):
+        # The likely slip, one pair not wrapped in its list: said once, not once per string.
+        problems.add(path, 'Must be a list of intervals: [["09:00", "17:00"]], not ["09:00", "17:00"].')
         return ()
     if len(value) > MAX_INTERVALS_PER_DAY:
         problems.add(path, f"At most {MAX_INTERVALS_PER_DAY} intervals a day ({len(value)} given).")
