@@ -57,16 +57,10 @@ class InvalidRules(InvalidRequest):
 
 @dataclass(frozen=True)
 class WorkingHours:
-    """A weekly schedule in the calendar's own zone: seven days' intervals, Monday first."""
+    """A weekly schedule in the calendar's own zone: seven days' intervals, Monday first (`parse_rules`
+    builds it from the API's JSON)."""
 
     by_weekday: tuple[DayHours, ...]
-
-    @classmethod
-    def from_json(cls, value: object) -> WorkingHours:
-        problems = _Problems()
-        hours = _parse_working_hours(value, problems)
-        problems.raise_if_any()
-        return hours
 
     def to_json(self) -> dict[str, list[list[str]]]:
         """Every weekday named, a closed one as `[]`, so what is shown back leaves nothing implied."""
