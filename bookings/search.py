@@ -1,0 +1,132 @@
+"""Finding a time across calendars: the common free grid slots of required calendars, read in one snapshot.
+
+Cost: three statements whatever the number of calendars (docs/architecture.md, "Finding a time across
+calendars"); CPU O((R + B) log(R + B) + S·(1 + k)·log(R + B)) for R reservations, B busy blocks, S grid
+steps in the window and k optional calendars.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db import connection, transaction
+
+from agentcal.errors import NotFound
+from bookings.engine.rules import check_span_length
+from bookings.models import BusyBlock, Calendar, Reservation, overlapping_q
+from bookings.spans import BusyIndex, Span, grid_slots
+
+EARLIEST = "earliest"
+MOST_OPTIONAL = "most_optional"
+ORDERS = (EARLIEST, MOST_OPTIONAL)
+MAX_SEARCH_CALENDARS = 20
+MAX_CANDIDATES = 50
+
+
+@dataclass(frozen=True)
+class Candidate:
+    span: Span
+    calendars: list[str]  # the required calendars' public ids
+    optional_free: list[str]  # the optional calendars free for the whole span
+
+
+@dataclass
+class SearchResult:
+    candidates: list[Candidate]
+    versions: dict[str, int]  # every calendar read, by public id: the ETag each one had in the snapshot
+    searched: Span
+    truncated: bool
+    reasons: dict[str, bool] = field(default_factory=dict)
+
+
+def find_common_time(
+    *,
+    workspace_id: int,
+    required: Sequence[str],
+    optional: Sequence[str],
+    min_optional: int,
+    duration: timedelta,
+    window: Span,
+    granularity_minutes: int | None,
+    limit: int,
+    order: str,
+) -> SearchResult:
+    """Up to `limit` spans of `duration` on the grid inside `window`, free on every required calendar
+    (live reservations, lapsed holds left out, and upstream busy blocks) and starting no earlier than
+    the database's now; each says which optional calendars are free then.
+
+    One REPEATABLE READ snapshot of three statements: the calendars (their versions, and now), every
+    live reservation across them, every busy block across them. Then pure work: the required calendars'
+    busy time merged into one BusyIndex (O(n log n)), the grid walked against it (O(S log n)), and each
+    candidate checked against the k optional calendars' indexes (O(k log n) each).
+    """
+    public_ids = [*required, *optional]
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            cursor.execute(
+                f"SELECT {', '.join(f.column for f in Calendar._meta.concrete_fields)}, now()"
+                " FROM bookings_calendar WHERE workspace_id = %s AND public_id = ANY(%s)",
+                [workspace_id, public_ids],
+            )
+            rows = cursor.fetchall()
+        names = [f.attname for f in Calendar._meta.concrete_fields]
+        calendars = {c.public_id: c for c in (Calendar.from_db("default", names, row[:-1]) for row in rows)}
+        missing = [pid for pid in public_ids if pid not in calendars]
+        if missing:
+            raise NotFound(f"No calendar {missing[0]} in this workspace.", missing_calendars=missing)
+        now: datetime = rows[0][-1]
+        check_span_length(Span(window.start, window.start + duration), [calendars[p] for p in required])
+        by_pk = {c.pk: c.public_id for c in calendars.values()}
+        busy: dict[str, list[Span]] = defaultdict(list)
+        # values_list, not instances: a month of ten people's calendars is thousands of rows.
+        for calendar_id, start, end in (
+            Reservation.objects.live()
+            .overlapping(window)
+            .filter(calendar_id__in=by_pk)
+            .values_list("calendar_id", "start_time", "end_time")
+            .iterator(chunk_size=10_000)
+        ):
+            busy[by_pk[calendar_id]].append(Span(start, end))
+        for calendar_id, start, end in (
+            BusyBlock.objects.filter(overlapping_q(window), calendar_id__in=by_pk)
+            .values_list("calendar_id", "start_time", "end_time")
+            .iterator(chunk_size=10_000)
+        ):
+            busy[by_pk[calendar_id]].append(Span(start, end))
+    versions = {pid: calendars[pid].version for pid in public_ids}
+    # Calendar rules (working hours, date overrides, buffers, notice) will join here: each calendar's
+    # rules become more closed Spans appended to busy[public_id] for the window (buffers widen its busy
+    # spans), so the intersection below needs no change. Absent rules mean "any time".
+    if window.end <= now:
+        return SearchResult([], versions, window, truncated=False, reasons={"window_in_the_past": True})
+    searched = Span(max(window.start, now), window.end)
+    required_busy = BusyIndex(span for pid in required for span in busy[pid])
+    optional_busy = {pid: BusyIndex(busy[pid]) for pid in optional}
+    step = granularity_minutes or min(calendars[pid].slot_minutes for pid in public_ids)
+    # Ordered by start and needing no optional calendar, the walk may stop one past the limit; otherwise
+    # every slot of the window is a contender.
+    stops_early = order == EARLIEST and min_optional == 0
+    slots = grid_slots(
+        window=searched,
+        duration=duration,
+        slot_minutes=step,
+        busy=required_busy,
+        limit=limit + 1 if stops_early else int(searched.duration / timedelta(minutes=step)) + 1,
+    )
+    candidates = []
+    for slot in slots:
+        free_optional = [pid for pid, index in optional_busy.items() if index.is_free(slot)]
+        if len(free_optional) >= min_optional:
+            candidates.append(Candidate(slot, list(required), free_optional))
+    if order == MOST_OPTIONAL:
+        candidates.sort(key=lambda c: (-len(c.optional_free), c.span.start))
+    reasons = {}
+    if not candidates:
+        reasons = {"no_common_free_time": True} if not slots else {"too_few_optional_free": True}
+    return SearchResult(
+        candidates[:limit], versions, searched, truncated=len(candidates) > limit, reasons=reasons
+    )
