@@ -26,6 +26,8 @@ MOST_OPTIONAL = "most_optional"
 ORDERS = (EARLIEST, MOST_OPTIONAL)
 MAX_SEARCH_CALENDARS = 20
 MAX_CANDIDATES = 50
+# A calendar's attnames are its column names (it has no foreign key but workspace, whose is workspace_id).
+_CALENDAR_COLUMNS = [f.attname for f in Calendar._meta.concrete_fields]
 
 
 @dataclass(frozen=True)
@@ -70,13 +72,14 @@ def find_common_time(
         with connection.cursor() as cursor:
             cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             cursor.execute(
-                f"SELECT {', '.join(f.column for f in Calendar._meta.concrete_fields)}, now()"
+                f"SELECT {', '.join(_CALENDAR_COLUMNS)}, now()"
                 " FROM bookings_calendar WHERE workspace_id = %s AND public_id = ANY(%s)",
                 [workspace_id, public_ids],
             )
             rows = cursor.fetchall()
-        names = [f.attname for f in Calendar._meta.concrete_fields]
-        calendars = {c.public_id: c for c in (Calendar.from_db("default", names, row[:-1]) for row in rows)}
+        calendars = {
+            c.public_id: c for c in (Calendar.from_db("default", _CALENDAR_COLUMNS, row[:-1]) for row in rows)
+        }
         missing = [pid for pid in public_ids if pid not in calendars]
         if missing:
             raise NotFound(f"No calendar {missing[0]} in this workspace.", missing_calendars=missing)
