@@ -284,7 +284,9 @@ class AvailabilitySearchInput(StrictSerializer):
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         named = [*attrs["calendars"], *attrs.get("optional_calendars", [])]
         if len(set(named)) != len(named):
-            raise serializers.ValidationError("Name each calendar once, as required or as optional.")
+            raise serializers.ValidationError(
+                {"calendars": "Name each calendar once, as required or as optional."}
+            )
         if attrs.get("min_optional", 0) > len(attrs.get("optional_calendars", [])):
             raise serializers.ValidationError({"min_optional": "More than the optional calendars named."})
         return attrs
@@ -323,7 +325,9 @@ class AvailabilitySearchView(AgentAPIView):
     required_scopes = {"POST": Scope.BOOKINGS_READ}
     audit_action = "calendar.availability"
 
-    @extend_schema(request=AvailabilitySearchInput, responses={200: AvailabilitySearchOutput})
+    @extend_schema(
+        request=AvailabilitySearchInput, responses={200: AvailabilitySearchOutput, **problems(404)}
+    )
     def post(self, request: Request) -> Response:
         data = validated(AvailabilitySearchInput, request.data)
         window = Span(data["start"], data["end"])
@@ -339,18 +343,10 @@ class AvailabilitySearchView(AgentAPIView):
             limit=data.get("limit", 10),
             order=data.get("order", EARLIEST),
         )
-        payload = {
-            "candidates": [
-                {
-                    "start_time": c.span.start,
-                    "end_time": c.span.end,
-                    "calendars": c.calendars,
-                    "optional_free": c.optional_free,
-                }
-                for c in result.candidates
-            ],
+        payload: dict[str, Any] = {
+            "candidates": result.candidates,  # Candidate and Span have the attributes the output names
             "versions": result.versions,
-            "searched": {"start": result.searched.start, "end": result.searched.end},
+            "searched": result.searched,
             "truncated": result.truncated,
         }
         if result.reasons:

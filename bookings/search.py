@@ -36,6 +36,14 @@ class Candidate:
     calendars: list[str]  # the required calendars' public ids
     optional_free: list[str]  # the optional calendars free for the whole span
 
+    @property
+    def start_time(self) -> datetime:
+        return self.span.start
+
+    @property
+    def end_time(self) -> datetime:
+        return self.span.end
+
 
 @dataclass
 class SearchResult:
