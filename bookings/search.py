@@ -23,6 +23,10 @@ from bookings.sql import live, overlap_params, overlaps
 
 EARLIEST = "earliest"
 MOST_OPTIONAL = "most_optional"
+# A search that cannot stop at the first free slots (ranked by optional attendees, or needing some of
+# them free) weighs at most this many slots, the earliest: a month on a one-minute grid would be ~45,000
+# slots times every optional calendar. Past it the answer says `truncated`.
+MAX_WEIGHED_SLOTS = 5_000
 ORDERS = (EARLIEST, MOST_OPTIONAL)
 MAX_SEARCH_CALENDARS = 20
 MAX_CANDIDATES = 50
@@ -123,7 +127,7 @@ def find_common_time(
     # Ordered by start and needing no optional calendar, the walk may stop one past the limit; otherwise
     # every slot of the window is a contender.
     stops_early = order == EARLIEST and min_optional == 0
-    wanted = limit + 1 if stops_early else int(searched.duration / timedelta(minutes=step)) + 1
+    wanted = limit + 1 if stops_early else MAX_WEIGHED_SLOTS + 1
     slots: list[Span] = []
     # The grid is walked only inside the required calendars' common gaps: a busy month costs its free
     # slots, not every step of it. (The grid is anchored to the epoch, so a gap's slots are the window's.)
@@ -133,8 +137,12 @@ def find_common_time(
         slots += grid_slots(
             window=gap, duration=duration, slot_minutes=step, busy=required_busy, limit=wanted - len(slots)
         )
+    weighed_all = len(slots) <= MAX_WEIGHED_SLOTS
+    if not weighed_all:
+        # What was searched ends where the first slot not weighed starts: the agent continues from there.
+        searched = Span(searched.start, slots[MAX_WEIGHED_SLOTS].start)
     candidates = []
-    for slot in slots:
+    for slot in slots[:MAX_WEIGHED_SLOTS]:
         free_optional = [pid for pid, index in optional_busy.items() if index.is_free(slot)]
         if len(free_optional) >= min_optional:
             candidates.append(Candidate(slot, list(required), free_optional))
@@ -144,5 +152,9 @@ def find_common_time(
     if not candidates:
         reasons = {"no_common_free_time": True} if not slots else {"too_few_optional_free": True}
     return SearchResult(
-        candidates[:limit], versions, searched, truncated=len(candidates) > limit, reasons=reasons
+        candidates[:limit],
+        versions,
+        searched,
+        truncated=len(candidates) > limit or not weighed_all,
+        reasons=reasons,
     )

@@ -234,3 +234,27 @@ def test_the_grid_is_the_finest_slot_size_involved_unless_asked(sdr):
 
     assert starts(default) == [at(0), at(15), at(30)]
     assert starts(asked) == [at(0), at(30)]
+
+
+def test_a_search_that_weighs_every_slot_weighs_at_most_the_earliest_few_thousand(sdr):
+    """Needing an optional attendee on a one-minute grid, four days are 5,760 slots: the search weighs the
+    first MAX_WEIGHED_SLOTS (5,000), says it is truncated and where it stopped, so the agent asks again
+    from there. The optional calendar is busy for the first 3.5 days (slot 5,040 on): nothing weighed."""
+    person, optional = create_calendar(sdr)["id"], create_calendar(sdr)["id"]
+    four_days = window(96)
+    busy_block(optional, {"start_time": four_days["start"], "end_time": at_minute(four_days, 5040)})
+    ask = {"calendars": [person], "optional_calendars": [optional], "min_optional": 1}
+    ask |= {"duration_minutes": 30, "granularity_minutes": 1, "order": "most_optional"}
+
+    cut = search(sdr, **ask, **four_days).json()
+    rest = search(sdr, **ask, start=cut["searched"]["end"], end=four_days["end"]).json()
+
+    assert cut["candidates"] == [] and cut["truncated"] is True
+    assert cut["searched"] == {"start": four_days["start"], "end": at_minute(four_days, 5000)}
+    assert starts(rest)[0] == at_minute(four_days, 5040) and rest["candidates"][0]["optional_free"] == [
+        optional
+    ]
+
+
+def at_minute(span: dict[str, str], minutes: int) -> str:
+    return iso(parse(span["start"]) + timedelta(minutes=minutes))
