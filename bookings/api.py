@@ -33,6 +33,7 @@ from bookings.payloads import (
     booking_payload,
     hold_payload,
 )
+from bookings.search import EARLIEST, MAX_CANDIDATES, MAX_SEARCH_CALENDARS, ORDERS, find_common_time
 from bookings.selectors import (
     MAX_AVAILABILITY_WINDOW,
     availability,
@@ -85,6 +86,14 @@ def parse_if_match(request: Request) -> int | None:
 
 def etag(version: int) -> str:
     return f'"{version}"'
+
+
+def check_window(window: Span) -> None:
+    """An availability window: forwards, and no longer than the availability reads allow."""
+    if window.end <= window.start:
+        raise InvalidRange("end must be after start.")
+    if window.duration > MAX_AVAILABILITY_WINDOW:
+        raise InvalidRange(f"The window may span at most {MAX_AVAILABILITY_WINDOW.days} days.")
 
 
 def span_from(data: dict[str, Any]) -> Span:
@@ -209,10 +218,7 @@ class AvailabilityView(AgentAPIView):
         calendar = calendar_for(self.actor, calendar_id)
         query = validated(AvailabilityQuery, request.query_params.dict())
         window = Span(query["start"], query["end"])
-        if window.end <= window.start:
-            raise InvalidRange("end must be after start.")
-        if window.duration > MAX_AVAILABILITY_WINDOW:
-            raise InvalidRange(f"The window may span at most {MAX_AVAILABILITY_WINDOW.days} days.")
+        check_window(window)
         duration = query.get("duration_minutes")
         result = availability(
             calendar=calendar, window=window, duration=timedelta(minutes=duration) if duration else None
@@ -258,6 +264,94 @@ class AvailabilityView(AgentAPIView):
             }
         ).data
         return Response(payload, headers={"ETag": etag(result.version)})
+
+
+class AvailabilitySearchInput(StrictSerializer):
+    calendars = serializers.ListField(
+        child=serializers.CharField(max_length=32), min_length=1, max_length=MAX_SEARCH_CALENDARS
+    )
+    optional_calendars = serializers.ListField(
+        child=serializers.CharField(max_length=32), required=False, max_length=MAX_SEARCH_CALENDARS
+    )
+    min_optional = serializers.IntegerField(min_value=0, max_value=MAX_SEARCH_CALENDARS, required=False)
+    duration_minutes = serializers.IntegerField(min_value=1, max_value=CalendarBounds.MAX_BOOKING_MINUTES[1])
+    start = OffsetDateTimeField()
+    end = OffsetDateTimeField()
+    granularity_minutes = bounded(CalendarBounds.SLOT_MINUTES)
+    limit = serializers.IntegerField(min_value=1, max_value=MAX_CANDIDATES, required=False)
+    order = serializers.ChoiceField(choices=ORDERS, required=False)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        named = [*attrs["calendars"], *attrs.get("optional_calendars", [])]
+        if len(set(named)) != len(named):
+            raise serializers.ValidationError(
+                {"calendars": "Name each calendar once, as required or as optional."}
+            )
+        if attrs.get("min_optional", 0) > len(attrs.get("optional_calendars", [])):
+            raise serializers.ValidationError({"min_optional": "More than the optional calendars named."})
+        return attrs
+
+
+class CandidateOutput(OutputSerializer):
+    start_time = serializers.DateTimeField()
+    end_time = serializers.DateTimeField()
+    calendars = serializers.ListField(child=serializers.CharField(), help_text="The required calendars.")
+    optional_free = serializers.ListField(
+        child=serializers.CharField(), help_text="The optional calendars free for the whole span."
+    )
+
+
+class SearchedOutput(OutputSerializer):
+    start = serializers.DateTimeField()
+    end = serializers.DateTimeField()
+
+
+class AvailabilitySearchOutput(OutputSerializer):
+    candidates = CandidateOutput(many=True)
+    versions = serializers.DictField(
+        child=serializers.IntegerField(), help_text="Every calendar read: its version (ETag) then."
+    )
+    searched = SearchedOutput(help_text="The window searched: from the later of `start` and now.")
+    truncated = serializers.BooleanField(help_text="More candidates than `limit` were found.")
+    reasons = serializers.DictField(
+        child=serializers.BooleanField(),
+        required=False,
+        help_text="Why there are no candidates: `window_in_the_past`, `no_common_free_time`, "
+        "`too_few_optional_free`.",
+    )
+
+
+class AvailabilitySearchView(AgentAPIView):
+    required_scopes = {"POST": Scope.BOOKINGS_READ}
+    audit_action = "calendar.availability"
+
+    @extend_schema(
+        request=AvailabilitySearchInput, responses={200: AvailabilitySearchOutput, **problems(404)}
+    )
+    def post(self, request: Request) -> Response:
+        data = validated(AvailabilitySearchInput, request.data)
+        window = Span(data["start"], data["end"])
+        check_window(window)
+        result = find_common_time(
+            workspace_id=self.actor.workspace.pk,
+            required=data["calendars"],
+            optional=data.get("optional_calendars", []),
+            min_optional=data.get("min_optional", 0),
+            duration=timedelta(minutes=data["duration_minutes"]),
+            window=window,
+            granularity_minutes=data.get("granularity_minutes"),
+            limit=data.get("limit", 10),
+            order=data.get("order", EARLIEST),
+        )
+        payload: dict[str, Any] = {
+            "candidates": result.candidates,  # Candidate and Span have the attributes the output names
+            "versions": result.versions,
+            "searched": result.searched,
+            "truncated": result.truncated,
+        }
+        if result.reasons:
+            payload["reasons"] = result.reasons
+        return Response(AvailabilitySearchOutput(payload).data)
 
 
 # --- Holds ------------------------------------------------------------------------------------------------

@@ -58,13 +58,18 @@ def bucket_label(moment: datetime, slot_minutes: int) -> str:
 
 
 def merge(spans: Iterable[Span]) -> list[Span]:
-    merged: list[Span] = []
-    for span in sorted(spans, key=lambda s: s.start):
-        if merged and span.start <= merged[-1].end:
-            if span.end > merged[-1].end:
-                merged[-1] = Span(merged[-1].start, span.end)
+    return [Span(start, end) for start, end in merge_bounds((s.start, s.end) for s in spans)]
+
+
+def merge_bounds(bounds: Iterable[tuple[datetime, datetime]]) -> list[tuple[datetime, datetime]]:
+    """merge() of (start, end) pairs: tuples sort and compare in C, and no Span is built per input."""
+    merged: list[tuple[datetime, datetime]] = []
+    for start, end in sorted(bounds):
+        if merged and start <= merged[-1][1]:
+            if end > merged[-1][1]:
+                merged[-1] = (merged[-1][0], end)
         else:
-            merged.append(span)
+            merged.append((start, end))
     return merged
 
 
@@ -72,23 +77,33 @@ class BusyIndex:
     """Answers "is this span free?" in O(log n) over merged busy spans."""
 
     def __init__(self, busy: Iterable[Span]) -> None:
-        self._spans = merge(busy)
-        self._starts = [s.start for s in self._spans]
+        self._set(merge_bounds((s.start, s.end) for s in busy))
+
+    @classmethod
+    def from_bounds(cls, bounds: Iterable[tuple[datetime, datetime]]) -> BusyIndex:
+        """The index of (start, end) pairs of aware datetimes (rows as read from the database)."""
+        index = cls.__new__(cls)
+        index._set(merge_bounds(bounds))
+        return index
+
+    def _set(self, merged: list[tuple[datetime, datetime]]) -> None:
+        self._starts = [start for start, _ in merged]
+        self._ends = [end for _, end in merged]
 
     def is_free(self, span: Span) -> bool:
         # The only merged span that can overlap is the last one starting before span.end.
         i = bisect.bisect_left(self._starts, span.end) - 1
-        return i < 0 or self._spans[i].end <= span.start
+        return i < 0 or self._ends[i] <= span.start
 
     def gaps(self, window: Span) -> list[Span]:
         free: list[Span] = []
         cursor = window.start
-        for busy in self._spans:
-            if busy.end <= cursor or busy.start >= window.end:
+        for start, end in zip(self._starts, self._ends, strict=True):
+            if end <= cursor or start >= window.end:
                 continue
-            if busy.start > cursor:
-                free.append(Span(cursor, busy.start))
-            cursor = max(cursor, busy.end)
+            if start > cursor:
+                free.append(Span(cursor, start))
+            cursor = max(cursor, end)
         if cursor < window.end:
             free.append(Span(cursor, window.end))
         return free

@@ -21,6 +21,7 @@ urlpatterns = [
     path(
         "calendars/<str:calendar_id>/availability", bookings.AvailabilityView.as_view(), name="availability"
     ),
+    path("availability/search", bookings.AvailabilitySearchView.as_view(), name="availability-search"),
     path("calendars/<str:calendar_id>/holds", bookings.HoldCreateView.as_view(), name="holds"),
     path("calendars/<str:calendar_id>/commits", bookings.CommitCreateView.as_view(), name="commits"),
     path(

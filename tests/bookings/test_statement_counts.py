@@ -12,7 +12,8 @@ What a request costs today (docs/performance-notes.md has why each is what it is
 - a hold refused by the pre-check: two (that statement, which also reads what the alternatives need;
   then the refusal's audit row, which must exist and must say what it was refused for);
 - a commit: two (the hold's read; the commit with its audit and outbox rows);
-- a loser that found the winner still writing: four (the failed NOWAIT, the wait, the look, the audit).
+- a loser that found the winner still writing: four (the failed NOWAIT, the wait, the look, the audit);
+- a search across calendars: one read-only snapshot of three reads, however many calendars.
 """
 
 from __future__ import annotations
@@ -321,3 +322,35 @@ def test_a_connection_the_server_ended_while_idle_is_replaced_before_the_request
 
     assert response.status_code == 201, response.content
     assert backend_pid() != ended
+
+
+def test_a_search_across_calendars_is_one_snapshot_whatever_the_number_of_calendars(
+    agents: tuple[Agentish, Agentish, str],
+) -> None:
+    first, _, calendar = agents
+    others = [first.request("post", "/calendars", {"name": f"person {n}"}).json()["id"] for n in range(4)]
+    for n, other in enumerate(others):
+        assert first.request("post", f"/calendars/{other}/holds", slot(hours_ahead=20 + n)).status_code == 201
+    window = slot(hours_ahead=18, minutes=12 * 60)
+    body = {
+        "calendars": [calendar, *others[:2]],
+        "optional_calendars": others[2:],
+        "duration_minutes": 30,
+        "start": window["start_time"],
+        "end": window["end_time"],
+    }
+    assert generation.poll_once()
+    with wire() as sent:
+        response = first.request("post", "/availability/search", body)
+    assert response.status_code == 200, response.content
+    assert response.json()["candidates"]
+    # The snapshot: its isolation, the calendars (with now), every reservation, every busy block.
+    assert [s.split()[0] for s in sent.statements] == [
+        "BEGIN",
+        "SET",
+        "SELECT",
+        "SELECT",
+        "SELECT",
+        "COMMIT",
+    ], sent.statements
+    assert sent.round_trips == 6

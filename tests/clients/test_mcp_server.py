@@ -31,6 +31,7 @@ from tests.helpers import Persona, audit_rows, create_calendar, slot
 READ_TOOLS = {
     "list_calendars",
     "find_free_slots",
+    "find_meeting_time",
     "get_booking",
     "list_bookings",
     "get_approval",
@@ -197,6 +198,41 @@ def test_over_http_each_session_acts_as_its_own_agent_and_the_loser_gets_alterna
     assert [row.event_type for row in conflicts] == ["calendar.hold.rejected", "calendar.commit.rejected"]
 
 
+def test_find_meeting_time_offers_the_times_every_required_person_is_free(sdr: Persona, mcp_url: str) -> None:
+    ana, ben, cleo = (create_calendar(sdr, name=name)["id"] for name in ("Ana", "Ben", "Cleo"))
+    assert (
+        sdr.client.post(f"/calendars/{ana}/commits", json=slot(hours_ahead=30, minutes=30)).status_code == 201
+    )
+    blocked = slot(hours_ahead=30, minutes=30, offset_minutes=30)
+    assert sdr.client.post(f"/calendars/{cleo}/commits", json=blocked).status_code == 201
+    window = slot(hours_ahead=30, minutes=90)
+    arguments = {
+        "calendars": [ana, ben],
+        "duration_minutes": 30,
+        "window_start": window["start_time"],
+        "window_end": window["end_time"],
+    }
+
+    async def ask() -> tuple[CallToolResult, CallToolResult]:
+        async with http_session(mcp_url, sdr.raw_key) as session:
+            found = await session.call_tool(
+                "find_meeting_time", {**arguments, "optional_calendars": [cleo], "prefer_most_optional": True}
+            )
+            none = await session.call_tool("find_meeting_time", {**arguments, "duration_minutes": 90})
+            return found, none
+
+    found, none = asyncio.run(ask())
+
+    times = content(found)["candidates"]
+    assert content(found)["outcome"] == "found"
+    assert [(t["start_time"], t["optional_free"]) for t in times] == [
+        (slot(hours_ahead=30, offset_minutes=60)["start_time"], [cleo]),
+        (blocked["start_time"], []),
+    ]
+    assert content(none)["outcome"] == "none_free"
+    assert content(none)["reasons"] == {"no_common_free_time": True}
+
+
 def test_a_read_only_key_is_offered_no_write_tools(make_agent: Any, mcp_url: str) -> None:
     reader = make_agent("reader", scopes=READ_ONLY_SCOPES)
     writer = make_agent("writer", scopes=["bookings:read", "bookings:write"])
@@ -217,6 +253,7 @@ def test_a_read_only_key_is_offered_no_write_tools(make_agent: Any, mcp_url: str
     assert reader_tools == READ_TOOLS
     assert writer_tools == {
         "find_free_slots",
+        "find_meeting_time",
         "get_booking",
         "list_bookings",
         "hold_slot",

@@ -18,6 +18,7 @@ from agentcal_client import (
     Hold,
     HoldEvicted,
     HoldSession,
+    MeetingTimes,
     NotFound,
     QuotaExceeded,
     RateLimited,
@@ -314,6 +315,53 @@ def test_find_free_slot_finds_the_first_span_free_in_every_calendar(
         client.find_free_slot([first.id, second.id], timedelta(hours=2), start, start + timedelta(hours=2))
         is None
     )
+
+
+def test_find_meeting_time_asks_the_server_for_the_common_free_spans(
+    sdr: Persona, agentcal_for: MakeClient
+) -> None:
+    client = agentcal_for(sdr)
+    ana, ben, cleo = (client.calendars.create(name) for name in ("Ana", "Ben", "Cleo"))
+    start, _ = span(24, 0)
+    client.bookings.commit(ana.id, start, start + timedelta(minutes=30))
+    client.bookings.commit(cleo.id, start + timedelta(minutes=60), start + timedelta(minutes=90))
+
+    found = client.find_meeting_time(
+        [ana.id, ben.id],
+        timedelta(minutes=30),
+        start,
+        start + timedelta(hours=2),
+        optional_calendars=[cleo.id],
+        order="most_optional",
+        limit=2,
+    )
+    nothing = client.find_meeting_time([ana.id], timedelta(minutes=30), start, start + timedelta(minutes=30))
+
+    assert [(c.start_time, c.optional_free) for c in found.candidates] == [
+        (start + timedelta(minutes=30), (cleo.id,)),
+        (start + timedelta(minutes=90), (cleo.id,)),
+    ]
+    assert found.candidates[0].calendars == (ana.id, ben.id)
+    assert found.truncated is True and found.reasons is None
+    assert found.versions == {c.id: client.calendars.get(c.id).version for c in (ana, ben, cleo)}
+    assert nothing.candidates == () and nothing.reasons == {"no_common_free_time": True}
+
+
+def test_the_async_client_finds_a_meeting_time(sdr: Persona, live_server: Any) -> None:
+    start, _ = span(24, 0)
+
+    async def find() -> MeetingTimes:
+        async with async_agentcal(live_server.url, sdr.raw_key) as client:
+            calendar = await client.calendars.create("Ana")
+            await client.bookings.commit(calendar.id, start, start + timedelta(minutes=30))
+            return await client.find_meeting_time(
+                [calendar.id], timedelta(minutes=30), start, start + timedelta(hours=1)
+            )
+
+    found = asyncio.run(find())
+
+    assert [c.start_time for c in found.candidates] == [start + timedelta(minutes=30)]
+    assert found.searched.start == start
 
 
 def test_a_missing_object_is_not_found(sdr: Persona, agentcal_for: MakeClient) -> None:

@@ -48,6 +48,9 @@ COMPONENTS: dict[type[models.Model], str] = {
     models.InviteAttendee: "InviteAttendeeOutput",
     models.QueuedMessage: "QueuedOutput",
     models.AuditRecord: "AuditRecordOutput",
+    models.MeetingTimes: "AvailabilitySearchOutput",
+    models.MeetingCandidate: "CandidateOutput",
+    models.SearchedWindow: "SearchedOutput",
 }
 SCALARS = {"string": str, "integer": int, "boolean": bool, "number": float}
 

@@ -44,6 +44,12 @@ class SlotView(Model):
         return cls(start_time=slot.start_time, end_time=slot.end_time)
 
 
+class MeetingTimeView(Model):
+    start_time: datetime
+    end_time: datetime
+    optional_free: list[str] = Field(description="The optional calendars free for the whole span.")
+
+
 class HoldView(Model):
     id: str = Field(description="The hold's id (hld_…).")
     hold_token: str | None = Field(
@@ -311,6 +317,13 @@ class FreeSlotsResult(ToolResult):
     outcome: Literal["found", "none_free", "error"]
     calendars: list[str] = []
     slots: list[SlotView] = []
+
+
+class MeetingTimesResult(ToolResult):
+    outcome: Literal["found", "none_free", "error"]
+    calendars: list[str] = []
+    candidates: list[MeetingTimeView] = []
+    reasons: dict[str, bool] | None = Field(default=None, description="Why nothing was found.")
 
 
 class HoldResult(ToolResult, ConflictMembers):

@@ -46,6 +46,8 @@ from agentcal_mcp.results import (
     FreeSlotsResult,
     HoldResult,
     HoldView,
+    MeetingTimesResult,
+    MeetingTimeView,
     MessageListResult,
     MessageResult,
     MessageSummary,
@@ -142,6 +144,64 @@ async def find_free_slots(
         slots=common[:max_slots],
         next_step="Call hold_slot now with the first calendar, the other calendars as also_calendars, and "
         "one slot's start_time and end_time.",
+    )
+
+
+@agent_tool(scope=scopes.BOOKINGS_READ, title="Find a meeting time", read_only=True, idempotent=True)
+async def find_meeting_time(
+    ctx: Context,
+    calendars: Annotated[
+        list[str],
+        Field(
+            description="The required people's calendar ids (cal_…); a time must be free in all of them.",
+            min_length=1,
+            max_length=20,
+        ),
+    ],
+    duration_minutes: Annotated[int, Field(ge=1, le=10080, description="How long the meeting is.")],
+    window_start: Annotated[AwareDatetime, Field(description="Search from (RFC 3339 with an offset).")],
+    window_end: Annotated[AwareDatetime, Field(description="Search until (RFC 3339 with an offset).")],
+    optional_calendars: Annotated[
+        list[str] | None,
+        Field(description="Calendars of people who should come if they can.", max_length=20),
+    ] = None,
+    prefer_most_optional: Annotated[
+        bool, Field(description="Put first the times most optional people can make, not the earliest.")
+    ] = False,
+    max_times: Annotated[int, Field(ge=1, le=50, description="Return at most this many times.")] = 5,
+) -> MeetingTimesResult:
+    """Find times of `duration_minutes` free for every required person (the server intersects their
+    calendars), and say which optional people are free at each.
+
+    Use it before hold_slot for meetings of several people. Reading is not reserving: hold the time you
+    want next, right away. Times are in UTC.
+    """
+    found = await agentcal(ctx).find_meeting_time(
+        calendars,
+        timedelta(minutes=duration_minutes),
+        window_start,
+        window_end,
+        optional_calendars=optional_calendars,
+        limit=max_times,
+        order="most_optional" if prefer_most_optional else "earliest",
+    )
+    if not found.candidates:
+        return MeetingTimesResult(
+            outcome="none_free",
+            calendars=calendars,
+            reasons=found.reasons,
+            next_step="No time suits every required person: try a wider window, a shorter meeting or "
+            "fewer required calendars (make some optional).",
+        )
+    return MeetingTimesResult(
+        outcome="found",
+        calendars=calendars,
+        candidates=[
+            MeetingTimeView(start_time=c.start_time, end_time=c.end_time, optional_free=list(c.optional_free))
+            for c in found.candidates
+        ],
+        next_step="Call hold_slot now with the first calendar, the other required calendars as "
+        "also_calendars, and one time's start_time and end_time.",
     )
 
 

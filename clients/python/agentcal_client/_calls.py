@@ -22,6 +22,7 @@ from agentcal_client.models import (
     Hold,
     Identity,
     Inbox,
+    MeetingTimes,
     Message,
     Model,
     Page,
@@ -109,13 +110,42 @@ def calendar_update(calendar_id: str, **fields: Any) -> Call[Calendar]:
 def availability(
     calendar_id: str, start: datetime, end: datetime, *, duration: timedelta | None
 ) -> Call[Availability]:
-    minutes = None
-    if duration is not None:
-        minutes = int(duration.total_seconds() // 60)
-        if minutes < 1 or duration.total_seconds() % 60:
-            raise ValueError("duration must be a whole number of minutes, at least one")
+    minutes = None if duration is None else _whole_minutes(duration)
     params = _query(start=start, end=end, duration_minutes=minutes)
     return Call(Request("GET", f"/calendars/{calendar_id}/availability", params=params), _one(Availability))
+
+
+def _whole_minutes(duration: timedelta) -> int:
+    minutes = int(duration.total_seconds() // 60)
+    if minutes < 1 or duration.total_seconds() % 60:
+        raise ValueError("duration must be a whole number of minutes, at least one")
+    return minutes
+
+
+def find_meeting_time(
+    calendars: Sequence[str],
+    duration: timedelta,
+    start: datetime,
+    end: datetime,
+    *,
+    optional_calendars: Sequence[str] | None,
+    min_optional: int | None,
+    granularity_minutes: int | None,
+    limit: int | None,
+    order: str | None,
+) -> Call[MeetingTimes]:
+    body = _body(
+        calendars=list(calendars),
+        optional_calendars=None if optional_calendars is None else list(optional_calendars),
+        min_optional=min_optional,
+        duration_minutes=_whole_minutes(duration),
+        start=start,
+        end=end,
+        granularity_minutes=granularity_minutes,
+        limit=limit,
+        order=order,
+    )
+    return Call(Request("POST", "/availability/search", json=body), _one(MeetingTimes))
 
 
 # --- Holds -------------------------------------------------------------------------------------------------

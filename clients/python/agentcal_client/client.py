@@ -22,7 +22,7 @@ from agentcal_client.async_resources import (
     AsyncHolds,
     AsyncInboxNamespace,
 )
-from agentcal_client.models import Hold, Identity, Slot
+from agentcal_client.models import Hold, Identity, MeetingTimes, Slot
 from agentcal_client.resources import Approvals, Audit, Bookings, Calendars, Holds, InboxNamespace
 from agentcal_client.sessions import AsyncHoldSession, HoldSession
 
@@ -100,6 +100,37 @@ class AgentCal:
         _slots.check_search(calendars, duration, start, end)
         free = [self.calendars.availability(calendar, start, end).free_slots for calendar in calendars]
         return _slots.first_fit(free, duration)
+
+    def find_meeting_time(
+        self,
+        calendars: Sequence[str],
+        duration: timedelta,
+        start: datetime,
+        end: datetime,
+        *,
+        optional_calendars: Sequence[str] | None = None,
+        min_optional: int | None = None,
+        granularity_minutes: int | None = None,
+        limit: int | None = None,
+        order: str | None = None,
+    ) -> MeetingTimes:
+        """Spans of `duration` in [start, end) free on every calendar in `calendars`, found by the server
+        in one read (`order`: "earliest", the default, or "most_optional": most optional calendars
+        free first). No candidates is an answer, not an error: see `reasons`. Reading is not reserving:
+        hold a candidate next, with `versions` as `if_version` to hold only if nothing changed."""
+        return self._transport.run(
+            _calls.find_meeting_time(
+                calendars,
+                duration,
+                start,
+                end,
+                optional_calendars=optional_calendars,
+                min_optional=min_optional,
+                granularity_minutes=granularity_minutes,
+                limit=limit,
+                order=order,
+            )
+        )
 
     def hold(
         self,
@@ -183,6 +214,34 @@ class AsyncAgentCal:
             *(self.calendars.availability(calendar, start, end) for calendar in calendars)
         )
         return _slots.first_fit([answer.free_slots for answer in answers], duration)
+
+    async def find_meeting_time(
+        self,
+        calendars: Sequence[str],
+        duration: timedelta,
+        start: datetime,
+        end: datetime,
+        *,
+        optional_calendars: Sequence[str] | None = None,
+        min_optional: int | None = None,
+        granularity_minutes: int | None = None,
+        limit: int | None = None,
+        order: str | None = None,
+    ) -> MeetingTimes:
+        """See AgentCal.find_meeting_time."""
+        return await self._transport.run(
+            _calls.find_meeting_time(
+                calendars,
+                duration,
+                start,
+                end,
+                optional_calendars=optional_calendars,
+                min_optional=min_optional,
+                granularity_minutes=granularity_minutes,
+                limit=limit,
+                order=order,
+            )
+        )
 
     def hold(
         self,

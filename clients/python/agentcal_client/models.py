@@ -39,10 +39,13 @@ __all__ = [
     "Inbox",
     "InviteAttendee",
     "InvitePerson",
+    "MeetingCandidate",
+    "MeetingTimes",
     "Message",
     "Page",
     "QueuedMessage",
     "Quota",
+    "SearchedWindow",
     "Slot",
     "Thread",
     "ThreadDetail",
@@ -173,6 +176,36 @@ class Availability(Model):
     # The calendar's state version: pass it as `if_version` to act only if nothing changed since.
     version: int
     server_time: datetime
+
+
+@dataclass(frozen=True, kw_only=True)
+class MeetingCandidate(Model):
+    """A span free on every required calendar; `optional_free`: the optional calendars free for all of it."""
+
+    start_time: datetime
+    end_time: datetime
+    calendars: tuple[str, ...]
+    optional_free: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchedWindow(Model):
+    """The window a search looked in: from the later of the asked start and the server's now."""
+
+    start: datetime
+    end: datetime
+
+
+@dataclass(frozen=True, kw_only=True)
+class MeetingTimes(Model):
+    """The answer of find_meeting_time: candidates best first, each calendar's version as read (pass it
+    as `if_version` when holding), and, when there are none, `reasons` (e.g. "no_common_free_time")."""
+
+    candidates: tuple[MeetingCandidate, ...]
+    versions: dict[str, int]
+    searched: SearchedWindow
+    truncated: bool
+    reasons: dict[str, bool] | None = None
 
 
 # --- Holds and bookings ------------------------------------------------------------------------------------
