@@ -274,6 +274,10 @@ def test_every_operation_honours_the_published_schema(app_server, fuzz_target, t
         "--workers", str(WORKERS),
         "--continue-on-failure",
         "--request-timeout", "20",
+        # Conformance, not latency (the benchmark measures that): this runs beside three other test
+        # workers, Celery and gunicorn on two cores, where schemathesis's default 10 s limit once failed
+        # one answer in 2,508; a request still counts as failed past the request timeout.
+        "--max-response-time", "20",
         "--report", "ndjson,junit",
         "--report-dir", str(report_dir),
         "--report-ndjson-path", str(report_dir / "events.ndjson"),
