@@ -76,11 +76,7 @@ def google_notification(request: HttpRequest) -> HttpResponse:
 @csrf_exempt  # Graph calls it; each notification's clientState is the check
 @require_POST
 def microsoft_notification(request: HttpRequest) -> HttpResponse:
-    if not _peer_limiter().allow(_peer(request)):
-        return _rate_limited("microsoft")
-    if "validationToken" in request.GET:
-        return _validation_echo(request)
-    told = _verified_graph_notifications(request)
+    told = _graph_delivery(request)
     if isinstance(told, HttpResponse):
         return told
     for connection, _items in told.values():  # one sync per connection, however many changes it was told
@@ -95,11 +91,7 @@ def microsoft_lifecycle(request: HttpRequest) -> HttpResponse:
     """reauthorizationRequired: the subscription stops unless renewed soon, so it counts as expiring now
     and the sync it asks for renews it. subscriptionRemoved: Graph dropped it; the sync opens a new one.
     missed: notifications were lost; the sync reads every change since the last one anyway."""
-    if not _peer_limiter().allow(_peer(request)):
-        return _rate_limited("microsoft")
-    if "validationToken" in request.GET:
-        return _validation_echo(request)
-    told = _verified_graph_notifications(request)
+    told = _graph_delivery(request)
     if isinstance(told, HttpResponse):
         return told
     for connection, items in told.values():
@@ -121,9 +113,21 @@ def _validation_echo(request: HttpRequest) -> HttpResponse:
     return HttpResponse(token, content_type="text/plain; charset=utf-8")
 
 
-def _verified_graph_notifications(
-    request: HttpRequest,
-) -> dict[int, tuple[Connection, list[dict[str, Any]]]] | HttpResponse:
+# The connections a Graph delivery verified, by pk, each with its notifications.
+Told = dict[int, tuple[Connection, list[dict[str, Any]]]]
+
+
+def _graph_delivery(request: HttpRequest) -> Told | HttpResponse:
+    """What both Graph URLs do first: the sender's budget, Graph's validation handshake, then the
+    verified notifications (or the answer that ends the request)."""
+    if not _peer_limiter().allow(_peer(request)):
+        return _rate_limited("microsoft")
+    if "validationToken" in request.GET:
+        return _validation_echo(request)
+    return _verified_graph_notifications(request)
+
+
+def _verified_graph_notifications(request: HttpRequest) -> Told | HttpResponse:
     """The connections whose subscriptions sent these notifications, each verified by its clientState,
     with their notifications; or the refusal (audited) when none is. A forged item among genuine ones is
     refused and audited without dropping the rest; one audit row per delivery, not per item."""
@@ -164,7 +168,7 @@ def _verified_graph_notifications(
         if wanted
         else {}
     )
-    told: dict[int, tuple[Connection, list[dict[str, Any]]]] = {}
+    told: Told = {}
     refusal: HttpResponse | None = None
     for item, subscription_id in zip(items, named, strict=True):
         connection = subscribed.get(subscription_id)
