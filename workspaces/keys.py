@@ -19,9 +19,10 @@ import string
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Hashable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from argon2 import PasswordHasher, Type
 from argon2.exceptions import InvalidHashError, VerificationError
@@ -69,78 +70,71 @@ def lookup_prefix(raw: str) -> str | None:
     return raw[len(KEY_PREFIX) : len(KEY_PREFIX) + LOOKUP_PREFIX_LENGTH]
 
 
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class _ExpiringLRU(Generic[K, V]):
+    """key -> value, each forgotten `max_age` seconds after it was put; at most _CACHE_MAX_ENTRIES,
+    the least recently used dropped first. Per process, thread-safe."""
+
+    def __init__(self, max_age_setting: str) -> None:
+        self._max_age_setting = max_age_setting
+        self._entries: OrderedDict[K, tuple[V, float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: K) -> V | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return None
+            value, put_at = entry
+            if time.monotonic() - put_at > getattr(settings, self._max_age_setting):
+                del self._entries[key]
+                return None
+            self._entries.move_to_end(key)
+            return value
+
+    def put(self, key: K, value: V) -> None:
+        with self._lock:
+            self._entries[key] = (value, time.monotonic())
+            self._entries.move_to_end(key)
+            while len(self._entries) > _CACHE_MAX_ENTRIES:
+                self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
 class _VerifiedKeyCache:
-    """key id -> (HMAC of the raw key, when it was verified). Bounded LRU, per process."""
+    """key id -> HMAC of the raw key argon2 accepted (for API_KEY_CACHE_SECONDS)."""
 
     def __init__(self) -> None:
-        self._entries: OrderedDict[int, tuple[bytes, float]] = OrderedDict()
-        self._lock = threading.Lock()
+        self._digests: _ExpiringLRU[int, bytes] = _ExpiringLRU("API_KEY_CACHE_SECONDS")
 
     @staticmethod
     def digest(raw: str) -> bytes:
         return hmac.new(settings.SECRET_KEY.encode(), raw.encode(), hashlib.sha256).digest()
 
     def matches(self, key_id: int, digest: bytes) -> bool:
-        with self._lock:
-            entry = self._entries.get(key_id)
-            if entry is None:
-                return False
-            cached_digest, verified_at = entry
-            if time.monotonic() - verified_at > settings.API_KEY_CACHE_SECONDS:
-                del self._entries[key_id]
-                return False
-            self._entries.move_to_end(key_id)
-        return hmac.compare_digest(cached_digest, digest)
+        cached = self._digests.get(key_id)
+        return cached is not None and hmac.compare_digest(cached, digest)
 
     def remember(self, key_id: int, digest: bytes) -> None:
-        with self._lock:
-            self._entries[key_id] = (digest, time.monotonic())
-            self._entries.move_to_end(key_id)
-            while len(self._entries) > _CACHE_MAX_ENTRIES:
-                self._entries.popitem(last=False)
+        self._digests.put(key_id, digest)
 
     def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
+        self._digests.clear()
         key_rows.clear()
         _last_used_checked.clear()
         refused_secrets.clear()
 
 
 verified_keys = _VerifiedKeyCache()
-
-
-class _RefusedSecrets:
-    """(prefix, HMAC of a presented raw key) that argon2 refused -> when. Bounded LRU, per process: a
-    prefix's hash never changes, so a refused secret stays refused; the time bound only frees memory."""
-
-    def __init__(self) -> None:
-        self._entries: OrderedDict[tuple[str, bytes], float] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def __contains__(self, entry: tuple[str, bytes]) -> bool:
-        with self._lock:
-            refused_at = self._entries.get(entry)
-            if refused_at is None:
-                return False
-            if time.monotonic() - refused_at > settings.API_KEY_REFUSED_SECRET_CACHE_SECONDS:
-                del self._entries[entry]
-                return False
-            return True
-
-    def add(self, entry: tuple[str, bytes]) -> None:
-        with self._lock:
-            self._entries[entry] = time.monotonic()
-            self._entries.move_to_end(entry)
-            while len(self._entries) > _CACHE_MAX_ENTRIES:
-                self._entries.popitem(last=False)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-
-
-refused_secrets = _RefusedSecrets()
+# (prefix, HMAC of a presented raw key) that argon2 refused. A prefix's hash never changes, so a refused
+# secret stays refused; the time bound only frees memory.
+refused_secrets: _ExpiringLRU[tuple[str, bytes], bool] = _ExpiringLRU("API_KEY_REFUSED_SECRET_CACHE_SECONDS")
 
 
 @dataclass(frozen=True)
@@ -229,7 +223,7 @@ def api_key_verify(raw: str, *, peer: str = "") -> ApiKey:
 def _verify_secret(key: ApiKey, raw: str, digest: bytes, *, peer: str) -> None:
     """argon2, unless this secret was refused before or the peer's budget of refusals is spent."""
     workspace_id = key.agent.workspace_id
-    if (key.prefix, digest) in refused_secrets:
+    if refused_secrets.get((key.prefix, digest)):
         KEY_VERIFICATIONS_SPARED.labels("refused_before").inc()
         raise InvalidKey("wrong secret (refused before)", workspace_id)
     per_key = limiter_for("API_KEY_WRONG_SECRETS_PER_MINUTE_PER_KEY_AND_IP")
@@ -249,7 +243,7 @@ def _verify_secret(key: ApiKey, raw: str, digest: bytes, *, peer: str) -> None:
     try:
         _hasher().verify(key.key_hash, raw)
     except (VerificationError, InvalidHashError) as exc:
-        refused_secrets.add((key.prefix, digest))
+        refused_secrets.put((key.prefix, digest), True)
         per_key.allow(per_key_bucket)
         per_peer.allow(per_peer_bucket)
         raise InvalidKey("wrong secret", workspace_id) from exc
