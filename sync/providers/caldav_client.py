@@ -15,6 +15,7 @@ from xml.sax.saxutils import escape
 import httpx
 
 from agentcal.retry_after import retry_after_seconds
+from sync.providers.client_base import UpstreamClient
 from sync.providers.errors import (
     AuthFailed,
     NotACalendar,
@@ -127,7 +128,7 @@ def _precondition(body: bytes) -> str | None:
     return root[0].tag.rpartition("}")[2] if root.tag == f"{DAV}error" and len(root) else None
 
 
-class CalDAVClient:
+class CalDAVClient(UpstreamClient):
     def __init__(
         self,
         url: str,
@@ -155,12 +156,6 @@ class CalDAVClient:
             # transport (which pins the address it checked: sync.providers.caldav.open_caldav).
             trust_env=False,
         )
-
-    def __enter__(self) -> CalDAVClient:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     def close(self) -> None:
         self._http.close()

@@ -23,6 +23,7 @@ from urllib.parse import quote, urlencode
 import httpx
 
 from agentcal.retry_after import retry_after_seconds
+from sync.providers.client_base import UpstreamClient
 from sync.providers.errors import (
     Conflict,
     GrantRevoked,
@@ -151,7 +152,7 @@ def _b32hex(booking_id: str) -> str:
     return base64.b32hexencode(booking_id.encode()).decode("ascii").rstrip("=").lower()
 
 
-class GoogleCalendarClient:
+class GoogleCalendarClient(UpstreamClient):
     def __init__(
         self,
         access_token: str,
@@ -169,12 +170,6 @@ class GoogleCalendarClient:
             follow_redirects=False,  # the token goes nowhere but the configured API
             trust_env=False,  # proxy settings from the environment would bypass the caller's transport
         )
-
-    def __enter__(self) -> GoogleCalendarClient:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     def close(self) -> None:
         self._http.close()

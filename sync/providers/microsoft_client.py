@@ -21,6 +21,7 @@ from urllib.parse import quote, urlencode, urlsplit
 import httpx
 
 from agentcal.retry_after import retry_after_seconds
+from sync.providers.client_base import UpstreamClient
 from sync.providers.errors import (
     GrantRevoked,
     NotFound,
@@ -180,7 +181,7 @@ def _token_request(
     )
 
 
-class GraphCalendarClient:
+class GraphCalendarClient(UpstreamClient):
     def __init__(
         self,
         access_token: str,
@@ -193,18 +194,12 @@ class GraphCalendarClient:
         self._origin = urlsplit(self.api_url)[:2]
         self._http = _Http(timeout, transport, {"Authorization": f"Bearer {access_token}"}, [access_token])
 
+    def close(self) -> None:
+        self._http.close()
+
     @property
     def calls(self) -> int:
         return self._http.calls
-
-    def __enter__(self) -> GraphCalendarClient:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self._http.close()
 
     def calendars(self) -> list[RemoteCalendar]:
         found: list[RemoteCalendar] = []
