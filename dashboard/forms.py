@@ -9,7 +9,7 @@ from django import forms
 from django.db import models
 from rest_framework import serializers
 
-from bookings.api import CalendarInput
+from bookings.api.calendars import CalendarInput
 from bookings.models import Calendar
 
 # How the settings form names each number, in what unit, and what it does (its bounds are CalendarInput's).

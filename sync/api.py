@@ -12,7 +12,7 @@ from agentcal.api.fields import OutboundUrlField, OutputSerializer, StrictSerial
 from agentcal.api.schema import page_of
 from agentcal.api.views import AgentAPIView
 from agentcal.errors import NotFound
-from bookings.api import calendar_for
+from bookings.api.common import calendar_for
 from sync.models import Connection, Provider
 from sync.services import connection_create, connection_delete, request_sync
 from workspaces.actor import Actor

@@ -195,9 +195,9 @@ RULES: list[Rule] = [
     Rule("the rest of `agentcal`", ("agentcal",), TOOLS, "middleware and the like: product too"),
 ]
 
-# Only an app's HTTP layer (its views, and the payloads they answer) and the composition root build on
-# the HTTP API plumbing.
-HTTP_LAYER = (".api", ".payloads")
+# Only an app's HTTP layer (its views, a module or a package, and the payloads they answer) and the
+# composition root build on the HTTP API plumbing.
+HTTP_LAYER = ("api", "payloads")
 API_PLUMBING_USERS = ("agentcal.api", "agentcal.urls", "agentcal.views", "agentcal.middleware")
 
 
@@ -246,7 +246,8 @@ def test_imports_follow_the_layers(path: Path) -> None:
     module = module_name(path)
     forbidden = next((rule.forbidden for rule in RULES if within(module, rule.modules)), ())
     wrong = sorted(name for name in imported_modules(path) if within(name, forbidden))
-    if not module.endswith(HTTP_LAYER) and not within(module, API_PLUMBING_USERS):
+    in_http_layer = any(part in HTTP_LAYER for part in module.split(".")[1:])
+    if not in_http_layer and not within(module, API_PLUMBING_USERS):
         wrong += sorted(name for name in imported_modules(path) if within(name, ("agentcal.api",)))
     assert wrong == [], f"{module} may not import {wrong}"
 
@@ -286,7 +287,7 @@ def rules_table() -> str:
         rows.append(
             f"| {rule.part} | {modules} | {', '.join(allowed) or 'Django and libraries'} | {rule.why} |"
         )
-    layer = " and ".join(f"`<app>{suffix}`" for suffix in HTTP_LAYER)
+    layer = " and ".join(f"`<app>.{name}`" for name in HTTP_LAYER)
     plumbing = ", ".join(f"`{module}`" for module in API_PLUMBING_USERS)
     rows.append(
         f"| an app's HTTP layer | {layer}; {plumbing} | its app's rule, and `agentcal.api` | "

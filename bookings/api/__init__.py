@@ -1,0 +1,22 @@
+"""Agent API for calendars, availability, holds, commits and bookings (views parse, call, render)."""
+
+from bookings.api.availability import AvailabilitySearchView, AvailabilityView
+from bookings.api.calendars import CalendarDetailView, CalendarInput, CalendarListView
+from bookings.api.commits import BookingDetailView, BookingListView, CommitCreateView
+from bookings.api.common import calendar_for
+from bookings.api.holds import HoldCreateView, HoldDetailView, HoldExtendView
+
+__all__ = [
+    "AvailabilitySearchView",
+    "AvailabilityView",
+    "BookingDetailView",
+    "BookingListView",
+    "CalendarDetailView",
+    "CalendarInput",
+    "CalendarListView",
+    "CommitCreateView",
+    "HoldCreateView",
+    "HoldDetailView",
+    "HoldExtendView",
+    "calendar_for",
+]

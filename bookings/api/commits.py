@@ -1,0 +1,151 @@
+"""Agent API for commits and bookings."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from agentcal.api.fields import OffsetDateTimeField, validated
+from agentcal.api.pagination import PageQuery
+from agentcal.api.schema import page_of, problems
+from agentcal.api.views import AgentAPIView
+from agentcal.clock import server_now
+from agentcal.errors import NotFound
+from agentcal.pagination import paginate
+from bookings import engine
+from bookings.api.common import calendar_for, parse_if_match
+from bookings.api.holds import ReservationInput, reservation_kwargs
+from bookings.models import Reservation
+from bookings.payloads import BookingOutput, booking_payload
+from bookings.selectors import reservation_group
+from workspaces.models import Scope
+
+_SPAN_FIELDS = ("start_time", "end_time", "priority", "title", "attendees", "metadata", "also_calendars")
+
+
+class CommitInput(ReservationInput):
+    """Either `hold_token` (promote a hold) or `start_time`/`end_time` (atomic hold + commit)."""
+
+    openapi_constraints: ClassVar[dict[str, Any]] = {
+        "oneOf": [
+            {"required": ["hold_token"], "not": {"anyOf": [{"required": [name]} for name in _SPAN_FIELDS]}},
+            {
+                "required": ["start_time", "end_time"],
+                "not": {"anyOf": [{"required": ["hold_token"]}, {"required": ["fencing_token"]}]},
+            },
+        ]
+    }
+
+    hold_token = serializers.CharField(max_length=100, required=False)
+    fencing_token = serializers.IntegerField(min_value=0, required=False)
+    start_time = OffsetDateTimeField(required=False)
+    end_time = OffsetDateTimeField(required=False)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if "hold_token" in attrs:
+            extra = sorted(set(attrs) - {"hold_token", "fencing_token"})
+            if extra:
+                raise serializers.ValidationError(
+                    {name: ["Not allowed with hold_token: the hold already fixes it."] for name in extra}
+                )
+        else:
+            missing = [name for name in ("start_time", "end_time") if name not in attrs]
+            if missing:
+                raise serializers.ValidationError(
+                    {name: ["Required unless hold_token is given."] for name in missing}
+                )
+            if "fencing_token" in attrs:
+                raise serializers.ValidationError({"fencing_token": ["Only meaningful with hold_token."]})
+        return attrs
+
+
+class CommitCreateView(AgentAPIView):
+    required_scopes = {"POST": Scope.BOOKINGS_WRITE}
+    audit_action = "calendar.commit"
+
+    @extend_schema(request=CommitInput, responses={201: BookingOutput, **problems(412)})
+    def post(self, request: Request, calendar_id: str) -> Response:
+        calendar = calendar_for(self.actor, calendar_id, to_write=True)
+        data = validated(CommitInput, request.data)
+        if "hold_token" in data:
+            group = engine.hold_commit(
+                actor=self.actor,
+                calendar=calendar,
+                hold_token=data["hold_token"],
+                fencing_token=data.get("fencing_token"),
+            )
+        else:
+            group = engine.booking_create(
+                actor=self.actor,
+                calendar=calendar,
+                if_match=parse_if_match(request),
+                **reservation_kwargs(self.actor, data),
+            )
+        return Response(
+            booking_payload(group),
+            status=201,
+            headers={"Location": f"/v1/bookings/{group.primary.booking_id}"},
+        )
+
+
+class BookingListQuery(PageQuery):
+    start = OffsetDateTimeField(required=False)
+    end = OffsetDateTimeField(required=False)
+    status = serializers.ChoiceField(
+        choices=["committed", "bumped", "cancelled", "all"], required=False, default="committed"
+    )
+
+
+class BookingListView(AgentAPIView):
+    required_scopes = {"GET": Scope.BOOKINGS_READ}
+    audit_action = "calendar.bookings"
+
+    @extend_schema(parameters=[BookingListQuery], responses={200: page_of(BookingOutput)})
+    def get(self, request: Request, calendar_id: str) -> Response:
+        calendar = calendar_for(self.actor, calendar_id)
+        query = validated(BookingListQuery, request.query_params.dict())
+        rows = Reservation.objects.filter(calendar=calendar, booking_id__isnull=False).select_related(
+            "calendar", "agent"
+        )
+        if query["status"] != "all":
+            rows = rows.filter(status=query["status"])
+        if "start" in query:
+            rows = rows.filter(end_time__gt=query["start"])
+        if "end" in query:
+            rows = rows.filter(start_time__lt=query["end"])
+        page, next_cursor = paginate(
+            rows,
+            cursor=query.get("cursor"),
+            limit=query["limit"],
+            descending=False,
+            scope=f"bookings:{calendar.public_id}:{query['status']}:{query.get('start')}:{query.get('end')}",
+            key_field="booking_id",
+        )
+        # One query for the other calendars' rows of every booking on the page (no N+1).
+        groups: dict[str, list[Reservation]] = {}
+        for row in reservation_group(workspace=self.actor.workspace, hold_id__in=[r.hold_id for r in page]):
+            groups.setdefault(row.hold_id, []).append(row)
+        now = server_now()
+        results = [booking_payload(engine.ReservationGroup(rows=groups[r.hold_id]), now=now) for r in page]
+        return Response({"results": results, "next_cursor": next_cursor})
+
+
+class BookingDetailView(AgentAPIView):
+    required_scopes = {"GET": Scope.BOOKINGS_READ, "DELETE": Scope.BOOKINGS_WRITE}
+    audit_action = "calendar.booking"
+
+    @extend_schema(responses={200: BookingOutput})
+    def get(self, request: Request, booking_id: str) -> Response:
+        rows = reservation_group(workspace=self.actor.workspace, booking_id=booking_id)
+        if not rows:
+            raise NotFound(f"No booking {booking_id} in this workspace.")
+        return Response(booking_payload(engine.ReservationGroup(rows=rows), now=server_now()))
+
+    @extend_schema(request=None, responses={200: BookingOutput})
+    def delete(self, request: Request, booking_id: str) -> Response:
+        group = engine.booking_cancel(actor=self.actor, booking_id=booking_id)
+        return Response(booking_payload(group, now=server_now()))

@@ -1,0 +1,140 @@
+"""Agent API for holds: create, read, extend and release."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from agentcal.api.fields import BoundedJSONField, OffsetDateTimeField, StrictSerializer, validated
+from agentcal.api.schema import problems
+from agentcal.api.views import AgentAPIView
+from agentcal.clock import server_now
+from agentcal.errors import NotFound
+from bookings import engine
+from bookings.api.common import (
+    MAX_ALSO_CALENDARS,
+    bounded,
+    calendar_for,
+    calendars_for,
+    etag,
+    parse_if_match,
+    span_from,
+)
+from bookings.models import CalendarBounds
+from bookings.payloads import HoldOutput, hold_payload
+from bookings.selectors import reservation_group
+from workspaces.actor import Actor
+from workspaces.models import MAX_PRIORITY, MIN_PRIORITY, Scope
+
+
+class ReservationInput(StrictSerializer):
+    start_time = OffsetDateTimeField()
+    end_time = OffsetDateTimeField()
+    priority = serializers.IntegerField(min_value=MIN_PRIORITY, max_value=MAX_PRIORITY, required=False)
+    title = serializers.CharField(max_length=500, required=False, allow_blank=True)
+    attendees = BoundedJSONField(expect=list, required=False)
+    metadata = BoundedJSONField(expect=dict, required=False)
+    also_calendars = serializers.ListField(
+        child=serializers.CharField(max_length=32), required=False, max_length=MAX_ALSO_CALENDARS
+    )
+
+
+class HoldInput(ReservationInput):
+    ttl_seconds = bounded(CalendarBounds.HOLD_TTL_SECONDS)
+
+
+def reservation_kwargs(actor: Actor, data: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "span": span_from(data),
+        "priority": data.get("priority"),
+        "also_calendars": calendars_for(actor, data.get("also_calendars", [])),
+        "title": data.get("title", ""),
+        "attendees": data.get("attendees"),
+        "metadata": data.get("metadata"),
+    }
+
+
+class HoldCreateView(AgentAPIView):
+    required_scopes = {"POST": Scope.BOOKINGS_WRITE}
+    audit_action = "calendar.hold"
+
+    @extend_schema(request=HoldInput, responses={201: HoldOutput, **problems(412)})
+    def post(self, request: Request, calendar_id: str) -> Response:
+        calendar = calendar_for(self.actor, calendar_id, to_write=True)
+        data = validated(HoldInput, request.data)
+        group = engine.hold_create(
+            actor=self.actor,
+            calendar=calendar,
+            ttl_seconds=data.get("ttl_seconds"),
+            if_match=parse_if_match(request),
+            **reservation_kwargs(self.actor, data),
+        )
+        return Response(
+            hold_payload(group),
+            status=201,
+            headers={
+                "Location": f"/v1/holds/{group.primary.hold_id}",
+                "ETag": etag(group.primary.fencing_token),
+            },
+        )
+
+
+class HoldTokenInput(StrictSerializer):
+    hold_token = serializers.CharField(max_length=100)
+
+
+class HoldExtendInput(HoldTokenInput):
+    ttl_seconds = bounded(CalendarBounds.HOLD_TTL_SECONDS)
+
+
+class HoldDetailView(AgentAPIView):
+    required_scopes = {"GET": Scope.BOOKINGS_READ, "DELETE": Scope.BOOKINGS_WRITE}
+    audit_action = "calendar.hold"
+
+    @extend_schema(responses={200: HoldOutput})
+    def get(self, request: Request, hold_id: str) -> Response:
+        rows = reservation_group(workspace=self.actor.workspace, hold_id=hold_id)
+        if not rows:
+            raise NotFound(f"No hold {hold_id} in this workspace.")
+        return Response(hold_payload(engine.ReservationGroup(rows=rows), now=server_now()))
+
+    @extend_schema(
+        request=HoldTokenInput,
+        responses={200: HoldOutput},
+        # Documented as the query parameter: OpenAPI describes no body on DELETE, and many clients
+        # cannot send one. A JSON body {"hold_token": ...} is accepted too.
+        parameters=[
+            OpenApiParameter(
+                "hold_token", {"type": "string", "minLength": 1, "maxLength": 100}, required=True
+            )
+        ],
+    )
+    def delete(self, request: Request, hold_id: str) -> Response:
+        # The token may come in the body or, for clients that cannot send a DELETE body, the query.
+        body = request.data
+        if not body and "hold_token" in request.query_params:
+            body = {"hold_token": request.query_params["hold_token"]}
+        data = validated(HoldTokenInput, body)
+        group = engine.hold_release(actor=self.actor, hold_id=hold_id, hold_token=data["hold_token"])
+        return Response(hold_payload(group))
+
+
+class HoldExtendView(AgentAPIView):
+    required_scopes = {"POST": Scope.BOOKINGS_WRITE}
+    audit_action = "calendar.hold.extend"
+
+    @extend_schema(request=HoldExtendInput, responses={200: HoldOutput})
+    def post(self, request: Request, hold_id: str) -> Response:
+        data = validated(HoldExtendInput, request.data)
+        ttl = data.get("ttl_seconds")
+        if ttl is None:
+            rows = reservation_group(workspace=self.actor.workspace, hold_id=hold_id)
+            ttl = rows[0].calendar.hold_ttl_seconds if rows else 30
+        group = engine.hold_extend(
+            actor=self.actor, hold_id=hold_id, hold_token=data["hold_token"], ttl_seconds=ttl
+        )
+        return Response(hold_payload(group))
