@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
+from django.db import connection, transaction
 
 from agentcal.db import InsertBatch, bound_cursor
 from agentcal.errors import SlotConflict
-from agentcal.ids import new_public_id
 from audit.events import AuditEvent
 from audit.models import Outcome
 from audit.services import audit_record
@@ -25,8 +23,9 @@ from bookings.engine.fastpath import (
     one_statement_transaction,
     reserve_in_one_statement,
 )
-from bookings.engine.groups import ReservationGroup, groups, hash_token, ordered
+from bookings.engine.groups import ReservationGroup, groups
 from bookings.engine.locking import CalendarBusy, await_writers, lock_calendars
+from bookings.engine.new_rows import insert_group, new_group, record_creation
 from bookings.engine.rules import (
     PAST_START_GRACE,
     check_not_in_the_past,
@@ -255,7 +254,7 @@ def _reserve_in_one_statement(
     rows = RowsFor()
     outcome = None
     with one_statement_transaction():
-        group = _new_group(
+        group = new_group(
             actor=actor,
             calendars=[calendar],
             versions={calendar.pk: 0},
@@ -269,7 +268,7 @@ def _reserve_in_one_statement(
             metadata=metadata,
             batch=rows,
         )
-        _record_creation(
+        record_creation(
             actor=actor,
             group=group,
             calendars=[calendar],
@@ -391,7 +390,7 @@ def _reserve_locked(
                 raise _NeedMoreLocks(victim_calendar_ids)
         displaced = _displace(victim_groups, in_the_way, now=now)
 
-        group = _new_group(
+        group = new_group(
             actor=actor,
             calendars=calendars,
             versions=versions,
@@ -408,7 +407,7 @@ def _reserve_locked(
         group.displaced = displaced
 
         head = group.primary
-        _record_creation(
+        record_creation(
             actor=actor,
             group=group,
             calendars=calendars,
@@ -420,44 +419,10 @@ def _reserve_locked(
         )
         for victim_rows in groups(displaced):
             _announce_displacement(victim_rows, by=head, actor=actor, batch=batch)
-        _insert_group(group, batch)
+        insert_group(group, batch)
         if displaced:
             Reservation.objects.filter(pk__in=[r.pk for r in displaced]).update(displaced_by=group.primary)
     return group
-
-
-def _record_creation(
-    *,
-    actor: Actor,
-    group: ReservationGroup,
-    calendars: Sequence[Calendar],
-    span: Span,
-    priority: int,
-    commit: bool,
-    batch: InsertBatch,
-    displaced: Sequence[Reservation] = (),
-) -> None:
-    """The new hold or booking's audit row and `hold.created` / `booking.committed` event."""
-    head = group.primary
-    audit_record(
-        event_type=AuditEvent.COMMIT_CREATED if commit else AuditEvent.HOLD_CREATED,
-        outcome=Outcome.SUCCESS,
-        actor=actor,
-        batch=batch,
-        calendar_public_id=calendars[0].public_id,
-        reservation_public_id=head.booking_id if commit else head.hold_id,  # type: ignore[arg-type]
-        requested_start=span.start,
-        requested_end=span.end,
-        fencing_token=head.fencing_token,
-        details={
-            "priority": priority,
-            "also_calendars": [c.public_id for c in calendars[1:]],
-            "displaced": sorted({r.booking_id or r.hold_id for r in displaced if r.is_primary}),
-        },
-    )
-    emit_reservation_event(
-        EventType.BOOKING_COMMITTED if commit else EventType.HOLD_CREATED, group.rows, batch=batch
-    )
 
 
 def _displace(victim_groups: set[str], in_the_way: list[Reservation], *, now: datetime) -> list[Reservation]:
@@ -518,71 +483,3 @@ def _announce_displacement(
         ),
         batch=batch,
     )
-
-
-def _new_group(
-    *,
-    actor: Actor,
-    calendars: Sequence[Calendar],
-    versions: dict[int, int],
-    span: Span,
-    priority: int,
-    ttl_seconds: int | None,
-    commit: bool,
-    now: datetime,
-    title: str,
-    attendees: list[Any],
-    metadata: dict[str, Any],
-    batch: InsertBatch,
-) -> ReservationGroup:
-    """The new hold or booking's rows, queued in `batch` (written by _insert_group)."""
-    suffix = new_public_id("hld").removeprefix("hld_")  # the booking id reuses it: hld_X -> bk_X
-    hold_token = None if commit else "hlt_" + secrets.token_urlsafe(24)
-    primary = calendars[0]
-    ttl = timedelta(seconds=ttl_seconds or primary.hold_ttl_seconds)
-    rows = [
-        Reservation(
-            hold_id=f"hld_{suffix}",
-            booking_id=f"bk_{suffix}" if commit else None,
-            calendar=cal,
-            agent=actor.agent,
-            is_primary=cal.pk == primary.pk,
-            status=ReservationStatus.COMMITTED if commit else ReservationStatus.HELD,
-            priority=priority,
-            start_time=span.start,
-            end_time=span.end,
-            hold_token_hash=hash_token(hold_token) if hold_token else None,
-            fencing_token=versions[cal.pk],
-            title=title,
-            attendees=attendees,
-            metadata=metadata,
-            created_at=now,  # the decision's time (the lock's clock), not the transaction's start
-            expires_at=None if commit else now + ttl,
-            committed_at=now if commit else None,
-            bump_window_ends_at=now + timedelta(seconds=cal.bump_window_seconds) if commit else None,
-        )
-        for cal in calendars
-    ]
-    group = ReservationGroup(rows=ordered(rows), hold_token=hold_token)
-    for row in group.rows:
-        batch.add(Reservation, {f.attname: getattr(row, f.attname) for f in _RESERVATION_INSERT_FIELDS})
-    return group
-
-
-_RESERVATION_INSERT_FIELDS = [f for f in Reservation._meta.concrete_fields if not f.primary_key]
-
-
-def _insert_group(group: ReservationGroup, batch: InsertBatch) -> None:
-    """Write the batch (the new rows, their audit and outbox rows) in one statement; ids come back in
-    the order the rows were queued, which is the group's order."""
-    try:
-        ids = batch.execute(returning=Reservation)
-    except IntegrityError as exc:
-        # Unreachable while every writer takes the calendar lock; if it ever happens, the constraint
-        # did its job and the caller gets an ordinary conflict instead of a double booking.
-        if "reservation_no_overlapping_live" in str(exc):
-            raise SlotConflict("The span was taken concurrently; re-read availability.") from exc
-        raise
-    for row, row_id in zip(group.rows, ids, strict=True):
-        row.pk = row_id
-        row._state.adding = False
