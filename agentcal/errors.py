@@ -195,6 +195,18 @@ class BookingTooLong(AgentCalError):
     status, code, title = 422, "booking_too_long", "The requested span is longer than this calendar allows"
 
 
+class OutsideWorkingHours(AgentCalError):
+    status, code, title = 422, "outside_working_hours", "The span is outside the calendar's working hours"
+
+
+class InsufficientNotice(AgentCalError):
+    status, code, title = 422, "insufficient_notice", "The span starts sooner than the calendar's notice allows"
+
+
+class NoSlotFound(AgentCalError):
+    status, code, title = 409, "no_slot_found", "No time in the window suits every required calendar"
+
+
 class IdempotencyKeyReused(AgentCalError):
     status, code, title = (
         422,

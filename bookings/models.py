@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from functools import partial
+from functools import cached_property, partial
 
 from django.contrib.postgres.constraints import ExclusionConstraint
 from django.contrib.postgres.fields import BigIntegerRangeField, DateTimeRangeField, RangeOperators
@@ -12,6 +12,7 @@ from django.db.models import F, Func, Q, Value
 from django.db.models.functions import Now
 
 from agentcal.ids import new_public_id
+from bookings.rules import CalendarRules, buffer_between, parse_rules
 from bookings.spans import Span
 from workspaces.models import Agent, Workspace
 
@@ -24,6 +25,10 @@ class CalendarBounds:
     HOLD_TTL_SECONDS = (1, 3600)
     BUMP_WINDOW_SECONDS = (0, 24 * 3600)
     MAX_BOOKING_MINUTES = (1, 7 * 24 * 60)
+    # Half a day of space around a meeting is already a rule about the day, not a buffer.
+    BUFFER_MINUTES = (0, 12 * 60)
+    # A quarter's notice: longer is a calendar closed for now, which date overrides say better.
+    MIN_NOTICE_MINUTES = (0, 90 * 24 * 60)
 
 
 class Calendar(models.Model):
@@ -37,6 +42,13 @@ class Calendar(models.Model):
     hold_ttl_seconds = models.PositiveIntegerField(default=30)
     bump_window_seconds = models.PositiveIntegerField(default=30)
     max_booking_minutes = models.PositiveIntegerField(default=480)
+    # The calendar rules (bookings/rules.py reads and validates them; stored as WorkingHours.to_json()
+    # and CalendarRules.date_overrides_json() write them). NULL working hours: open at any time.
+    working_hours = models.JSONField(null=True, blank=True)
+    date_overrides = models.JSONField(default=dict, blank=True)
+    buffer_before_minutes = models.PositiveIntegerField(default=0)
+    buffer_after_minutes = models.PositiveIntegerField(default=0)
+    min_notice_minutes = models.PositiveIntegerField(default=0)
     # The calendar's state version. Every write that changes a reservation's state on this calendar
     # starts with `UPDATE calendar SET version = version + 1 ... RETURNING version`: that row lock
     # serialises writers per calendar (no exclusion-constraint deadlocks under a herd), the new value
@@ -65,10 +77,43 @@ class Calendar(models.Model):
                 condition=Q(max_booking_minutes__range=CalendarBounds.MAX_BOOKING_MINUTES),
                 name="calendar_max_booking_range",
             ),
+            models.CheckConstraint(
+                condition=Q(buffer_before_minutes__lte=CalendarBounds.BUFFER_MINUTES[1])
+                & Q(buffer_after_minutes__lte=CalendarBounds.BUFFER_MINUTES[1]),
+                name="calendar_buffer_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(min_notice_minutes__lte=CalendarBounds.MIN_NOTICE_MINUTES[1]),
+                name="calendar_min_notice_range",
+            ),
         ]
 
     def __str__(self) -> str:
         return self.public_id
+
+    @cached_property
+    def rules(self) -> CalendarRules | None:
+        """The stored working hours and date overrides, parsed (they were validated when written);
+        None when there are neither (open at any time)."""
+        if self.working_hours is None and not self.date_overrides:
+            return None
+        return parse_rules(working_hours=self.working_hours, date_overrides=self.date_overrides or None)
+
+    @property
+    def has_rules(self) -> bool:
+        """Whether any rule can refuse a write here: a calendar without them costs the write path nothing."""
+        return bool(
+            self.working_hours is not None
+            or self.date_overrides
+            or self.buffer_before_minutes
+            or self.buffer_after_minutes
+            or self.min_notice_minutes
+        )
+
+    @property
+    def buffer(self) -> timedelta:
+        """The least free time between any two things on this calendar (rules.buffer_between)."""
+        return buffer_between(self.buffer_before_minutes, self.buffer_after_minutes)
 
 
 class ReservationStatus(models.TextChoices):

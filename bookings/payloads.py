@@ -6,12 +6,51 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from agentcal.api.fields import OutputSerializer
 from agentcal.clock import isoformat_z
 from bookings import engine
 from bookings.models import Reservation
+from bookings.rules import MAX_DATE_OVERRIDES, MAX_INTERVALS_PER_DAY, WEEKDAYS
+
+_CLOCK_TIME = {"type": "string", "pattern": "^(([01][0-9]|2[0-3]):[0-5][0-9]|24:00)$", "example": "09:00"}
+_DAY_HOURS = {
+    "type": "array",
+    "maxItems": MAX_INTERVALS_PER_DAY,
+    "items": {"type": "array", "items": _CLOCK_TIME, "minItems": 2, "maxItems": 2},
+    "description": "[start, end) pairs of local wall-clock times, in order, not overlapping; [] is closed.",
+}
+
+
+@extend_schema_field(
+    {
+        "type": "object",
+        "nullable": True,
+        "properties": dict.fromkeys(WEEKDAYS, _DAY_HOURS),
+        "additionalProperties": False,
+        "description": "The weekly hours in the calendar's `timezone`; a weekday left out is closed; "
+        "null: open at any time.",
+        "example": {"mon": [["09:00", "12:30"], ["13:30", "17:00"]], "sat": [], "sun": []},
+    }
+)
+class WorkingHoursField(serializers.JSONField):
+    pass
+
+
+@extend_schema_field(
+    {
+        "type": "object",
+        "additionalProperties": _DAY_HOURS,
+        "maxProperties": MAX_DATE_OVERRIDES,
+        "description": "Dates (YYYY-MM-DD, in the calendar's zone) whose hours replace the weekday's; "
+        "[] closes the date.",
+        "example": {"2026-12-24": [], "2026-12-31": [["10:00", "14:00"]]},
+    }
+)
+class DateOverridesField(serializers.JSONField):
+    pass
 
 
 class CalendarOutput(OutputSerializer):
@@ -22,6 +61,11 @@ class CalendarOutput(OutputSerializer):
     hold_ttl_seconds = serializers.IntegerField()
     bump_window_seconds = serializers.IntegerField()
     max_booking_minutes = serializers.IntegerField()
+    working_hours = WorkingHoursField(help_text="Weekly hours in `timezone`; null: open at any time.")
+    date_overrides = DateOverridesField()
+    buffer_before_minutes = serializers.IntegerField()
+    buffer_after_minutes = serializers.IntegerField()
+    min_notice_minutes = serializers.IntegerField()
     version = serializers.IntegerField()
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()

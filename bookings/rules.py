@@ -64,7 +64,7 @@ class WorkingHours:
 
     def to_json(self) -> dict[str, list[list[str]]]:
         """Every weekday named, a closed one as `[]`, so what is shown back leaves nothing implied."""
-        return {name: _day_json(day) for name, day in zip(WEEKDAYS, self.by_weekday, strict=True)}
+        return {name: day_hours_json(day) for name, day in zip(WEEKDAYS, self.by_weekday, strict=True)}
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ class CalendarRules:
         return self.working_hours.by_weekday[day.weekday()]
 
     def date_overrides_json(self) -> dict[str, list[list[str]]]:
-        return {day.isoformat(): _day_json(hours) for day, hours in sorted(self.date_overrides.items())}
+        return {day.isoformat(): day_hours_json(hours) for day, hours in sorted(self.date_overrides.items())}
 
 
 def parse_rules(*, working_hours: object = None, date_overrides: object = None) -> CalendarRules:
@@ -183,6 +183,30 @@ def buffered(span: Span, before: timedelta, after: timedelta) -> Span:
     if before < timedelta(0) or after < timedelta(0):
         raise ValueError("buffers are never negative")
     return Span(span.start - before, span.end + after)
+
+
+def buffer_between(before_minutes: int, after_minutes: int) -> timedelta:
+    """The least free time between any two things on a calendar (reservations and upstream busy time).
+
+    The space after the earlier of two meetings is the space before the later one. Keeping both buffers
+    around everything — the new reservation's own as well as those already there — means a gap of at
+    least the larger of the two, whichever was booked first. Keeping only the existing ones' buffers
+    (the narrower reading) would let the order of booking decide: a meeting booked just before another
+    would get no after-buffer at all.
+    """
+    return timedelta(minutes=max(before_minutes, after_minutes))
+
+
+def unavailable(
+    rules: CalendarRules | None, zone: str, window: Span, *, now: datetime, min_notice_minutes: int
+) -> list[Span]:
+    """Where the rules alone close `window` (UTC, merged): outside the working hours and date overrides
+    (`rules` None: none), and before the notice allows at `now`."""
+    closed = closed_spans(rules, zone, window) if rules is not None else []
+    earliest = notice_start(now, min_notice_minutes)
+    if earliest > window.start:
+        closed.append(Span(window.start, min(earliest, window.end)))
+    return merge(closed)
 
 
 def notice_start(now: datetime, min_notice_minutes: int) -> datetime:
@@ -342,7 +366,7 @@ def _pair(interval: Interval) -> str:
     return f'["{_clock(interval[0])}", "{_clock(interval[1])}"]'
 
 
-def _day_json(hours: DayHours) -> list[list[str]]:
+def day_hours_json(hours: DayHours) -> list[list[str]]:
     return [[_clock(start), _clock(end)] for start, end in hours]
 
 

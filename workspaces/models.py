@@ -20,6 +20,8 @@ class Scope(models.TextChoices):
     CALENDARS_WRITE = "calendars:write"
     BOOKINGS_READ = "bookings:read"
     BOOKINGS_WRITE = "bookings:write"
+    # Holds and commits may pass `ignore_rules` (working hours, buffers, notice): audited when used.
+    BOOKINGS_OVERRIDE_RULES = "bookings:override_rules"
     APPROVALS_READ = "approvals:read"
     APPROVALS_WRITE = "approvals:write"
     INBOX_READ = "inbox:read"

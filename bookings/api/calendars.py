@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -16,8 +18,14 @@ from agentcal.pagination import paginate
 from bookings import services
 from bookings.api.common import bounded, calendar_for
 from bookings.models import Calendar, CalendarBounds
-from bookings.payloads import CalendarOutput
+from bookings.payloads import CalendarOutput, DateOverridesField, WorkingHoursField
+from bookings.rules import parse_rules
 from workspaces.models import Scope
+
+
+def _minutes(bounds: tuple[int, int], help_text: str) -> serializers.IntegerField:
+    low, high = bounds
+    return serializers.IntegerField(min_value=low, max_value=high, required=False, help_text=help_text)
 
 
 class CalendarInput(StrictSerializer):
@@ -27,6 +35,24 @@ class CalendarInput(StrictSerializer):
     hold_ttl_seconds = bounded(CalendarBounds.HOLD_TTL_SECONDS)
     bump_window_seconds = bounded(CalendarBounds.BUMP_WINDOW_SECONDS)
     max_booking_minutes = bounded(CalendarBounds.MAX_BOOKING_MINUTES)
+    working_hours = WorkingHoursField(required=False, allow_null=True)
+    date_overrides = DateOverridesField(required=False, allow_null=True)
+    buffer_before_minutes = _minutes(CalendarBounds.BUFFER_MINUTES, "Free time kept before everything on it.")
+    buffer_after_minutes = _minutes(CalendarBounds.BUFFER_MINUTES, "Free time kept after everything on it.")
+    min_notice_minutes = _minutes(CalendarBounds.MIN_NOTICE_MINUTES, "Nothing may start sooner than this.")
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        # Both rule fields are checked together (one answer lists every problem) and stored as shown back.
+        if "working_hours" in attrs or "date_overrides" in attrs:
+            rules = parse_rules(
+                working_hours=attrs.get("working_hours"), date_overrides=attrs.get("date_overrides")
+            )
+            if "working_hours" in attrs:
+                hours = rules.working_hours
+                attrs["working_hours"] = hours.to_json() if hours is not None else None
+            if "date_overrides" in attrs:
+                attrs["date_overrides"] = rules.date_overrides_json()
+        return attrs
 
 
 class CalendarListView(AgentAPIView):

@@ -29,5 +29,6 @@ def calendar_for_write(*, workspace_id: int, public_id: str) -> Calendar | None:
         found = calendar_in_workspace(workspace_id=workspace_id, public_id=public_id)
         if found is None:
             return None
+        found.rules  # noqa: B018 parsed once, here: every copy handed out shares the parsed rules
         calendar_settings.put(key, found, token)
     return copy.copy(found)  # the request's own: nothing it sets reaches the next request

@@ -5,10 +5,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from agentcal.clock import isoformat_z
-from agentcal.errors import BookingTooLong, InvalidRange, PriorityNotAllowed, SlotConflict
+from agentcal.errors import (
+    BookingTooLong,
+    InsufficientNotice,
+    InvalidRange,
+    OutsideWorkingHours,
+    PriorityNotAllowed,
+    SlotConflict,
+)
 from bookings.models import BusyBlock, Calendar, Reservation, ReservationStatus
+from bookings.rules import day_hours_json, notice_start, open_spans
 from bookings.spans import MAX_BUCKETS, Span, bucket_label, buckets_touched
 from workspaces.models import Agent
 
@@ -43,6 +52,43 @@ def check_not_in_the_past(span: Span, now: datetime) -> None:
     """The database's clock decides what is past; a little grace for an agent whose clock lags."""
     if span.end <= now or span.start < now - PAST_START_GRACE:
         raise InvalidRange("The span is in the past by the server's clock.", server_time=isoformat_z(now))
+
+
+def check_working_hours(span: Span, calendars: Sequence[Calendar]) -> None:
+    """The whole span inside each calendar's working hours (and date overrides), in its own zone."""
+    for cal in calendars:
+        rules = cal.rules
+        if rules is None or open_spans(rules, cal.timezone, span) == [span]:
+            continue
+        zone = ZoneInfo(cal.timezone)
+        local_start, local_end = span.start.astimezone(zone), span.end.astimezone(zone)
+        raise OutsideWorkingHours(
+            f"{local_start:%a %d %b %H:%M}–{local_end:%H:%M} ({cal.timezone}) is not inside the working "
+            f"hours of calendar {cal.public_id}.",
+            calendar=cal.public_id,
+            timezone=cal.timezone,
+            local_start_time=local_start.isoformat(),
+            local_end_time=local_end.isoformat(),
+            hours_that_day={
+                day.isoformat(): day_hours_json(rules.hours_on(day))
+                for day in sorted({local_start.date(), local_end.date()})
+            },
+        )
+
+
+def check_notice(span: Span, calendars: Sequence[Calendar], now: datetime) -> None:
+    """Nothing starts sooner than each calendar's notice, by the database's clock `now`."""
+    for cal in calendars:
+        earliest = notice_start(now, cal.min_notice_minutes)
+        if cal.min_notice_minutes and span.start < earliest:
+            raise InsufficientNotice(
+                f"Calendar {cal.public_id} needs {cal.min_notice_minutes} minutes' notice: the earliest "
+                f"start now is {isoformat_z(earliest)}.",
+                calendar=cal.public_id,
+                min_notice_minutes=cal.min_notice_minutes,
+                earliest_start_time=isoformat_z(earliest),
+                server_time=isoformat_z(now),
+            )
 
 
 def priority_for(agent: Agent, requested: int | None) -> int:

@@ -138,6 +138,31 @@ SELECT 'upstream', {_NO_RESERVATION}, u.* FROM ({_UPSTREAM_BLOCKER}) AS u
 """
 )
 
+# The first live reservation or upstream busy block inside a calendar's buffer around the span (but
+# not in the span itself: what is there, the takeover rules decide). Each calendar's buffer in seconds
+# comes as %(buffers)s beside %(calendars)s; the index scan reads the span widened by the largest
+# (`near_` overlap parameters). Nothing in a buffer is taken over: it is space, not a slot.
+_IN_BUFFER = """
+   AND x.start_time < %(end)s + make_interval(secs => b.secs)
+   AND x.end_time > %(start)s - make_interval(secs => b.secs)
+   AND NOT (x.start_time < %(end)s AND x.end_time > %(start)s)
+"""
+BUFFER_BLOCKER_SQL = f"""
+SELECT x.start_time, x.end_time, x.kind, x.source, c.id, c.public_id, c.slot_minutes, b.secs
+  FROM unnest(%(calendars)s::bigint[], %(buffers)s::int[]) AS b(id, secs)
+  JOIN bookings_calendar c ON c.id = b.id
+  JOIN LATERAL (
+      SELECT r.start_time, r.end_time, r.status AS kind, NULL AS source FROM bookings_reservation r
+       WHERE r.calendar_id = b.id AND {live("r", now=NOW_PARAM)} AND {overlaps("r", params="near_")}
+      UNION ALL
+      SELECT u.start_time, u.end_time, 'busy', u.source FROM bookings_busyblock u
+       WHERE u.calendar_id = b.id AND {overlaps("u", params="near_")}
+  ) AS x ON true
+ WHERE b.secs > 0 {_IN_BUFFER}
+ ORDER BY x.start_time
+ LIMIT 1
+"""
+
 # --- State transitions -------------------------------------------------------------------------------
 
 
