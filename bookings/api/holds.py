@@ -41,6 +41,11 @@ class ReservationInput(StrictSerializer):
     also_calendars = serializers.ListField(
         child=serializers.CharField(max_length=32), required=False, max_length=MAX_ALSO_CALENDARS
     )
+    ignore_rules = serializers.BooleanField(
+        required=False,
+        help_text="Pass over the calendars' working hours, buffers and notice (needs the "
+        "`bookings:override_rules` scope; audited).",
+    )
 
 
 class HoldInput(ReservationInput):
@@ -55,6 +60,7 @@ def reservation_kwargs(actor: Actor, data: dict[str, Any]) -> dict[str, Any]:
         "title": data.get("title", ""),
         "attendees": data.get("attendees"),
         "metadata": data.get("metadata"),
+        "ignore_rules": data.get("ignore_rules", False),
     }
 
 
