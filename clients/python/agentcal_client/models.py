@@ -137,6 +137,14 @@ class Calendar(Model):
     hold_ttl_seconds: int
     bump_window_seconds: int
     max_booking_minutes: int
+    # The rules every hold, commit and search on this calendar obeys. `working_hours`: weekday ("mon"…)
+    # → [[start, end], …] local clock times in `timezone`, None for open at any time; `date_overrides`:
+    # date ("2026-12-24") → hours replacing that day's, [] for closed.
+    working_hours: dict[str, Any] | None = None
+    date_overrides: dict[str, Any]
+    buffer_before_minutes: int
+    buffer_after_minutes: int
+    min_notice_minutes: int
     version: int
     created_at: datetime
     updated_at: datetime
@@ -257,6 +265,10 @@ class Hold(_Reservation):
     expires_at: datetime | None = None
     booking_id: str | None = None
     displaced: tuple[Displaced, ...] | None = None
+    # Only from hold_meeting (the server's find-and-hold): which of the search's candidates was held
+    # (1: its best; a later one when better ones were taken meanwhile) and the window it looked in.
+    candidate_rank: int | None = None
+    searched: SearchedWindow | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
