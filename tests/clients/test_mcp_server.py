@@ -6,6 +6,7 @@ process over stdio, and to the streamable HTTP app on a real socket, in front of
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import sys
 import threading
@@ -40,6 +41,7 @@ READ_TOOLS = {
     "query_audit",
 }
 WRITE_TOOLS = {
+    "hold_meeting",
     "hold_slot",
     "extend_hold",
     "release_hold",
@@ -104,7 +106,12 @@ def test_over_stdio_an_agent_finds_holds_and_commits_a_slot(sdr: Persona, live_s
     process = StdioServerParameters(
         command=sys.executable,
         args=["-m", "agentcal_mcp"],
-        env={"AGENTCAL_API_KEY": sdr.raw_key, "AGENTCAL_BASE_URL": live_server.url},
+        env={
+            "AGENTCAL_API_KEY": sdr.raw_key,
+            "AGENTCAL_BASE_URL": live_server.url,
+            # The server process runs the code under test, wherever the test run imports it from.
+            **({"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}),
+        },
     )
 
     async def session() -> tuple[set[str], CallToolResult, CallToolResult, CallToolResult]:
@@ -256,6 +263,7 @@ def test_a_read_only_key_is_offered_no_write_tools(make_agent: Any, mcp_url: str
         "find_meeting_time",
         "get_booking",
         "list_bookings",
+        "hold_meeting",
         "hold_slot",
         "extend_hold",
         "release_hold",
