@@ -26,6 +26,7 @@ COMPONENTS: dict[type[models.Model], str] = {
     models.BusySpan: "BusyOutput",
     models.Slot: "FreeSlotOutput",
     models.Hold: "HoldOutput",
+    models.FoundHold: "FoundHoldOutput",
     models.Booking: "BookingOutput",
     models.CalendarShare: "CalendarShareOutput",
     models.Displaced: "DisplacedOutput",

@@ -314,8 +314,6 @@ async def hold_meeting(
         hold=HoldView.of(hold),
         local_times=local_times(zones, hold.start_time, hold.end_time),
         candidate_rank=hold.candidate_rank,
-        searched=None
-        if hold.searched is None
-        else SearchedView(start=hold.searched.start, end=hold.searched.end),
+        searched=SearchedView(start=hold.searched.start, end=hold.searched.end),
         next_step=NEXT_AFTER_HOLD,
     )

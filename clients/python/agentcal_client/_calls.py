@@ -20,6 +20,7 @@ from agentcal_client.models import (
     Availability,
     Booking,
     Calendar,
+    FoundHold,
     Hold,
     Identity,
     Inbox,
@@ -201,7 +202,7 @@ def hold_meeting(
     title: str | None,
     attendees: list[Any] | None,
     metadata: dict[str, Any] | None,
-) -> Call[Hold]:
+) -> Call[FoundHold]:
     body = _body(
         search=search.to_json(),
         ttl_seconds=ttl_seconds,
@@ -210,7 +211,7 @@ def hold_meeting(
         attendees=attendees,
         metadata=metadata,
     )
-    return Call(Request("POST", "/holds", json=body), _one(Hold))
+    return Call(Request("POST", "/holds", json=body), _one(FoundHold))
 
 
 def hold_get(hold_id: str) -> Call[Hold]:

@@ -21,7 +21,7 @@ from agentcal_client.async_resources import (
     AsyncHolds,
     AsyncInboxNamespace,
 )
-from agentcal_client.models import Hold, Identity, MeetingTimes, Slot
+from agentcal_client.models import FoundHold, Hold, Identity, MeetingTimes, Slot
 from agentcal_client.resources import Approvals, Audit, Bookings, Calendars, Holds, InboxNamespace
 from agentcal_client.sessions import AsyncHoldSession, HoldSession
 
@@ -164,10 +164,10 @@ class AgentCal:
         attendees: list[Any] | None = None,
         metadata: dict[str, Any] | None = None,
         idempotency_key: str | None = None,
-    ) -> Hold:
+    ) -> FoundHold:
         """Find a time as find_meeting_time does and hold it on every calendar of `calendars`, in one
         write: the server picks the best candidate it can still hold under the calendars' locks (a time
-        taken meanwhile is skipped, never double-held; nothing is taken over). The Hold says which
+        taken meanwhile is skipped, never double-held; nothing is taken over). The FoundHold says which
         candidate it got (`candidate_rank`, 1 for the best) and the window searched; commit or release it
         as any hold (`holds.commit`, `holds.release`). Raises NoSlotFound (`.reasons`) when no time suits."""
         return self._transport.run(
@@ -322,7 +322,7 @@ class AsyncAgentCal:
         attendees: list[Any] | None = None,
         metadata: dict[str, Any] | None = None,
         idempotency_key: str | None = None,
-    ) -> Hold:
+    ) -> FoundHold:
         """See AgentCal.hold_meeting."""
         return await self._transport.run(
             _calls.hold_meeting(

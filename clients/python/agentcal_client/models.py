@@ -31,6 +31,7 @@ __all__ = [
     "CalendarEvent",
     "CalendarShare",
     "Displaced",
+    "FoundHold",
     "Hold",
     "Identity",
     "IdentityAgent",
@@ -265,10 +266,16 @@ class Hold(_Reservation):
     expires_at: datetime | None = None
     booking_id: str | None = None
     displaced: tuple[Displaced, ...] | None = None
-    # Only from hold_meeting (the server's find-and-hold): which of the search's candidates was held
-    # (1: its best; a later one when better ones were taken meanwhile) and the window it looked in.
-    candidate_rank: int | None = None
-    searched: SearchedWindow | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FoundHold(Hold):
+    """The hold hold_meeting made: a Hold, plus which of the search's candidates it got (1: the best; n
+    when n - 1 better ones were taken by other writes between the search and the lock) and the window
+    the search looked in."""
+
+    candidate_rank: int
+    searched: SearchedWindow
 
 
 @dataclass(frozen=True, kw_only=True)
