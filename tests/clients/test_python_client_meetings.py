@@ -12,7 +12,7 @@ import pytest
 from agentcal_client import (
     AgentCal,
     Booking,
-    Hold,
+    FoundHold,
     InsufficientNotice,
     NoSlotFound,
     OutsideWorkingHours,
@@ -67,7 +67,7 @@ def test_hold_meeting_holds_the_first_time_inside_everyones_hours_on_every_calen
 def test_the_async_client_holds_a_meeting_and_commits_it(sdr: Persona, live_server: object) -> None:
     day = utc_midnight(2)
 
-    async def book() -> tuple[Hold, Booking]:
+    async def book() -> tuple[FoundHold, Booking]:
         async with async_agentcal(live_server.url, sdr.raw_key) as client:  # type: ignore[attr-defined]
             ana = await client.calendars.create("Ana", working_hours=every_day("10:00", "12:00"))
             ben = await client.calendars.create("Ben", working_hours=every_day("11:00", "15:00"))
