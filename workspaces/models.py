@@ -30,6 +30,12 @@ class Scope(models.TextChoices):
     WEBHOOKS_WRITE = "webhooks:write"
 
 
+# Granted only when named: a key made with the defaults cannot pass over the calendars' rules (an agent
+# answered `outside_working_hours` must not be able to "fix" it by ignoring them).
+ELEVATED_SCOPES = frozenset({Scope.BOOKINGS_OVERRIDE_RULES})
+DEFAULT_SCOPES = [scope for scope in Scope.values if scope not in ELEVATED_SCOPES]
+
+
 class Workspace(models.Model):
     public_id = models.CharField(
         max_length=32, unique=True, default=partial(new_public_id, "ws"), editable=False

@@ -9,7 +9,7 @@ from django.core.management import CommandError, call_command
 
 from tests.helpers import http_client
 from workspaces.keys import api_key_verify, lookup_prefix
-from workspaces.models import Agent, ApiKey, Workspace
+from workspaces.models import Agent, ApiKey, Scope, Workspace
 
 
 def run(*args: str) -> tuple[str, str]:
@@ -59,10 +59,10 @@ def test_it_reuses_an_existing_workspace_and_agent(db):
     assert last_line(first_out) != last_line(second_out)
 
 
-def test_the_default_scopes_are_all_scopes(db):
+def test_the_default_scopes_are_all_scopes_but_overriding_the_calendar_rules(db):
     out, _ = run("--workspace=initech", "--agent=bot")
     key = ApiKey.objects.get(prefix=lookup_prefix(last_line(out)))
-    assert "audit:read" in key.scopes and "bookings:write" in key.scopes and len(key.scopes) == 10
+    assert sorted(key.scopes) == sorted(set(Scope.values) - {"bookings:override_rules"})
 
 
 def test_it_rejects_unknown_scopes(db):

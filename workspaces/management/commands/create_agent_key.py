@@ -4,7 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from workspaces.models import MAX_PRIORITY, MIN_PRIORITY, Scope
+from workspaces.models import DEFAULT_SCOPES, MAX_PRIORITY, MIN_PRIORITY
 from workspaces.services import InvalidScopes, agent_key_bootstrap, parse_scopes
 
 
@@ -18,7 +18,9 @@ class Command(BaseCommand):
         parser.add_argument("--workspace", required=True, help="workspace slug")
         parser.add_argument("--agent", required=True, help="agent name (its slug is derived from it)")
         parser.add_argument(
-            "--scopes", default=",".join(Scope.values), help="comma-separated scopes (default: all)"
+            "--scopes",
+            default=",".join(DEFAULT_SCOPES),
+            help="comma-separated scopes (default: all but bookings:override_rules)",
         )
         parser.add_argument(
             "--priority",
