@@ -200,7 +200,11 @@ class OutsideWorkingHours(AgentCalError):
 
 
 class InsufficientNotice(AgentCalError):
-    status, code, title = 422, "insufficient_notice", "The span starts sooner than the calendar's notice allows"
+    status, code, title = (
+        422,
+        "insufficient_notice",
+        "The span starts sooner than the calendar's notice allows",
+    )
 
 
 class NoSlotFound(AgentCalError):

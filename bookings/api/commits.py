@@ -24,7 +24,16 @@ from bookings.payloads import BookingOutput, booking_payload
 from bookings.selectors import reservation_group
 from workspaces.models import Scope
 
-_SPAN_FIELDS = ("start_time", "end_time", "priority", "title", "attendees", "metadata", "also_calendars")
+_SPAN_FIELDS = (
+    "start_time",
+    "end_time",
+    "priority",
+    "title",
+    "attendees",
+    "metadata",
+    "also_calendars",
+    "ignore_rules",
+)
 
 
 class CommitInput(ReservationInput):

@@ -9,6 +9,7 @@ from agentcal.clock import isoformat_z, server_now
 from agentcal.db import bound_cursor
 from bookings.engine.statements import BUSY_NEAR_SQL
 from bookings.models import Calendar
+from bookings.rules import unavailable
 from bookings.spans import BusyIndex, Span, nearest_free
 from bookings.sql import overlap_params
 
@@ -30,9 +31,10 @@ def alternatives(
     now: datetime | None = None,
     busy_near: Iterable[Span] | None = None,
 ) -> list[dict[str, str]]:
-    """Up to 3 free spans of the same length on every requested calendar, nearest first. `now` is the
-    database time the caller already read, if it did, and `busy_near` what is busy in search_window()
-    at that time, if the caller read it too (the loser path then needs no round trip here)."""
+    """Up to 3 free spans of the same length on every requested calendar, nearest first, that its rules
+    allow. `now` is the database time the caller already read, if it did, and `busy_near` what is busy
+    in search_window() at that time, if the caller read it too (the loser path then needs no round
+    trip here)."""
     slot_minutes = calendars[0].slot_minutes
     if busy_near is None or now is None:
         if now is None:
@@ -43,7 +45,7 @@ def alternatives(
                 overlap_params([c.pk for c in calendars], search_window(calendars, span), now=now),
             )
             busy_near = [Span(start, end) for start, end in cursor.fetchall()]
-    busy = BusyIndex(busy_near)
+    busy = BusyIndex(_with_rules(calendars, search_window(calendars, span), busy_near, now=now))
     found = nearest_free(
         requested=span,
         busy=busy,
@@ -53,3 +55,21 @@ def alternatives(
         max_steps=ALTERNATIVES_MAX_STEPS,
     )
     return [{"start_time": isoformat_z(s.start), "end_time": isoformat_z(s.end)} for s in found]
+
+
+def _with_rules(
+    calendars: Sequence[Calendar], window: Span, busy: Iterable[Span], *, now: datetime
+) -> list[Span]:
+    """What is busy, with the calendars' rules: busy time widened by the largest buffer among them (the
+    busy spans are not told apart by calendar: an alternative may be passed over, never wrongly
+    offered), and the time their hours and notice close."""
+    ruled = [c for c in calendars if c.has_rules]
+    if not ruled:
+        return list(busy)
+    widest = max(c.buffer for c in ruled)
+    closed = [
+        span
+        for c in ruled
+        for span in unavailable(c.rules, c.timezone, window, now=now, min_notice_minutes=c.min_notice_minutes)
+    ]
+    return [Span(b.start - widest, b.end + widest) for b in busy] + closed

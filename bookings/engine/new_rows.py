@@ -33,6 +33,8 @@ def record_creation(
     commit: bool,
     batch: InsertBatch,
     displaced: Sequence[Reservation] = (),
+    ignored_rules: bool = False,
+    **details: Any,
 ) -> None:
     """The new hold or booking's audit row and `hold.created` / `booking.committed` event."""
     head = group.primary
@@ -50,6 +52,9 @@ def record_creation(
             "priority": priority,
             "also_calendars": [c.public_id for c in calendars[1:]],
             "displaced": sorted({r.booking_id or r.hold_id for r in displaced if r.is_primary}),
+            # Passed over the calendars' rules (working hours, buffers, notice), by its override scope.
+            **({"ignored_rules": True} if ignored_rules else {}),
+            **details,
         },
     )
     emit_reservation_event(

@@ -15,6 +15,7 @@ from audit.models import Outcome
 from audit.services import audit_record
 from bookings.engine.alternatives import alternatives, search_window
 from bookings.engine.auditing import audit_rejections
+from bookings.engine.buffers import check_buffers
 from bookings.engine.expiry import clear_the_way
 from bookings.engine.fastpath import (
     MAX_ONE_STATEMENT_TRIES,
@@ -29,10 +30,13 @@ from bookings.engine.new_rows import insert_group, new_group, record_creation
 from bookings.engine.rules import (
     PAST_START_GRACE,
     check_not_in_the_past,
+    check_notice,
     check_span_length,
+    check_working_hours,
     distinct_calendars,
     may_take_over,
     priority_for,
+    ruled_calendars,
     slot_conflict,
     upstream_blocker_from,
     upstream_conflict,
@@ -64,9 +68,11 @@ def hold_create(
     title: str = "",
     attendees: list[Any] | None = None,
     metadata: dict[str, Any] | None = None,
+    ignore_rules: bool = False,
 ) -> ReservationGroup:
     """Phase 1: a soft hold that blocks the span until it expires, is committed, released or evicted."""
     return _reserve(
+        ignore_rules=ignore_rules,
         actor=actor,
         calendar=calendar,
         span=span,
@@ -93,9 +99,11 @@ def booking_create(
     title: str = "",
     attendees: list[Any] | None = None,
     metadata: dict[str, Any] | None = None,
+    ignore_rules: bool = False,
 ) -> ReservationGroup:
     """Single-step atomic hold + commit."""
     return _reserve(
+        ignore_rules=ignore_rules,
         actor=actor,
         calendar=calendar,
         span=span,
@@ -138,19 +146,25 @@ def _reserve(
     title: str,
     attendees: list[Any],
     metadata: dict[str, Any],
+    ignore_rules: bool,
 ) -> ReservationGroup:
     assert actor.agent is not None
     calendars = distinct_calendars(calendar, also_calendars)
     check_span_length(span, calendars)
     priority = priority_for(actor.agent, priority)
+    ruled = ruled_calendars(actor, calendars, ignore_rules=ignore_rules)
+    check_working_hours(span, ruled)
     lock_ids = sorted(c.pk for c in calendars)
     now = None
     try:
         nowait = True
-        if len(calendars) == 1 and if_match is None and not connection.in_atomic_block:
+        one_statement = not any(c.buffer for c in ruled)  # the buffer look needs the lock: general path
+        if len(calendars) == 1 and if_match is None and not connection.in_atomic_block and one_statement:
             # The pre-check, and when the span is empty the whole write, in one statement.
             made = _reserve_in_one_statement(
                 actor=actor,
+                ruled=ruled,
+                ignore_rules=ignore_rules,
                 calendar=calendar,
                 span=span,
                 priority=priority,
@@ -165,11 +179,13 @@ def _reserve(
             now, nowait = made
         else:
             # Cheap, unlocked pre-check: never trusted for correctness, only to let losers fail fast.
-            now = _precheck(calendars, span, priority)
+            now = _precheck(calendars, span, priority, ruled)
         for _ in range(MAX_LOCK_EXPANSIONS):
             try:
                 return _reserve_locked(
                     actor=actor,
+                    ruled=ruled,
+                    ignore_rules=ignore_rules,
                     calendars=calendars,
                     lock_ids=lock_ids,
                     nowait=nowait,
@@ -188,7 +204,7 @@ def _reserve(
                 # loses now, at the same moment as every other loser, instead of each loser taking the
                 # lock in turn (and delaying unrelated writes to the calendar). Otherwise, queue for it.
                 await_writers(lock_ids)
-                now = _precheck(calendars, span, priority)
+                now = _precheck(calendars, span, priority, ruled)
                 nowait = False
             except _NeedMoreLocks as more:
                 lock_ids = sorted({*lock_ids, *more.calendar_ids})
@@ -205,23 +221,30 @@ def _reserve(
         raise
 
 
-def _precheck(calendars: Sequence[Calendar], span: Span, priority: int) -> datetime:
+def _precheck(
+    calendars: Sequence[Calendar], span: Span, priority: int, ruled: Sequence[Calendar]
+) -> datetime:
     """Refuse what is certainly refused without taking a lock (_Blocked); returns the database's now."""
     with bound_cursor() as cursor:
         cursor.execute(PRECHECK_SQL, overlap_params([c.pk for c in calendars], span, priority=priority))
         found = cursor.fetchone()
     assert found is not None  # one row always: SELECT … FROM (SELECT 1) LEFT JOIN
-    return _judge_precheck(found, span, priority)
+    return _judge_precheck(found, span, priority, ruled)
 
 
 def _judge_precheck(
-    found: Sequence[Any], span: Span, priority: int, busy_near: list[Span] | None = None
+    found: Sequence[Any],
+    span: Span,
+    priority: int,
+    ruled: Sequence[Calendar],
+    busy_near: list[Span] | None = None,
 ) -> datetime:
-    """Raise what PRECHECK_SQL's row says is certainly refused (_Blocked, or a span in the past);
-    else return the database's now it was read at."""
+    """Raise what PRECHECK_SQL's row says is certainly refused (_Blocked, a span in the past or too
+    soon for a calendar's notice); else return the database's now it was read at."""
     now, blocker_id, *blocker = found[:13]
     upstream = found[13:PRECHECK_WIDTH]
     check_not_in_the_past(span, now)
+    check_notice(span, ruled, now)
     if upstream[0] is not None:
         raise _Blocked(upstream_conflict(upstream_blocker_from(upstream), span, priority), now, busy_near)
     if blocker_id is not None:
@@ -237,6 +260,8 @@ _DECIDED_BY_THE_DATABASE = datetime(1970, 1, 1, tzinfo=UTC)
 def _reserve_in_one_statement(
     *,
     actor: Actor,
+    ruled: Sequence[Calendar],
+    ignore_rules: bool,
     calendar: Calendar,
     span: Span,
     priority: int,
@@ -276,6 +301,7 @@ def _reserve_in_one_statement(
             priority=priority,
             commit=commit,
             batch=rows,
+            ignored_rules=ignore_rules,
         )
         for _ in range(MAX_ONE_STATEMENT_TRIES):
             try:
@@ -284,7 +310,8 @@ def _reserve_in_one_statement(
                     span=span,
                     priority=priority,
                     near=search_window([calendar], span),
-                    grace=PAST_START_GRACE,
+                    # With notice to give, the earliest start is now + notice, not a little before now.
+                    grace=-notice if (notice := _notice(ruled)) else PAST_START_GRACE,
                     ttl_seconds=None if commit else ttl,
                     bump_window_seconds=calendar.bump_window_seconds,
                     rows=rows,
@@ -302,7 +329,7 @@ def _reserve_in_one_statement(
         if outcome is None or outcome.made is None:
             transaction.set_rollback(True)  # nothing was written: drop the on-commit callbacks
     if outcome is not None and outcome.made is None:
-        now = _judge_precheck(outcome.precheck, span, priority, outcome.busy_near)
+        now = _judge_precheck(outcome.precheck, span, priority, ruled, outcome.busy_near)
         if not outcome.clear:
             return now, True
     if outcome is not None and outcome.made is not None:
@@ -317,7 +344,11 @@ def _reserve_in_one_statement(
             head.expires_at = decided_at + timedelta(seconds=ttl)
         return group
     # Kept finding the lock taken by other writes: queue for it (after a last look, as _reserve() does).
-    return _precheck([calendar], span, priority), False
+    return _precheck([calendar], span, priority, ruled), False
+
+
+def _notice(ruled: Sequence[Calendar]) -> timedelta:
+    return timedelta(minutes=max((c.min_notice_minutes for c in ruled), default=0))
 
 
 def _blocker_row(
@@ -351,6 +382,8 @@ def _blocker_row(
 def _reserve_locked(
     *,
     actor: Actor,
+    ruled: Sequence[Calendar],
+    ignore_rules: bool,
     calendars: Sequence[Calendar],
     lock_ids: Sequence[int],
     nowait: bool,
@@ -371,6 +404,7 @@ def _reserve_locked(
         now, versions = lock_calendars(
             lock_ids, if_match=(primary.pk, if_match) if if_match is not None else None, nowait=nowait
         )
+        check_notice(span, ruled, now)  # at the lock's clock, which decides
         found = clear_the_way(calendar_ids=calendar_ids, span=span, now=now, batch=batch)
         if found.upstream is not None:
             raise upstream_conflict(found.upstream, span, priority)
@@ -378,6 +412,7 @@ def _reserve_locked(
         for row in in_the_way:
             if not may_take_over(row, priority=priority, now=now):
                 raise slot_conflict(row, span, priority, now)
+        check_buffers(ruled, span, now=now, priority=priority)
 
         victim_groups = {row.hold_id for row in in_the_way}
         if victim_groups:
@@ -416,6 +451,7 @@ def _reserve_locked(
             commit=commit,
             batch=batch,
             displaced=displaced,
+            ignored_rules=ignore_rules,
         )
         for victim_rows in groups(displaced):
             _announce_displacement(victim_rows, by=head, actor=actor, batch=batch)

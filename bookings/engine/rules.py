@@ -11,6 +11,7 @@ from agentcal.clock import isoformat_z
 from agentcal.errors import (
     BookingTooLong,
     InsufficientNotice,
+    InsufficientScope,
     InvalidRange,
     OutsideWorkingHours,
     PriorityNotAllowed,
@@ -19,7 +20,8 @@ from agentcal.errors import (
 from bookings.models import BusyBlock, Calendar, Reservation, ReservationStatus
 from bookings.rules import day_hours_json, notice_start, open_spans
 from bookings.spans import MAX_BUCKETS, Span, bucket_label, buckets_touched
-from workspaces.models import Agent
+from workspaces.actor import Actor
+from workspaces.models import Agent, Scope
 
 # How far into the past a span may start (clock skew between an agent and the database).
 PAST_START_GRACE = timedelta(seconds=60)
@@ -52,6 +54,18 @@ def check_not_in_the_past(span: Span, now: datetime) -> None:
     """The database's clock decides what is past; a little grace for an agent whose clock lags."""
     if span.end <= now or span.start < now - PAST_START_GRACE:
         raise InvalidRange("The span is in the past by the server's clock.", server_time=isoformat_z(now))
+
+
+def ruled_calendars(actor: Actor, calendars: Sequence[Calendar], *, ignore_rules: bool) -> list[Calendar]:
+    """The calendars whose rules bind this write: none when the agent may and does ignore them."""
+    if ignore_rules:
+        if Scope.BOOKINGS_OVERRIDE_RULES not in actor.scopes:
+            raise InsufficientScope(
+                f"ignore_rules needs the `{Scope.BOOKINGS_OVERRIDE_RULES}` scope.",
+                required_scope=str(Scope.BOOKINGS_OVERRIDE_RULES),
+            )
+        return []
+    return [c for c in calendars if c.has_rules]
 
 
 def check_working_hours(span: Span, calendars: Sequence[Calendar]) -> None:
