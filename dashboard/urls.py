@@ -135,6 +135,11 @@ urlpatterns += [
 urlpatterns += [
     path(f"{W}/calendars/<str:calendar_id>/settings", calendars.calendar_settings, name="calendar_settings"),
     path(
+        f"{W}/calendars/<str:calendar_id>/settings/preview",
+        calendars.settings_preview,
+        name="calendar_settings_preview",
+    ),
+    path(
         f"{W}/calendars/<str:calendar_id>/reservations/<str:reservation_id>",
         calendars.reservation_drawer,
         name="calendar_reservation",

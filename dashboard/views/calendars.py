@@ -11,8 +11,11 @@ person acting is in the audit row, and the agent gets its usual webhook).
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.contrib import messages
+from django.forms.models import model_to_dict
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
@@ -144,12 +147,39 @@ def render_settings(
         timezones=timezone_names(),
         # A calendar nobody has set up yet: the page suggests the browser's own zone (rules.js).
         suggest_browser_zone=not form.is_bound and calendar.timezone == "UTC" and not calendar.has_rules,
-        preview=rules_preview(calendar, now=server_now()),
-        buffer_before=minutes_label(calendar.buffer_before_minutes),
-        buffer_after=minutes_label(calendar.buffer_after_minutes),
-        min_notice=minutes_label(calendar.min_notice_minutes),
+        **preview_context(calendar),
     )
     return render(request, "dashboard/calendars/settings.html", context, status=status)
+
+
+@require_POST
+@workspace_page(needs=Permission.MANAGE_WORKSPACE)
+def settings_preview(request: DashboardRequest, workspace: Workspace, calendar_id: str) -> HttpResponse:
+    """The open-time preview of the settings form as it stands (htmx, on each change): checked as Save
+    checks it, nothing stored. While the form has a problem, the saved rules' preview, marked so."""
+    calendar = calendar_in(workspace, calendar_id)
+    editor = RulesEditor.from_post(request.POST)
+    rules = editor.rules_json() if editor is not None else None
+    unsaved = CalendarForm(request.POST).settings(partial=True, rules=rules) if rules is not None else None
+    context = page_context(
+        request,
+        "calendars",
+        calendar=calendar,
+        form_invalid=unsaved is None,
+        **preview_context(calendar, unsaved),
+    )
+    return render(request, "dashboard/calendars/_rules_preview.html", context)
+
+
+def preview_context(calendar: Calendar, unsaved: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The preview, and the buffers and notice stated in words, from the saved settings or `unsaved`."""
+    minutes = {**model_to_dict(calendar, fields=list(RULE_FIELDS)), **(unsaved or {})}
+    return {
+        "preview": rules_preview(calendar, now=server_now(), unsaved=unsaved),
+        "buffer_before": minutes_label(minutes["buffer_before_minutes"]),
+        "buffer_after": minutes_label(minutes["buffer_after_minutes"]),
+        "min_notice": minutes_label(minutes["min_notice_minutes"]),
+    }
 
 
 # --- The timeline -------------------------------------------------------------------------------------------

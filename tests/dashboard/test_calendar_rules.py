@@ -239,7 +239,7 @@ def test_members_who_may_not_change_read_the_rules_and_cannot_post(team, calenda
     member = signed_in(team.member)
     html = text(member.get(settings_url(calendar)))
     assert 'data-testid="rules-read-only"' in html and 'name="hours"' not in html
-    assert "Monday</span> 09:00–17:00" in html and "1 h 30 min" in html
+    assert "Monday</span> 09:00–17:00" in html and "1\u00a0h 30\u00a0min" in html
     assert 'data-testid="calendar-rules-link"' in text(member.get(f"/w/acme/calendars/{calendar.public_id}"))
     assert member.post(settings_url(calendar), the_form(calendar)).status_code == 403
     calendar.refresh_from_db()
@@ -253,3 +253,27 @@ def test_a_fresh_utc_calendar_asks_the_browser_for_its_zone_and_a_set_up_one_doe
     fresh.min_notice_minutes = 5
     fresh.save()
     assert "data-suggest-browser-zone" not in text(owner.get(settings_url(fresh)))
+
+
+def test_the_preview_endpoint_draws_the_unsaved_form_and_saves_nothing(team, calendar):
+    url = settings_url(calendar) + "/preview"
+    owner = signed_in(team.owner)
+    form = the_form(calendar, timezone="Asia/Tokyo", min_notice_minutes="90")
+
+    html = text(owner.post(url, form, HTTP_HX_REQUEST="true"))
+
+    assert 'data-testid="preview-unsaved"' in html and "in <strong>Asia/Tokyo</strong>" in html
+    assert "09:00–17:00" in html and "1\u00a0h 30\u00a0min from now" in html
+    assert "<html" not in html  # the partial only
+    calendar.refresh_from_db()
+    assert (calendar.timezone, calendar.working_hours, calendar.min_notice_minutes) == (
+        "Europe/Berlin",
+        None,
+        0,
+    )
+
+    # A problem in the form: the saved rules' preview, and a word about it.
+    broken = text(owner.post(url, the_form(calendar, **{"mon-start": "17:00", "mon-end": "09:00"})))
+    assert 'data-testid="preview-invalid"' in broken and 'data-testid="preview-any-time"' in broken
+    assert signed_in(team.member).post(url, form).status_code == 403
+    assert not AuditRecord.objects.filter(event_type=AuditEvent.CALENDAR_UPDATED).exists()

@@ -1,8 +1,8 @@
 """The calendar rules editor in real Chromium, on a desktop (1280 px) and a phone (390 px): the browser's
 time zone is suggested for a calendar not set up yet, rows are added in the page, Monday is copied to
-the weekdays, a date override and the buffers are set, and Save stores what the agent API shows — with
-no sideways scroll, no script error and no Content-Security-Policy refusal. Screenshots of both widths go
-to test-artifacts/ (or $RULES_SHOTS_DIR)."""
+the weekdays, a date override and the buffers are set, the preview follows the unsaved form, and Save
+stores it — with no sideways scroll, no script error and no Content-Security-Policy refusal.
+Screenshots of both widths go to test-artifacts/ (or $RULES_SHOTS_DIR)."""
 
 from __future__ import annotations
 
@@ -73,6 +73,12 @@ def test_an_owner_sets_up_a_calendars_rules_in_the_browser(
     page.get_by_label("Buffer after").fill("15")
     page.get_by_label("Minimum notice").fill("120")
 
+    # The preview follows the form as it stands, before anything is saved.
+    preview = page.get_by_test_id("rules-preview")
+    preview.get_by_text("13:30–17:00").first.wait_for()
+    assert preview.get_by_test_id("preview-unsaved").is_visible() and f"in {zone}" in preview.inner_text()
+    page.wait_for_load_state("networkidle")
+
     too_wide = overflow(page)
     assert not too_wide, too_wide
     assert page.evaluate("() => document.scrollingElement.scrollWidth <= innerWidth")
@@ -99,7 +105,7 @@ def test_an_owner_sets_up_a_calendars_rules_in_the_browser(
     assert (saved.buffer_after_minutes, saved.min_notice_minutes) == (15, 120)
     # The preview follows the saved rules, in the calendar's zone; the saved zone is no longer replaced.
     assert page.get_by_test_id("preview-day").count() == 7
-    assert f"in {zone}" in page.get_by_test_id("rules-preview").inner_text()
+    assert f"in {zone}" in preview.inner_text() and preview.get_by_test_id("preview-unsaved").count() == 0
     assert page.locator("[data-zone-note]").count() == 0
     too_wide = overflow(page)
     assert not too_wide, too_wide

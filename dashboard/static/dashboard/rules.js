@@ -85,6 +85,10 @@ function suggestBrowserZone(form) {
   input.value = zone;
   const note = form.querySelector("[data-zone-note]");
   if (note) note.hidden = false;
+  // The preview redraws in the suggested zone; on "load", once htmx has wired the preview up.
+  const redraw = () => input.dispatchEvent(new Event("change", { bubbles: true }));
+  if (document.readyState === "complete") redraw();
+  else window.addEventListener("load", redraw);
 }
 
 function wireRulesEditor() {
@@ -101,7 +105,10 @@ function wireRulesEditor() {
     else if (button.matches("[data-add-override]")) addOverride(form);
     else if (button.matches("[data-remove-override]")) button.closest("[data-override]").remove();
     else handled = false;
-    if (handled) event.preventDefault();
+    if (!handled) return;
+    event.preventDefault();
+    // A row added or removed changes what the form says without a "change" event: the preview redraws.
+    document.body.dispatchEvent(new CustomEvent("rules-edited"));
   });
 }
 
