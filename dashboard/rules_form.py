@@ -109,7 +109,7 @@ class RulesEditor:
         overrides = []
         for n in indexes:
             row = _posted_day(data, f"ov-{n}", "", date=data.get(f"ov-{n}-date", "").strip())
-            row.label = row.date
+            row.label = row.date or "this date"
             if row.date or any(i.start or i.end for i in row.intervals if row.open):
                 overrides.append(row)
         return cls(any_time=data.get("hours") != "weekly", days=days, overrides=overrides)
