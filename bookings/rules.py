@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from types import MappingProxyType
+from typing import Protocol
 from zoneinfo import ZoneInfo
 
 from agentcal.errors import InvalidRequest
@@ -207,6 +208,37 @@ def unavailable(
     if earliest > window.start:
         closed.append(Span(window.start, min(earliest, window.end)))
     return merge(closed)
+
+
+class RuledCalendar(Protocol):
+    """What the rules read of a calendar (bookings.models.Calendar has it)."""
+
+    timezone: str
+    min_notice_minutes: int
+
+    @property
+    def has_rules(self) -> bool: ...
+
+    @property
+    def rules(self) -> CalendarRules | None: ...
+
+    @property
+    def buffer(self) -> timedelta: ...
+
+
+def blocked_time(
+    calendar: RuledCalendar, busy: Sequence[tuple[datetime, datetime]], window: Span, now: datetime
+) -> list[tuple[datetime, datetime]]:
+    """Everything that rules a calendar's time out in `window`: its busy time widened by its buffer,
+    and what its working hours, date overrides and notice close."""
+    pad = calendar.buffer
+    blocked = [(start - pad, end + pad) for start, end in busy] if pad else list(busy)
+    if calendar.has_rules:
+        closed = unavailable(
+            calendar.rules, calendar.timezone, window, now=now, min_notice_minutes=calendar.min_notice_minutes
+        )
+        blocked += [(s.start, s.end) for s in closed]
+    return blocked
 
 
 def notice_start(now: datetime, min_notice_minutes: int) -> datetime:

@@ -24,7 +24,7 @@ from agentcal.errors import NotFound
 from agentcal.metrics import SEARCH_SECONDS
 from bookings.engine.rules import check_span_length
 from bookings.models import Calendar
-from bookings.rules import unavailable
+from bookings.rules import blocked_time, unavailable
 from bookings.spans import BusyIndex, Span, grid_slots
 from bookings.sql import live, overlap_params, overlaps
 
@@ -152,21 +152,6 @@ def _calendar_from(row: Sequence[Any]) -> Calendar:
         if isinstance(value, str):
             setattr(calendar, column, json.loads(value))
     return calendar
-
-
-def blocked_time(
-    calendar: Calendar, busy: Sequence[tuple[datetime, datetime]], window: Span, now: datetime
-) -> list[tuple[datetime, datetime]]:
-    """Everything that rules a calendar's time out in `window`: its busy time widened by its buffer,
-    and what its working hours, date overrides and notice close."""
-    pad = calendar.buffer
-    blocked = [(start - pad, end + pad) for start, end in busy] if pad else list(busy)
-    if calendar.has_rules:
-        closed = unavailable(
-            calendar.rules, calendar.timezone, window, now=now, min_notice_minutes=calendar.min_notice_minutes
-        )
-        blocked += [(s.start, s.end) for s in closed]
-    return blocked
 
 
 def rank(snapshot: Snapshot, query: SearchQuery) -> SearchResult:

@@ -13,6 +13,7 @@ from django.db.models import Count, Q
 
 from agentcal.db import bound_cursor
 from bookings.models import LIVE_STATUSES, BusyBlock, Calendar, Reservation, overlapping_q
+from bookings.rules import blocked_time
 from bookings.spans import BusyIndex, Span, grid_slots
 from workspaces.models import Agent, Workspace
 
@@ -30,8 +31,8 @@ class Availability:
 
 
 def availability(*, calendar: Calendar, window: Span, duration: timedelta | None) -> Availability:
-    """Busy reservations, upstream busy blocks and free time in `window`, with the calendar version
-    they correspond to.
+    """Busy reservations, upstream busy blocks and free time in `window` (within the calendar's rules),
+    with the calendar version they correspond to.
 
     Read in one REPEATABLE READ snapshot so the version (the ETag an agent may send back as If-Match)
     describes exactly the busy list returned. Lapsed holds are left out whether or not anything has
@@ -52,8 +53,10 @@ def availability(*, calendar: Calendar, window: Span, duration: timedelta | None
         upstream = list(
             BusyBlock.objects.filter(overlapping_q(window), calendar=calendar).order_by("start_time")
         )
-    index = BusyIndex([*(Span(r.start_time, r.end_time) for r in busy), *(b.span for b in upstream)])
     bookable = Span(max(window.start, now), window.end) if window.end > now else None
+    taken = [*((r.start_time, r.end_time) for r in busy), *((b.start_time, b.end_time) for b in upstream)]
+    # Free time is what a hold could take: the calendar's rules (hours, buffers, notice) close the rest.
+    index = BusyIndex.from_bounds(blocked_time(calendar, taken, bookable, now) if bookable else taken)
     if bookable is None:
         free: list[Span] = []
     elif duration is None:

@@ -27,12 +27,12 @@ from bookings.engine.groups import ReservationGroup
 from bookings.engine.locking import lock_calendars
 from bookings.engine.new_rows import insert_group, new_group, record_creation
 from bookings.engine.rules import priority_for
+from bookings.rules import blocked_time
 from bookings.search import (
     Candidate,
     SearchQuery,
     SearchResult,
     Snapshot,
-    blocked_time,
     find_common_time,
     rank,
     read_calendars,

@@ -21,6 +21,12 @@ from bookings.spans import Span
 from tests.helpers import Persona
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# Working hours Monday to Friday, 09:00-17:00 in the calendar's zone.
+NINE_TO_FIVE = {day: [["09:00", "17:00"]] for day in ("mon", "tue", "wed", "thu", "fri")}
+
+
+def utc(year: int, month: int, day: int, hour: int = 0, minute: int = 0) -> datetime:
+    return datetime(year, month, day, hour, minute, tzinfo=UTC)
 
 
 def hold(persona: Persona, calendar_id: str, span: dict[str, str], **fields: Any) -> httpx.Response:

@@ -4,24 +4,18 @@ in one locked write, over real HTTP; concurrent agents never double-hold."""
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection
 
 from bookings.models import Reservation
-from tests.bookings.helpers import commit, created, problem
+from tests.bookings.helpers import NINE_TO_FIVE, commit, created, problem, utc
 from tests.helpers import Persona, audit_rows, create_calendar, iso, overlapping_live_pairs
-
-NINE_TO_FIVE = {day: [["09:00", "17:00"]] for day in ("mon", "tue", "wed", "thu", "fri")}
-
-
-def utc(*parts: int) -> datetime:
-    return datetime(*parts, tzinfo=UTC)
 
 
 def find_and_hold(persona: Persona, client: Any = None, **search: Any) -> Any:
-    extra = {k: search.pop(k) for k in ("ttl_seconds", "title", "priority") if k in search}
+    extra: dict[str, Any] = {k: search.pop(k) for k in ("ttl_seconds", "title", "priority") if k in search}
     return (client or persona.client).post("/holds", json={"search": search, **extra})
 
 

@@ -4,25 +4,19 @@ database's clock, buffers around reservations and upstream busy time, and the au
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
 
 from agentcal.clock import server_now
 from bookings.models import BusyBlock, Calendar
-from tests.bookings.helpers import commit, created, hold, problem
+from tests.bookings.helpers import NINE_TO_FIVE, commit, created, hold, problem, utc
 from tests.helpers import Persona, audit_rows, create_calendar, iso
-
-NINE_TO_FIVE = {day: [["09:00", "17:00"]] for day in ("mon", "tue", "wed", "thu", "fri")}
 
 
 def span(start: datetime, minutes: int = 30) -> dict[str, str]:
     return {"start_time": iso(start), "end_time": iso(start + timedelta(minutes=minutes))}
-
-
-def utc(*parts: int) -> datetime:
-    return datetime(*parts, tzinfo=UTC)
 
 
 @pytest.fixture

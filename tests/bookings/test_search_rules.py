@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -13,14 +13,8 @@ from django.db import connection, transaction
 
 from agentcal.clock import server_now
 from bookings.models import BusyBlock, Calendar, Reservation
-from tests.bookings.helpers import commit, created
+from tests.bookings.helpers import NINE_TO_FIVE, commit, created, utc
 from tests.helpers import Persona, create_calendar, iso, overlapping_live_pairs
-
-NINE_TO_FIVE = {day: [["09:00", "17:00"]] for day in ("mon", "tue", "wed", "thu", "fri")}
-
-
-def utc(*parts: int) -> datetime:
-    return datetime(*parts, tzinfo=UTC)
 
 
 def search(persona: Persona, **body: Any) -> dict[str, Any]:
@@ -221,3 +215,28 @@ def test_the_search_is_zone_correct_for_an_hour_repeated_when_clocks_go_back(sdr
     )
     local = [datetime.fromisoformat(s).astimezone(ZoneInfo("America/New_York")) for s in starts(body)]
     assert [(t.hour, t.minute, t.fold) for t in local] == [(0, 0, 0), (0, 30, 0), (1, 0, 0)]
+
+
+def test_a_calendars_free_slots_are_within_its_rules(sdr):
+    calendar = create_calendar(
+        sdr,
+        name="AE",
+        timezone="Europe/Berlin",
+        working_hours={"mon": [["09:00", "10:00"]]},
+        buffer_after_minutes=30,
+    )["id"]
+    # Monday 11 January 2027, 09:00-09:30 Berlin (08:00Z) is booked; 30 minutes are kept after it.
+    created(
+        commit(
+            sdr, calendar, {"start_time": iso(utc(2027, 1, 11, 8)), "end_time": iso(utc(2027, 1, 11, 8, 30))}
+        )
+    )
+
+    response = sdr.client.get(
+        f"/calendars/{calendar}/availability",
+        params={"start": iso(utc(2027, 1, 11)), "end": iso(utc(2027, 1, 12)), "duration_minutes": 30},
+    )
+
+    assert response.status_code == 200, response.text
+    assert response.json()["free_slots"] == []  # 09:30-10:00 is the booking's buffer; the rest is closed
+    assert len(response.json()["busy"]) == 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -44,3 +45,16 @@ class FaultyProxy:
 
 def forward_everything(index: int, method: str) -> tuple[str, int, dict[str, str], bytes]:
     return ("forward", 0, {}, b"")
+
+
+WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+
+
+def every_day(opens: str, closes: str) -> dict[str, list[list[str]]]:
+    """Working hours open from `opens` to `closes` (local clock) on all seven days, so a test does not
+    depend on which weekday it runs."""
+    return {day: [[opens, closes]] for day in WEEKDAYS}
+
+
+def utc_midnight(days_ahead: int) -> datetime:
+    return datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=days_ahead)

@@ -6,14 +6,16 @@ process over stdio, and to the streamable HTTP app on a real socket, in front of
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import httpx
 import httpx2
@@ -26,7 +28,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
 
 from bookings.models import Reservation
-from tests.helpers import Persona, audit_rows, create_calendar, slot
+from tests.clients.helpers import every_day, utc_midnight
+from tests.helpers import Persona, audit_rows, create_calendar, iso, slot
 
 READ_TOOLS = {
     "list_calendars",
@@ -40,6 +43,7 @@ READ_TOOLS = {
     "query_audit",
 }
 WRITE_TOOLS = {
+    "hold_meeting",
     "hold_slot",
     "extend_hold",
     "release_hold",
@@ -91,10 +95,11 @@ def content(result: CallToolResult) -> dict[str, Any]:
     return result.structured_content
 
 
-def overlaps(one: dict[str, str], other: dict[str, str]) -> bool:
-    def at(value: str) -> datetime:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+def at(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
+
+def overlaps(one: dict[str, str], other: dict[str, str]) -> bool:
     return at(one["start_time"]) < at(other["end_time"]) and at(other["start_time"]) < at(one["end_time"])
 
 
@@ -104,7 +109,12 @@ def test_over_stdio_an_agent_finds_holds_and_commits_a_slot(sdr: Persona, live_s
     process = StdioServerParameters(
         command=sys.executable,
         args=["-m", "agentcal_mcp"],
-        env={"AGENTCAL_API_KEY": sdr.raw_key, "AGENTCAL_BASE_URL": live_server.url},
+        env={
+            "AGENTCAL_API_KEY": sdr.raw_key,
+            "AGENTCAL_BASE_URL": live_server.url,
+            # The server process runs the code under test, wherever the test run imports it from.
+            **({"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}),
+        },
     )
 
     async def session() -> tuple[set[str], CallToolResult, CallToolResult, CallToolResult]:
@@ -256,6 +266,7 @@ def test_a_read_only_key_is_offered_no_write_tools(make_agent: Any, mcp_url: str
         "find_meeting_time",
         "get_booking",
         "list_bookings",
+        "hold_meeting",
         "hold_slot",
         "extend_hold",
         "release_hold",
@@ -278,3 +289,58 @@ def test_http_refuses_requests_without_a_valid_key(mcp_url: str) -> None:
         assert response.headers["content-type"] == "application/problem+json"
         assert response.headers["www-authenticate"].startswith("Bearer")
         assert response.json()["error"] == "unauthenticated"
+
+
+def test_hold_meeting_holds_the_best_time_and_tells_it_on_each_attendees_clock(
+    sdr: Persona, mcp_url: str
+) -> None:
+    hours = {
+        "Europe/Berlin": ("09:00", "17:00"),
+        "America/New_York": ("09:00", "17:00"),
+        "Asia/Kolkata": ("13:00", "21:30"),
+    }
+    zone_of = {
+        create_calendar(sdr, name=zone, timezone=zone, working_hours=every_day(*opening))["id"]: zone
+        for zone, opening in hours.items()
+    }
+    calendars = list(zone_of)
+    day = utc_midnight(2)
+    # The latest opening of the three, in UTC, is the first time everyone is at work.
+    first_common = max(
+        datetime.fromisoformat(f"{day:%Y-%m-%d}T{opening}").replace(tzinfo=ZoneInfo(zone)).astimezone(UTC)
+        for zone, (opening, _) in hours.items()
+    )
+    window = {"duration_minutes": 30, "window_start": iso(day), "window_end": iso(day + timedelta(days=1))}
+    early = create_calendar(sdr, name="Early", working_hours=every_day("06:00", "07:00"))["id"]
+
+    async def plan() -> tuple[CallToolResult, CallToolResult, CallToolResult]:
+        async with http_session(mcp_url, sdr.raw_key) as session:
+            found = await session.call_tool(
+                "find_meeting_time", {"calendars": calendars, **window, "max_times": 1}
+            )
+            held = await session.call_tool(
+                "hold_meeting", {"calendars": calendars, **window, "title": "Kickoff"}
+            )
+            nothing = await session.call_tool("hold_meeting", {"calendars": [calendars[0], early], **window})
+            return found, held, nothing
+
+    found, held, nothing = asyncio.run(plan())
+
+    (candidate,) = content(found)["candidates"]
+    assert at(candidate["start_time"]) == first_common
+    result = content(held)
+    assert not held.is_error and result["outcome"] == "held"
+    assert at(result["hold"]["start_time"]) == first_common and result["hold"]["start_time"].endswith("Z")
+    assert result["candidate_rank"] == 1 and "commit_booking" in result["next_step"]
+    for local in (candidate["local_times"], result["local_times"]):
+        assert {entry["calendar"]: entry["timezone"] for entry in local} == zone_of
+        for entry in local:
+            start = datetime.fromisoformat(entry["start_time"])
+            assert start == first_common
+            assert start.utcoffset() == first_common.astimezone(ZoneInfo(entry["timezone"])).utcoffset()
+    hold_rows = Reservation.objects.filter(hold_id=result["hold"]["id"])
+    assert {row.calendar.public_id for row in hold_rows} == set(calendars)
+    assert not nothing.is_error
+    assert content(nothing)["outcome"] == "no_slot_found"
+    assert content(nothing)["reasons"] == {"no_common_working_hours": True}
+    assert "working hours never overlap" in content(nothing)["next_step"]

@@ -25,7 +25,7 @@ from agentcal_client import (
     SlotConflict,
 )
 from agentcal_client._transport import RetryBudget, api_base_url, parse_retry_after
-from agentcal_client.errors import error_from_response
+from agentcal_client.problems import error_from_response
 
 
 def response_error(status: int, code: str | None = None, retry_after: float | None = None) -> AgentCalError:

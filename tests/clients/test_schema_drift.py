@@ -15,8 +15,7 @@ from typing import Any, Union, get_args, get_origin
 
 import agentcal_client
 import pytest
-from agentcal_client import errors as client_errors
-from agentcal_client import models
+from agentcal_client import models, problems
 from agentcal_client.models import _field_types
 from drf_spectacular.generators import SchemaGenerator
 
@@ -27,6 +26,7 @@ COMPONENTS: dict[type[models.Model], str] = {
     models.BusySpan: "BusyOutput",
     models.Slot: "FreeSlotOutput",
     models.Hold: "HoldOutput",
+    models.FoundHold: "FoundHoldOutput",
     models.Booking: "BookingOutput",
     models.CalendarShare: "CalendarShareOutput",
     models.Displaced: "DisplacedOutput",
@@ -166,15 +166,15 @@ def _server_errors() -> list[type[Any]]:
 def test_every_server_problem_maps_to_a_client_error_of_its_status_family() -> None:
     for server_error in _server_errors():
         status, code = server_error.status, server_error.code
-        client_class = client_errors.error_class_for(status, code)
+        client_class = problems.error_class_for(status, code)
         assert client_class.__doc__, client_class
-        expected_family = client_errors.error_class_for(status, None)
+        expected_family = problems.error_class_for(status, None)
         assert issubclass(client_class, expected_family), (code, client_class, expected_family)
 
 
 def test_every_code_the_client_names_is_one_the_server_answers() -> None:
     server_codes = {cls.code for cls in _server_errors()} | {"forbidden", "rate_limited"}
-    client_codes = set(client_errors._BY_CODE)
+    client_codes = set(problems._BY_CODE)
     assert client_codes <= server_codes, client_codes - server_codes
 
 
@@ -196,8 +196,11 @@ def test_agent_facing_problems_have_their_own_class() -> None:
         server.BookingTooLong,
         server.ApprovalExists,
         server.IdempotencyKeyReused,
+        server.OutsideWorkingHours,
+        server.InsufficientNotice,
+        server.NoSlotFound,
     ):
-        client_class = client_errors.error_class_for(server_error.status, server_error.code)
+        client_class = problems.error_class_for(server_error.status, server_error.code)
         assert client_class.default_code == server_error.code
         assert client_class.__name__ in agentcal_client.__all__
 

@@ -5,15 +5,33 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('workspaces', '0004_agent_slug_lowercase'),
+        ("workspaces", "0004_agent_slug_lowercase"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='apikey',
-            name='scopes',
-            field=django.contrib.postgres.fields.ArrayField(base_field=models.CharField(choices=[('calendars:read', 'Calendars Read'), ('calendars:write', 'Calendars Write'), ('bookings:read', 'Bookings Read'), ('bookings:write', 'Bookings Write'), ('bookings:override_rules', 'Bookings Override Rules'), ('approvals:read', 'Approvals Read'), ('approvals:write', 'Approvals Write'), ('inbox:read', 'Inbox Read'), ('inbox:send', 'Inbox Send'), ('audit:read', 'Audit Read'), ('webhooks:write', 'Webhooks Write')], max_length=32), default=list, size=None),
+            model_name="apikey",
+            name="scopes",
+            field=django.contrib.postgres.fields.ArrayField(
+                base_field=models.CharField(
+                    choices=[
+                        ("calendars:read", "Calendars Read"),
+                        ("calendars:write", "Calendars Write"),
+                        ("bookings:read", "Bookings Read"),
+                        ("bookings:write", "Bookings Write"),
+                        ("bookings:override_rules", "Bookings Override Rules"),
+                        ("approvals:read", "Approvals Read"),
+                        ("approvals:write", "Approvals Write"),
+                        ("inbox:read", "Inbox Read"),
+                        ("inbox:send", "Inbox Send"),
+                        ("audit:read", "Audit Read"),
+                        ("webhooks:write", "Webhooks Write"),
+                    ],
+                    max_length=32,
+                ),
+                default=list,
+                size=None,
+            ),
         ),
     ]

@@ -136,3 +136,8 @@ async def take(items: AsyncIterator[Any], limit: int) -> tuple[list[Any], bool]:
             return taken, True
         taken.append(item)
     return taken, False
+
+
+# Every tool of the server, in the order the tool modules declare them (agentcal_mcp.tools imports
+# agentcal_mcp.finding first, so finding time comes first).
+REGISTRY = ToolRegistry()

@@ -44,12 +44,6 @@ class SlotView(Model):
         return cls(start_time=slot.start_time, end_time=slot.end_time)
 
 
-class MeetingTimeView(Model):
-    start_time: datetime
-    end_time: datetime
-    optional_free: list[str] = Field(description="The optional calendars free for the whole span.")
-
-
 class HoldView(Model):
     id: str = Field(description="The hold's id (hld_…).")
     hold_token: str | None = Field(
@@ -319,13 +313,6 @@ class FreeSlotsResult(ToolResult):
     slots: list[SlotView] = []
 
 
-class MeetingTimesResult(ToolResult):
-    outcome: Literal["found", "none_free", "error"]
-    calendars: list[str] = []
-    candidates: list[MeetingTimeView] = []
-    reasons: dict[str, bool] | None = Field(default=None, description="Why nothing was found.")
-
-
 class HoldResult(ToolResult, ConflictMembers):
     outcome: Literal["held", "extended", "released", "conflict", "error"]
     hold: HoldView | None = None
@@ -414,6 +401,13 @@ _NEXT_STEPS: dict[str, str] = {
     "stale_fencing_token": "A newer reservation overlaps this one. Call find_free_slots and re-plan.",
     "booking_not_live": "The booking is no longer committed (cancelled or taken over). Check it with "
     "get_booking; book again if needed.",
+    "outside_working_hours": "That time is outside a calendar's working hours (`detail` gives it on that "
+    "person's clock). Do not force it: call find_meeting_time or hold_meeting, which keep to everyone's "
+    "hours.",
+    "insufficient_notice": "That start is too soon for a calendar's minimum notice (`detail` gives the "
+    "earliest start). Pick a later time, or call hold_meeting, which respects notice.",
+    "no_slot_found": "No time in the window suits every required person. Widen the window, shorten the "
+    "meeting or make some people optional, then search again.",
     "booking_too_long": "Shorten the span to at most `max_allowed_minutes` (see detail) and call again.",
     "precondition_failed": "The calendar changed since you read it. Call find_free_slots again.",
     "approval_exists": "An approval for this hold already exists: check it with get_approval.",

@@ -8,14 +8,12 @@ exception string, and no tool here ever retries a conflict by itself (neither do
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-from datetime import timedelta
 from typing import Annotated, Any, Literal
 
 from agentcal_client import NotFound, SlotConflict
 from mcp.server.mcpserver import Context
-from pydantic import AwareDatetime, Field
+from pydantic import Field
 
 from agentcal_mcp import scopes
 from agentcal_mcp.arguments import (
@@ -32,7 +30,8 @@ from agentcal_mcp.arguments import (
     Title,
     id_field,
 )
-from agentcal_mcp.registry import Explained, InvalidArguments, ToolRegistry, agentcal, take
+from agentcal_mcp.finding import NEXT_AFTER_HOLD
+from agentcal_mcp.registry import REGISTRY, Explained, InvalidArguments, agentcal, take
 from agentcal_mcp.results import (
     ApprovalResult,
     ApprovalView,
@@ -41,168 +40,25 @@ from agentcal_mcp.results import (
     BookingListResult,
     BookingResult,
     BookingView,
-    CalendarsResult,
-    CalendarView,
-    FreeSlotsResult,
     HoldResult,
     HoldView,
-    MeetingTimesResult,
-    MeetingTimeView,
     MessageListResult,
     MessageResult,
     MessageSummary,
     MessageView,
     SendResult,
-    SlotView,
     conflict_members,
 )
 
-# The server offers every tool declared below, in this order.
-REGISTRY = ToolRegistry()
+# The server offers every tool registered, in this order: finding time (agentcal_mcp.finding), then
+# those declared below.
 TOOLS = REGISTRY.tools
 agent_tool = REGISTRY.tool
 
-NEXT_AFTER_HOLD = (
-    "The slot is yours until expires_at. Decide (ask a human with request_approval if you must), then "
-    "call commit_booking with hold_id and hold_token, or release_hold if you will not use it. Need longer? "
-    "Call extend_hold before expires_at."
-)
 NEXT_AFTER_COMMIT = (
     "Booked. Until bump_window_ends_at a higher-priority agent may still take it over; after that it is "
     "final. To invite people, call send_invite with this booking_id."
 )
-
-
-# --- Calendars and availability -------------------------------------------------------------------------
-
-
-@agent_tool(scope=scopes.CALENDARS_READ, title="List calendars", read_only=True, idempotent=True)
-async def list_calendars(ctx: Context, limit: Limit = 50) -> CalendarsResult:
-    """List the calendars of your workspace with their ids (cal_…), time zones and rules.
-
-    Use it first when you do not know a calendar's id. Next: find_free_slots on the calendars you need.
-    """
-    calendars, more = await take(agentcal(ctx).calendars.list(limit=limit + 1), limit)
-    return CalendarsResult(
-        outcome="listed",
-        calendars=[CalendarView.of(calendar) for calendar in calendars],
-        more=more,
-        next_step="Call find_free_slots with the ids of the calendars the meeting needs.",
-    )
-
-
-@agent_tool(scope=scopes.BOOKINGS_READ, title="Find free slots", read_only=True, idempotent=True)
-async def find_free_slots(
-    ctx: Context,
-    calendars: Annotated[
-        list[str],
-        Field(
-            description="Calendar ids (cal_…); a slot must be free in all of them.",
-            min_length=1,
-            max_length=20,
-        ),
-    ],
-    duration_minutes: Annotated[int, Field(ge=1, le=10080, description="How long the meeting is.")],
-    window_start: Annotated[AwareDatetime, Field(description="Search from (RFC 3339 with an offset).")],
-    window_end: Annotated[AwareDatetime, Field(description="Search until (RFC 3339 with an offset).")],
-    max_slots: Annotated[int, Field(ge=1, le=20, description="Return at most this many slots.")] = 5,
-) -> FreeSlotsResult:
-    """Find slots of `duration_minutes` that are free in every given calendar within a window.
-
-    Use it before hold_slot. Reading is not reserving: another agent may take a slot a moment later,
-    so hold the one you want next, right away. Slots are in UTC, earliest first.
-    """
-    client = agentcal(ctx)
-    duration = timedelta(minutes=duration_minutes)
-    availabilities = await asyncio.gather(
-        *(
-            client.calendars.availability(calendar, window_start, window_end, duration=duration)
-            for calendar in calendars
-        )
-    )
-    # Each calendar offers slots on its own grid; keep those every calendar offers.
-    offered = [{(slot.start_time, slot.end_time) for slot in each.free_slots} for each in availabilities[1:]]
-    common = [
-        SlotView.of(slot)
-        for slot in availabilities[0].free_slots
-        if all((slot.start_time, slot.end_time) in others for others in offered)
-    ]
-    if not common and len(calendars) > 1:
-        # Calendars on different grids can share free time no grid slot of the first one covers.
-        earliest = await client.find_free_slot(calendars, duration, window_start, window_end)
-        common = [SlotView.of(earliest)] if earliest is not None else []
-    if not common:
-        return FreeSlotsResult(
-            outcome="none_free",
-            calendars=calendars,
-            next_step="Nothing is free for that long in all these calendars: try a wider window, a shorter "
-            "meeting or fewer calendars.",
-        )
-    return FreeSlotsResult(
-        outcome="found",
-        calendars=calendars,
-        slots=common[:max_slots],
-        next_step="Call hold_slot now with the first calendar, the other calendars as also_calendars, and "
-        "one slot's start_time and end_time.",
-    )
-
-
-@agent_tool(scope=scopes.BOOKINGS_READ, title="Find a meeting time", read_only=True, idempotent=True)
-async def find_meeting_time(
-    ctx: Context,
-    calendars: Annotated[
-        list[str],
-        Field(
-            description="The required people's calendar ids (cal_…); a time must be free in all of them.",
-            min_length=1,
-            max_length=20,
-        ),
-    ],
-    duration_minutes: Annotated[int, Field(ge=1, le=10080, description="How long the meeting is.")],
-    window_start: Annotated[AwareDatetime, Field(description="Search from (RFC 3339 with an offset).")],
-    window_end: Annotated[AwareDatetime, Field(description="Search until (RFC 3339 with an offset).")],
-    optional_calendars: Annotated[
-        list[str] | None,
-        Field(description="Calendars of people who should come if they can.", max_length=20),
-    ] = None,
-    prefer_most_optional: Annotated[
-        bool, Field(description="Put first the times most optional people can make, not the earliest.")
-    ] = False,
-    max_times: Annotated[int, Field(ge=1, le=50, description="Return at most this many times.")] = 5,
-) -> MeetingTimesResult:
-    """Find times of `duration_minutes` free for every required person (the server intersects their
-    calendars), and say which optional people are free at each.
-
-    Use it before hold_slot for meetings of several people. Reading is not reserving: hold the time you
-    want next, right away. Times are in UTC.
-    """
-    found = await agentcal(ctx).find_meeting_time(
-        calendars,
-        timedelta(minutes=duration_minutes),
-        window_start,
-        window_end,
-        optional_calendars=optional_calendars,
-        limit=max_times,
-        order="most_optional" if prefer_most_optional else "earliest",
-    )
-    if not found.candidates:
-        return MeetingTimesResult(
-            outcome="none_free",
-            calendars=calendars,
-            reasons=found.reasons,
-            next_step="No time suits every required person: try a wider window, a shorter meeting or "
-            "fewer required calendars (make some optional).",
-        )
-    return MeetingTimesResult(
-        outcome="found",
-        calendars=calendars,
-        candidates=[
-            MeetingTimeView(start_time=c.start_time, end_time=c.end_time, optional_free=list(c.optional_free))
-            for c in found.candidates
-        ],
-        next_step="Call hold_slot now with the first calendar, the other required calendars as "
-        "also_calendars, and one time's start_time and end_time.",
-    )
 
 
 # --- Holds ---------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ so the two clients cannot drift apart in what they send.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -19,6 +20,7 @@ from agentcal_client.models import (
     Availability,
     Booking,
     Calendar,
+    FoundHold,
     Hold,
     Identity,
     Inbox,
@@ -100,8 +102,12 @@ def calendar_create(**fields: Any) -> Call[Calendar]:
     return Call(Request("POST", "/calendars", json=_body(**fields)), _one(Calendar))
 
 
-def calendar_update(calendar_id: str, **fields: Any) -> Call[Calendar]:
+def calendar_update(calendar_id: str, *, clear_working_hours: bool = False, **fields: Any) -> Call[Calendar]:
     body = _body(**fields)
+    if clear_working_hours:
+        if "working_hours" in body:
+            raise ValueError("calendars.update: pass working_hours or clear_working_hours, not both")
+        body["working_hours"] = None  # null: open at any time
     if not body:
         raise ValueError("calendars.update: pass at least one field to change")
     return Call(Request("PATCH", f"/calendars/{calendar_id}", json=body), _one(Calendar))
@@ -122,30 +128,40 @@ def _whole_minutes(duration: timedelta) -> int:
     return minutes
 
 
-def find_meeting_time(
-    calendars: Sequence[str],
-    duration: timedelta,
-    start: datetime,
-    end: datetime,
-    *,
-    optional_calendars: Sequence[str] | None,
-    min_optional: int | None,
-    granularity_minutes: int | None,
-    limit: int | None,
-    order: str | None,
-) -> Call[MeetingTimes]:
-    body = _body(
-        calendars=list(calendars),
-        optional_calendars=None if optional_calendars is None else list(optional_calendars),
-        min_optional=min_optional,
-        duration_minutes=_whole_minutes(duration),
-        start=start,
-        end=end,
-        granularity_minutes=granularity_minutes,
-        limit=limit,
-        order=order,
-    )
-    return Call(Request("POST", "/availability/search", json=body), _one(MeetingTimes))
+@dataclass(frozen=True, kw_only=True)
+class MeetingSearch:
+    """What find_meeting_time and hold_meeting look for: a time of `duration` in [start, end) free on
+    every calendar of `calendars`, inside their working hours, and which of `optional_calendars` are free."""
+
+    calendars: Sequence[str]
+    duration: timedelta
+    start: datetime
+    end: datetime
+    optional_calendars: Sequence[str] | None = None
+    min_optional: int | None = None
+    granularity_minutes: int | None = None
+    limit: int | None = None
+    order: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        for name, ids in (("calendars", self.calendars), ("optional_calendars", self.optional_calendars)):
+            if isinstance(ids, str):
+                raise TypeError(f"`{name}` is a list of calendar ids, not one string")
+        return _body(
+            calendars=list(self.calendars),
+            optional_calendars=None if self.optional_calendars is None else list(self.optional_calendars),
+            min_optional=self.min_optional,
+            duration_minutes=_whole_minutes(self.duration),
+            start=self.start,
+            end=self.end,
+            granularity_minutes=self.granularity_minutes,
+            limit=self.limit,
+            order=self.order,
+        )
+
+
+def find_meeting_time(search: MeetingSearch) -> Call[MeetingTimes]:
+    return Call(Request("POST", "/availability/search", json=search.to_json()), _one(MeetingTimes))
 
 
 # --- Holds -------------------------------------------------------------------------------------------------
@@ -176,6 +192,26 @@ def hold_create(
     )
     request = Request("POST", f"/calendars/{calendar_id}/holds", json=body, headers=_if_match(if_version))
     return Call(request, _one(Hold))
+
+
+def hold_meeting(
+    search: MeetingSearch,
+    *,
+    ttl_seconds: int | None,
+    priority: int | None,
+    title: str | None,
+    attendees: list[Any] | None,
+    metadata: dict[str, Any] | None,
+) -> Call[FoundHold]:
+    body = _body(
+        search=search.to_json(),
+        ttl_seconds=ttl_seconds,
+        priority=priority,
+        title=title,
+        attendees=attendees,
+        metadata=metadata,
+    )
+    return Call(Request("POST", "/holds", json=body), _one(FoundHold))
 
 
 def hold_get(hold_id: str) -> Call[Hold]:

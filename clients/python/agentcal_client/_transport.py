@@ -28,9 +28,9 @@ from agentcal_client.errors import (
     AgentCalError,
     APIConnectionError,
     APITimeoutError,
-    error_from_response,
     is_retryable,
 )
+from agentcal_client.problems import error_from_response
 
 logger = logging.getLogger("agentcal_client")
 

@@ -64,6 +64,11 @@ class AsyncCalendars(_Namespace):
         hold_ttl_seconds: int | None = None,
         bump_window_seconds: int | None = None,
         max_booking_minutes: int | None = None,
+        working_hours: dict[str, Any] | None = None,
+        date_overrides: dict[str, Any] | None = None,
+        buffer_before_minutes: int | None = None,
+        buffer_after_minutes: int | None = None,
+        min_notice_minutes: int | None = None,
         idempotency_key: str | None = None,
     ) -> Calendar:
         call = _calls.calendar_create(
@@ -73,6 +78,11 @@ class AsyncCalendars(_Namespace):
             hold_ttl_seconds=hold_ttl_seconds,
             bump_window_seconds=bump_window_seconds,
             max_booking_minutes=max_booking_minutes,
+            working_hours=working_hours,
+            date_overrides=date_overrides,
+            buffer_before_minutes=buffer_before_minutes,
+            buffer_after_minutes=buffer_after_minutes,
+            min_notice_minutes=min_notice_minutes,
         )
         return await self._transport.run(call, idempotency_key=idempotency_key)
 
@@ -86,6 +96,12 @@ class AsyncCalendars(_Namespace):
         hold_ttl_seconds: int | None = None,
         bump_window_seconds: int | None = None,
         max_booking_minutes: int | None = None,
+        working_hours: dict[str, Any] | None = None,
+        date_overrides: dict[str, Any] | None = None,
+        buffer_before_minutes: int | None = None,
+        buffer_after_minutes: int | None = None,
+        min_notice_minutes: int | None = None,
+        clear_working_hours: bool = False,
         idempotency_key: str | None = None,
     ) -> Calendar:
         call = _calls.calendar_update(
@@ -96,6 +112,12 @@ class AsyncCalendars(_Namespace):
             hold_ttl_seconds=hold_ttl_seconds,
             bump_window_seconds=bump_window_seconds,
             max_booking_minutes=max_booking_minutes,
+            working_hours=working_hours,
+            date_overrides=date_overrides,
+            buffer_before_minutes=buffer_before_minutes,
+            buffer_after_minutes=buffer_after_minutes,
+            min_notice_minutes=min_notice_minutes,
+            clear_working_hours=clear_working_hours,
         )
         return await self._transport.run(call, idempotency_key=idempotency_key)
 

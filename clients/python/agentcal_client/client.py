@@ -3,7 +3,6 @@ namespaces and helpers; the async one's methods are coroutines."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -12,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from agentcal_client import _calls, _slots
+from agentcal_client import _calls
 from agentcal_client._transport import DEFAULT_BASE_URL, AsyncTransport, Settings, SyncTransport, api_base_url
 from agentcal_client.async_resources import (
     AsyncApprovals,
@@ -22,9 +21,22 @@ from agentcal_client.async_resources import (
     AsyncHolds,
     AsyncInboxNamespace,
 )
-from agentcal_client.models import Hold, Identity, MeetingTimes, Slot
+from agentcal_client.models import FoundHold, Hold, Identity, MeetingTimes, Slot
 from agentcal_client.resources import Approvals, Audit, Bookings, Calendars, Holds, InboxNamespace
 from agentcal_client.sessions import AsyncHoldSession, HoldSession
+
+
+def _first_fit(
+    calendars: Sequence[str], duration: timedelta, start: datetime, end: datetime
+) -> _calls.MeetingSearch:
+    return _calls.MeetingSearch(calendars=calendars, duration=duration, start=start, end=end, limit=1)
+
+
+def _earliest(found: MeetingTimes) -> Slot | None:
+    if not found.candidates:
+        return None
+    first = found.candidates[0]
+    return Slot(start_time=first.start_time, end_time=first.end_time)
 
 
 def _settings(
@@ -95,11 +107,11 @@ class AgentCal:
     def find_free_slot(
         self, calendars: Sequence[str], duration: timedelta, start: datetime, end: datetime
     ) -> Slot | None:
-        """The earliest span of `duration` in [start, end) free in every calendar, or None. Reading is
-        not reserving: hold the slot next (a SlotConflict then means someone was faster)."""
-        _slots.check_search(calendars, duration, start, end)
-        free = [self.calendars.availability(calendar, start, end).free_slots for calendar in calendars]
-        return _slots.first_fit(free, duration)
+        """The earliest span of `duration` in [start, end) free in every calendar (and inside their
+        working hours), or None: find_meeting_time's first candidate. Reading is not reserving: hold the
+        slot next (a SlotConflict then means someone was faster), or use hold_meeting to do both at once."""
+        found = self._transport.run(_calls.find_meeting_time(_first_fit(calendars, duration, start, end)))
+        return _earliest(found)
 
     def find_meeting_time(
         self,
@@ -120,16 +132,64 @@ class AgentCal:
         hold a candidate next, with `versions` as `if_version` to hold only if nothing changed."""
         return self._transport.run(
             _calls.find_meeting_time(
-                calendars,
-                duration,
-                start,
-                end,
-                optional_calendars=optional_calendars,
-                min_optional=min_optional,
-                granularity_minutes=granularity_minutes,
-                limit=limit,
-                order=order,
+                _calls.MeetingSearch(
+                    calendars=calendars,
+                    duration=duration,
+                    start=start,
+                    end=end,
+                    optional_calendars=optional_calendars,
+                    min_optional=min_optional,
+                    granularity_minutes=granularity_minutes,
+                    limit=limit,
+                    order=order,
+                )
             )
+        )
+
+    def hold_meeting(
+        self,
+        calendars: Sequence[str],
+        duration: timedelta,
+        start: datetime,
+        end: datetime,
+        *,
+        optional_calendars: Sequence[str] | None = None,
+        min_optional: int | None = None,
+        granularity_minutes: int | None = None,
+        limit: int | None = None,
+        order: str | None = None,
+        ttl_seconds: int | None = None,
+        priority: int | None = None,
+        title: str | None = None,
+        attendees: list[Any] | None = None,
+        metadata: dict[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> FoundHold:
+        """Find a time as find_meeting_time does and hold it on every calendar of `calendars`, in one
+        write: the server picks the best candidate it can still hold under the calendars' locks (a time
+        taken meanwhile is skipped, never double-held; nothing is taken over). The FoundHold says which
+        candidate it got (`candidate_rank`, 1 for the best) and the window searched; commit or release it
+        as any hold (`holds.commit`, `holds.release`). Raises NoSlotFound (`.reasons`) when no time suits."""
+        return self._transport.run(
+            _calls.hold_meeting(
+                _calls.MeetingSearch(
+                    calendars=calendars,
+                    duration=duration,
+                    start=start,
+                    end=end,
+                    optional_calendars=optional_calendars,
+                    min_optional=min_optional,
+                    granularity_minutes=granularity_minutes,
+                    limit=limit,
+                    order=order,
+                ),
+                ttl_seconds=ttl_seconds,
+                priority=priority,
+                title=title,
+                attendees=attendees,
+                metadata=metadata,
+            ),
+            idempotency_key=idempotency_key,
         )
 
     def hold(
@@ -208,12 +268,11 @@ class AsyncAgentCal:
     async def find_free_slot(
         self, calendars: Sequence[str], duration: timedelta, start: datetime, end: datetime
     ) -> Slot | None:
-        """The earliest span of `duration` in [start, end) free in every calendar, or None."""
-        _slots.check_search(calendars, duration, start, end)
-        answers = await asyncio.gather(
-            *(self.calendars.availability(calendar, start, end) for calendar in calendars)
+        """See AgentCal.find_free_slot."""
+        found = await self._transport.run(
+            _calls.find_meeting_time(_first_fit(calendars, duration, start, end))
         )
-        return _slots.first_fit([answer.free_slots for answer in answers], duration)
+        return _earliest(found)
 
     async def find_meeting_time(
         self,
@@ -231,16 +290,60 @@ class AsyncAgentCal:
         """See AgentCal.find_meeting_time."""
         return await self._transport.run(
             _calls.find_meeting_time(
-                calendars,
-                duration,
-                start,
-                end,
-                optional_calendars=optional_calendars,
-                min_optional=min_optional,
-                granularity_minutes=granularity_minutes,
-                limit=limit,
-                order=order,
+                _calls.MeetingSearch(
+                    calendars=calendars,
+                    duration=duration,
+                    start=start,
+                    end=end,
+                    optional_calendars=optional_calendars,
+                    min_optional=min_optional,
+                    granularity_minutes=granularity_minutes,
+                    limit=limit,
+                    order=order,
+                )
             )
+        )
+
+    async def hold_meeting(
+        self,
+        calendars: Sequence[str],
+        duration: timedelta,
+        start: datetime,
+        end: datetime,
+        *,
+        optional_calendars: Sequence[str] | None = None,
+        min_optional: int | None = None,
+        granularity_minutes: int | None = None,
+        limit: int | None = None,
+        order: str | None = None,
+        ttl_seconds: int | None = None,
+        priority: int | None = None,
+        title: str | None = None,
+        attendees: list[Any] | None = None,
+        metadata: dict[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> FoundHold:
+        """See AgentCal.hold_meeting."""
+        return await self._transport.run(
+            _calls.hold_meeting(
+                _calls.MeetingSearch(
+                    calendars=calendars,
+                    duration=duration,
+                    start=start,
+                    end=end,
+                    optional_calendars=optional_calendars,
+                    min_optional=min_optional,
+                    granularity_minutes=granularity_minutes,
+                    limit=limit,
+                    order=order,
+                ),
+                ttl_seconds=ttl_seconds,
+                priority=priority,
+                title=title,
+                attendees=attendees,
+                metadata=metadata,
+            ),
+            idempotency_key=idempotency_key,
         )
 
     def hold(

@@ -1,18 +1,22 @@
 """Every error the client raises, one class per problem an agent reacts to differently.
 
-The server answers failures as RFC 9457 problem+json with a machine code in `error`; `error_from_response`
-turns that code into the class below that names it (unknown codes fall back to the class for the HTTP
-status, so a new server code still lands in the right family). Each class's docstring says what an agent
-should do about it: that text is the advice an agent developer needs, and docs/agents.md reuses it.
+The server answers failures as RFC 9457 problem+json with a machine code in `error`;
+`problems.error_from_response` turns that code into the class below that names it (unknown codes fall
+back to the class for the HTTP status, so a new server code still lands in the right family). Each
+class's docstring says what an agent should do about it: that text is the advice an agent developer
+needs, and docs/agents.md reuses it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 if TYPE_CHECKING:
-    from agentcal_client.models import Approval, Slot
+    from agentcal_client.models import Approval, SearchedWindow, Slot
+
+T = TypeVar("T")
 
 __all__ = [
     "AgentCalError",
@@ -35,11 +39,14 @@ __all__ = [
     "HoldTokenMismatch",
     "IdempotencyInProgress",
     "IdempotencyKeyReused",
+    "InsufficientNotice",
     "InsufficientScope",
     "InvalidRange",
     "InvalidRequest",
+    "NoSlotFound",
     "NotFound",
     "NotOwner",
+    "OutsideWorkingHours",
     "PayloadTooLarge",
     "PermissionDenied",
     "PreconditionFailed",
@@ -52,7 +59,7 @@ __all__ = [
     "StaleFencingToken",
     "UnprocessableEntity",
     "WebhookVerificationError",
-    "error_from_response",
+    "is_retryable",
 ]
 
 
@@ -91,6 +98,11 @@ class AgentCalError(Exception):
     def __str__(self) -> str:
         where = f"{self.status} {self.code}" if self.status is not None else self.code
         return f"{where}: {self.detail}"
+
+    def _member(self, name: str, kind: type[T]) -> T | None:
+        """A member of the problem document, if present and of the type the API documents."""
+        found = self.body.get(name)
+        return found if isinstance(found, kind) else None
 
 
 # --- 400 ---------------------------------------------------------------------------------------------------
@@ -204,19 +216,44 @@ class SlotConflict(Conflict):
 
     @property
     def conflicting_bucket(self) -> str | None:
-        found = self.body.get("conflicting_bucket")
-        return found if isinstance(found, str) else None
+        return self._member("conflicting_bucket", str)
 
     @property
     def held_by_priority(self) -> int | None:
         """The blocker's priority; None for upstream busy time, which no priority takes over."""
-        found = self.body.get("held_by_priority")
-        return found if isinstance(found, int) else None
+        return self._member("held_by_priority", int)
 
     @property
     def caller_priority(self) -> int | None:
-        found = self.body.get("caller_priority")
-        return found if isinstance(found, int) else None
+        return self._member("caller_priority", int)
+
+    @property
+    def reason(self) -> str | None:
+        """Why the span is refused when it is not an overlap: "buffer" when it comes within a calendar's
+        buffer of something live there (`conflicting["buffer_minutes"]`); no priority takes a buffer."""
+        found = self.conflicting.get("reason")
+        return found if isinstance(found, str) else None
+
+
+class NoSlotFound(Conflict):
+    """hold_meeting found no time in the window that suits every required calendar, so nothing was held.
+    `reasons` says why (e.g. {"no_common_working_hours": True}, {"no_common_free_time": True},
+    {"insufficient_notice": True}); `searched` is the window looked in. Widen the window, shorten the
+    meeting or make some calendars optional, then search again; the same call gets the same answer."""
+
+    default_code = "no_slot_found"
+
+    @property
+    def reasons(self) -> dict[str, bool]:
+        found = self.body.get("reasons")
+        return found if isinstance(found, dict) else {}
+
+    @property
+    def searched(self) -> SearchedWindow | None:
+        from agentcal_client.models import SearchedWindow
+
+        found = self.body.get("searched")
+        return SearchedWindow.from_json(found) if isinstance(found, dict) else None
 
 
 class HoldNotLive(Conflict):
@@ -288,13 +325,11 @@ class ApprovalExists(Conflict):
 
     @property
     def approval_id(self) -> str | None:
-        found = self.body.get("approval_id")
-        return found if isinstance(found, str) else None
+        return self._member("approval_id", str)
 
     @property
     def hold_id(self) -> str | None:
-        found = self.body.get("hold_id")
-        return found if isinstance(found, str) else None
+        return self._member("hold_id", str)
 
 
 class ApprovalAlreadyDecided(Conflict):
@@ -304,13 +339,11 @@ class ApprovalAlreadyDecided(Conflict):
 
     @property
     def approval_id(self) -> str | None:
-        found = self.body.get("approval_id")
-        return found if isinstance(found, str) else None
+        return self._member("approval_id", str)
 
     @property
     def approval_status(self) -> str | None:
-        found = self.body.get("approval_status")
-        return found if isinstance(found, str) else None
+        return self._member("approval_status", str)
 
 
 class ApprovalExpired(Conflict):
@@ -320,8 +353,7 @@ class ApprovalExpired(Conflict):
 
     @property
     def approval_id(self) -> str | None:
-        found = self.body.get("approval_id")
-        return found if isinstance(found, str) else None
+        return self._member("approval_id", str)
 
 
 # --- 412 / 413 / 422 -----------------------------------------------------------------------------------
@@ -354,18 +386,78 @@ class BookingTooLong(UnprocessableEntity):
 
     @property
     def max_allowed_minutes(self) -> int | None:
-        found = self.body.get("max_allowed_minutes")
-        return found if isinstance(found, int) else None
+        return self._member("max_allowed_minutes", int)
 
     @property
     def requested_minutes(self) -> int | None:
-        found = self.body.get("requested_minutes")
-        return found if isinstance(found, int) else None
+        return self._member("requested_minutes", int)
 
     @property
     def max_buckets_allowed(self) -> int | None:
-        found = self.body.get("max_buckets_allowed")
-        return found if isinstance(found, int) else None
+        return self._member("max_buckets_allowed", int)
+
+
+class OutsideWorkingHours(UnprocessableEntity):
+    """The span is not inside the working hours of `calendar` (in its own `timezone`); nothing was written.
+    `local_start_time`/`local_end_time` are the span in that zone and `hours_that_day` that calendar's hours
+    on those dates. Pick a time inside everyone's hours: find_meeting_time or hold_meeting do that for you."""
+
+    default_code = "outside_working_hours"
+
+    @property
+    def calendar(self) -> str | None:
+        return self._member("calendar", str)
+
+    @property
+    def timezone(self) -> str | None:
+        return self._member("timezone", str)
+
+    @property
+    def local_start_time(self) -> datetime | None:
+        return _local_time(self._member("local_start_time", str))
+
+    @property
+    def local_end_time(self) -> datetime | None:
+        return _local_time(self._member("local_end_time", str))
+
+    @property
+    def hours_that_day(self) -> dict[str, Any]:
+        """Local date ("2026-12-24") → that day's [[start, end], …] hours; [] when closed."""
+        found = self.body.get("hours_that_day")
+        return found if isinstance(found, dict) else {}
+
+
+class InsufficientNotice(UnprocessableEntity):
+    """The span starts sooner than `calendar` allows (`min_notice_minutes`); nothing was written. Start at
+    `earliest_start_time` or later (the server's clock, `server_time`, decided it, not this machine's)."""
+
+    default_code = "insufficient_notice"
+
+    @property
+    def calendar(self) -> str | None:
+        return self._member("calendar", str)
+
+    @property
+    def min_notice_minutes(self) -> int | None:
+        return self._member("min_notice_minutes", int)
+
+    @property
+    def earliest_start_time(self) -> datetime | None:
+        return _local_time(self._member("earliest_start_time", str))
+
+    @property
+    def server_time(self) -> datetime | None:
+        return _local_time(self._member("server_time", str))
+
+
+def _local_time(value: str | None) -> datetime | None:
+    """A time of a problem document, kept in the offset the server wrote it in."""
+    if value is None:
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None
 
 
 class IdempotencyKeyReused(UnprocessableEntity):
@@ -395,18 +487,15 @@ class QuotaExceeded(RateLimited):
 
     @property
     def quota(self) -> str | None:
-        found = self.body.get("quota")
-        return found if isinstance(found, str) else None
+        return self._member("quota", str)
 
     @property
     def limit(self) -> int | None:
-        found = self.body.get("limit")
-        return found if isinstance(found, int) else None
+        return self._member("limit", int)
 
     @property
     def window_seconds(self) -> int | None:
-        found = self.body.get("window_seconds")
-        return found if isinstance(found, int) else None
+        return self._member("window_seconds", int)
 
 
 # --- 5xx and no answer -----------------------------------------------------------------------------------
@@ -461,61 +550,7 @@ class WebhookVerificationError(AgentCalError):
     default_code = "webhook_verification_failed"
 
 
-# --- From a response -------------------------------------------------------------------------------------
-
-_BY_CODE: dict[str, type[AgentCalError]] = {
-    cls.default_code: cls
-    for cls in (
-        InvalidRequest,
-        InvalidRange,
-        AuthenticationError,
-        PermissionDenied,
-        InsufficientScope,
-        PriorityNotAllowed,
-        NotOwner,
-        HoldTokenMismatch,
-        NotFound,
-        SlotConflict,
-        HoldExpired,
-        HoldEvicted,
-        HoldReleased,
-        HoldAlreadyCommitted,
-        HoldAwaitingApproval,
-        StaleFencingToken,
-        BookingNotLive,
-        IdempotencyInProgress,
-        ApprovalExists,
-        ApprovalAlreadyDecided,
-        ApprovalExpired,
-        PreconditionFailed,
-        PayloadTooLarge,
-        BookingTooLong,
-        IdempotencyKeyReused,
-        RateLimited,
-        QuotaExceeded,
-        ServiceUnavailable,
-    )
-}
-_BY_STATUS: dict[int, type[AgentCalError]] = {
-    400: InvalidRequest,
-    401: AuthenticationError,
-    403: PermissionDenied,
-    404: NotFound,
-    409: Conflict,
-    412: PreconditionFailed,
-    413: PayloadTooLarge,
-    422: UnprocessableEntity,
-    429: RateLimited,
-    503: ServiceUnavailable,
-}
-
-
-def error_class_for(status: int, code: str | None) -> type[AgentCalError]:
-    """The class for a problem: the one named by its code, else the one for its HTTP status. A code
-    whose class belongs to another status (a proxy reusing a name) counts for nothing."""
-    family = _BY_STATUS.get(status) or (ServerError if status >= 500 else AgentCalError)
-    by_code = _BY_CODE.get(code or "")
-    return by_code if by_code is not None and issubclass(by_code, family) else family
+# --- The retry rule ---------------------------------------------------------------------------------------
 
 
 def is_retryable(error: AgentCalError) -> bool:
@@ -527,29 +562,3 @@ def is_retryable(error: AgentCalError) -> bool:
     if isinstance(error, APIConnectionError | RateLimited | IdempotencyInProgress):
         return True
     return error.status in (502, 503, 504)
-
-
-def error_from_response(
-    status: int,
-    body: Any,
-    *,
-    text: str = "",
-    request_id: str | None = None,
-    retry_after: float | None = None,
-) -> AgentCalError:
-    """Build the error for a non-2xx response; `body` is the parsed JSON (anything, when the response was
-    not a problem document: a proxy's HTML page, say), `text` the raw text for the detail then."""
-    problem: dict[str, Any] = body if isinstance(body, dict) else {}
-    code = problem.get("error") if isinstance(problem.get("error"), str) else None
-    detail = problem.get("detail")
-    if not isinstance(detail, str) or not detail:
-        detail = text.strip()[:300] or f"HTTP {status}"
-    cls = error_class_for(status, code)
-    return cls(
-        detail,
-        status=status,
-        code=code or f"http_{status}",
-        body=problem,
-        request_id=request_id,
-        retry_after=retry_after,
-    )

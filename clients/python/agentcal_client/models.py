@@ -31,6 +31,7 @@ __all__ = [
     "CalendarEvent",
     "CalendarShare",
     "Displaced",
+    "FoundHold",
     "Hold",
     "Identity",
     "IdentityAgent",
@@ -137,6 +138,14 @@ class Calendar(Model):
     hold_ttl_seconds: int
     bump_window_seconds: int
     max_booking_minutes: int
+    # The rules every hold, commit and search on this calendar obeys. `working_hours`: weekday ("mon"…)
+    # → [[start, end], …] local clock times in `timezone`, None for open at any time; `date_overrides`:
+    # date ("2026-12-24") → hours replacing that day's, [] for closed.
+    working_hours: dict[str, Any] | None = None
+    date_overrides: dict[str, Any]
+    buffer_before_minutes: int
+    buffer_after_minutes: int
+    min_notice_minutes: int
     version: int
     created_at: datetime
     updated_at: datetime
@@ -257,6 +266,16 @@ class Hold(_Reservation):
     expires_at: datetime | None = None
     booking_id: str | None = None
     displaced: tuple[Displaced, ...] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FoundHold(Hold):
+    """The hold hold_meeting made: a Hold, plus which of the search's candidates it got (1: the best; n
+    when n - 1 better ones were taken by other writes between the search and the lock) and the window
+    the search looked in."""
+
+    candidate_rank: int
+    searched: SearchedWindow
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,54 @@
+"""docs/agents.md's meeting across time zones runs verbatim against the live server: the snippet is read
+from the document and executed as a reader would, with only the two environment variables set."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from bookings.models import Reservation
+from tests.helpers import Persona
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+AGENTS_MD = Path(__file__).resolve().parents[2] / "docs" / "agents.md"
+
+
+def python_snippet(section: str) -> str:
+    """The first ```python block under the `## {section}` heading."""
+    text = AGENTS_MD.read_text()
+    after_heading = text[text.index(f"\n## {section}\n") :]
+    found = re.search(r"```python\n(.*?)```", after_heading, re.DOTALL)
+    assert found is not None, f"no python block under {section!r}"
+    return found.group(1)
+
+
+def test_the_three_time_zone_example_finds_holds_and_commits_inside_everyones_hours(
+    sdr: Persona, live_server: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("AGENTCAL_API_KEY", sdr.raw_key)
+    monkeypatch.setenv("AGENTCAL_BASE_URL", live_server.url)
+    namespace: dict[str, Any] = {"__name__": "agents_md_example"}
+
+    exec(compile(python_snippet("A meeting across time zones"), str(AGENTS_MD), "exec"), namespace)  # noqa: S102
+    namespace["client"].close()
+
+    booking, found, hold = namespace["booking"], namespace["found"], namespace["hold"]
+    assert booking.status == "committed" and booking.hold_id == hold.id
+    assert hold.candidate_rank == 1 and hold.start_time == found.candidates[0].start_time
+    # Every person's local start is inside the hours the example gave them, on a weekday.
+    for calendar in namespace["people"].values():
+        local = hold.start_time.astimezone(ZoneInfo(calendar.timezone))
+        (hours,) = calendar.working_hours[local.strftime("%a").lower()]
+        assert (
+            hours[0] <= local.strftime("%H:%M")
+            and (local + (hold.end_time - hold.start_time)).strftime("%H:%M") <= hours[1]
+        )
+    rows = Reservation.objects.filter(booking_id=booking.id)
+    assert {row.calendar.public_id for row in rows} == set(namespace["calendars"])
+    printed = capsys.readouterr().out
+    assert "Ana: " in printed and "(Asia/Kolkata)" in printed and f"booked {booking.id}" in printed
