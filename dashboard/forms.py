@@ -23,6 +23,24 @@ SETTING_FIELDS = {
     ),
     "max_booking_minutes": ("Longest booking", "minutes", "The longest hold or booking agents may make."),
 }
+# The rules' numbers, on the settings page only (a new calendar starts without rules).
+RULE_FIELDS = {
+    "buffer_before_minutes": (
+        "Buffer before",
+        "minutes",
+        "Free time kept before anything on this calendar: nothing else may end closer to its start.",
+    ),
+    "buffer_after_minutes": (
+        "Buffer after",
+        "minutes",
+        "Free time kept after anything on this calendar: nothing else may start closer to its end.",
+    ),
+    "min_notice_minutes": (
+        "Minimum notice",
+        "minutes",
+        "Nothing may be held or booked to start sooner than this from now.",
+    ),
+}
 SETTING_LABELS = {
     "name": "name",
     "timezone": "time zone",
@@ -30,6 +48,11 @@ SETTING_LABELS = {
     "hold_ttl_seconds": "hold lifetime",
     "bump_window_seconds": "bump window",
     "max_booking_minutes": "longest booking",
+    "working_hours": "working hours",
+    "date_overrides": "date overrides",
+    "buffer_before_minutes": "buffer before",
+    "buffer_after_minutes": "buffer after",
+    "min_notice_minutes": "minimum notice",
 }
 
 
@@ -43,32 +66,40 @@ class CalendarForm(forms.Form):
     hold_ttl_seconds = forms.IntegerField(required=False)
     bump_window_seconds = forms.IntegerField(required=False)
     max_booking_minutes = forms.IntegerField(required=False)
+    buffer_before_minutes = forms.IntegerField(required=False)
+    buffer_after_minutes = forms.IntegerField(required=False)
+    min_notice_minutes = forms.IntegerField(required=False)
 
     @classmethod
     def of(cls, calendar: Calendar) -> CalendarForm:
-        return cls(initial={name: getattr(calendar, name) for name in ("name", "timezone", *SETTING_FIELDS)})
+        names = ("name", "timezone", *SETTING_FIELDS, *RULE_FIELDS)
+        return cls(initial={name: getattr(calendar, name) for name in names})
 
-    def settings(self, *, partial: bool) -> dict[str, Any] | None:
+    def settings(self, *, partial: bool, rules: dict[str, Any] | None = None) -> dict[str, Any] | None:
         """The settings, checked by the API's rules; None (with the errors on the form) if any is refused.
-        A blank number means the default when creating, and "unchanged" when editing (`partial`)."""
+        A blank number means the default when creating, and "unchanged" when editing (`partial`).
+        `rules`: working hours and date overrides as the API takes them (the rules editor's)."""
         if not self.is_valid():
             return None
         data = {name: value for name, value in self.cleaned_data.items() if value is not None}
-        rules = CalendarInput(data=data, partial=partial)
-        if not rules.is_valid():
-            for name, problems in rules.errors.items():
+        data.update(rules or {})
+        checked = CalendarInput(data=data, partial=partial)
+        if not checked.is_valid():
+            for name, problems in checked.errors.items():
                 for problem in problems:
                     self.add_error(name if name in self.fields else None, str(problem))
             return None
-        return dict(rules.validated_data)
+        return dict(checked.validated_data)
 
 
-def setting_fields(form: CalendarForm) -> list[tuple[Any, str, str, Any, Any, Any, str]]:
+def setting_fields(
+    form: CalendarForm, specs: dict[str, tuple[str, str, str]] = SETTING_FIELDS
+) -> list[tuple[Any, str, str, Any, Any, Any, str]]:
     """(bound field, label, unit, lowest, highest, default, what it does) per number, for
     _calendar_fields.html."""
     rules = CalendarInput().fields
     fields = []
-    for name, (label, unit, hint) in SETTING_FIELDS.items():
+    for name, (label, unit, hint) in specs.items():
         bounds = rules[name]
         assert isinstance(bounds, serializers.IntegerField)
         model_field = Calendar._meta.get_field(name)

@@ -130,10 +130,15 @@ urlpatterns += [
     ),
 ]
 
-# Calendars: settings (owners and admins; creating one is a POST to the list), and a reservation's drawer
-# with the owner's actions on it (POST, owners and admins).
+# Calendars: settings and rules (everyone reads, owners and admins change; creating one is a POST to the
+# list), and a reservation's drawer with the owner's actions on it (POST, owners and admins).
 urlpatterns += [
     path(f"{W}/calendars/<str:calendar_id>/settings", calendars.calendar_settings, name="calendar_settings"),
+    path(
+        f"{W}/calendars/<str:calendar_id>/settings/preview",
+        calendars.settings_preview,
+        name="calendar_settings_preview",
+    ),
     path(
         f"{W}/calendars/<str:calendar_id>/reservations/<str:reservation_id>",
         calendars.reservation_drawer,

@@ -11,8 +11,11 @@ person acting is in the audit row, and the agent gets its usual webhook).
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.contrib import messages
+from django.forms.models import model_to_dict
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
@@ -23,13 +26,15 @@ from agentcal.errors import AgentCalError
 from bookings.engine import booking_cancel_by_person, calendar_create, calendar_update, hold_release_by_person
 from bookings.models import Calendar, Reservation, ReservationStatus
 from dashboard.access import page_context, workspace_page
-from dashboard.forms import SETTING_LABELS, CalendarForm, ConnectForm, setting_fields
+from dashboard.forms import RULE_FIELDS, SETTING_LABELS, CalendarForm, ConnectForm, setting_fields
 from dashboard.http import DashboardRequest
 from dashboard.links import reservation_url
 from dashboard.lookups import calendar_in, reservation_in
+from dashboard.rules_form import RulesEditor
 from dashboard.viewmodels.calendar_page import calendar_page, calendar_rows, timezone_names
 from dashboard.viewmodels.connection_panel import connection_panel
 from dashboard.viewmodels.reservation_drawer import reservation_drawer as drawer_context
+from dashboard.viewmodels.rules_preview import minutes_label, rules_preview
 from sync.models import Provider
 from sync.oauth import oauth_apps
 from sync.services import connection_create
@@ -84,38 +89,97 @@ def render_calendar_list(
 
 
 @require_http_methods(["GET", "HEAD", "POST"])
-@workspace_page(needs=Permission.MANAGE_WORKSPACE)
-def calendar_settings(request: DashboardRequest, workspace: Workspace, calendar_id: str) -> HttpResponse:
-    """The calendar's name, time zone and booking rules (owners and admins). Changes apply to later
-    holds and bookings: a booking keeps the bump window it was given."""
+def calendar_settings(request: DashboardRequest, workspace_slug: str, calendar_id: str) -> HttpResponse:
+    """The calendar's name, time zone, booking rules and working hours. Everyone in the workspace reads
+    them; owners and admins change them. Changes apply to later holds and bookings: a booking keeps the
+    bump window it was given."""
+    if request.method == "POST":
+        return save_settings(request, workspace_slug, calendar_id)
+    return show_settings(request, workspace_slug, calendar_id)
+
+
+@workspace_page()
+def show_settings(request: DashboardRequest, workspace: Workspace, calendar_id: str) -> HttpResponse:
     calendar = calendar_in(workspace, calendar_id)
-    if request.method != "POST":
-        return render_settings(request, calendar, CalendarForm.of(calendar))
+    return render_settings(request, calendar, CalendarForm.of(calendar), RulesEditor.of(calendar))
+
+
+@workspace_page(needs=Permission.MANAGE_WORKSPACE)
+def save_settings(request: DashboardRequest, workspace: Workspace, calendar_id: str) -> HttpResponse:
+    calendar = calendar_in(workspace, calendar_id)
     form = CalendarForm(request.POST)
-    settings = form.settings(partial=True)
-    if settings is None:
-        return render_settings(request, calendar, form, status=400)
+    editor = RulesEditor.from_post(request.POST)
+    if editor is not None and request.POST.get("edit"):
+        # An add/remove button pressed without JavaScript: the same form back, one row more or less.
+        editor.edit(request.POST["edit"])
+        return render_settings(request, calendar, form, editor)
+    rules = editor.rules_json() if editor is not None else None
+    settings = form.settings(partial=True, rules=rules)
+    if settings is None or (editor is not None and rules is None):
+        return render_settings(request, calendar, form, editor or RulesEditor.of(calendar), status=400)
     changes = {name: value for name, value in settings.items() if getattr(calendar, name) != value}
     if not changes:
         messages.info(request, "Nothing changed.")
     else:
         calendar = calendar_update(actor=request.actor, calendar=calendar, changes=changes)
         messages.success(request, f"Saved: {', '.join(SETTING_LABELS[name] for name in changes)}.")
+    if editor is not None:
+        return redirect("dashboard:calendar_settings", workspace.slug, calendar.public_id)
     return redirect("dashboard:calendar", workspace.slug, calendar.public_id)
 
 
 def render_settings(
-    request: DashboardRequest, calendar: Calendar, form: CalendarForm, *, status: int = 200
+    request: DashboardRequest,
+    calendar: Calendar,
+    form: CalendarForm,
+    editor: RulesEditor,
+    *,
+    status: int = 200,
 ) -> HttpResponse:
     context = page_context(
         request,
         "calendars",
         calendar=calendar,
         form=form,
+        editor=editor,
         setting_fields=setting_fields(form),
+        rule_fields=setting_fields(form, RULE_FIELDS),
         timezones=timezone_names(),
+        # A calendar nobody has set up yet: the page suggests the browser's own zone (rules.js).
+        suggest_browser_zone=not form.is_bound and calendar.timezone == "UTC" and not calendar.has_rules,
+        **preview_context(calendar),
     )
     return render(request, "dashboard/calendars/settings.html", context, status=status)
+
+
+@require_POST
+@workspace_page(needs=Permission.MANAGE_WORKSPACE)
+def settings_preview(request: DashboardRequest, workspace: Workspace, calendar_id: str) -> HttpResponse:
+    """The open-time preview of the settings form as it stands (htmx, on each change): checked as Save
+    checks it, nothing stored. While the form has a problem, the saved rules' preview, marked so."""
+    calendar = calendar_in(workspace, calendar_id)
+    editor = RulesEditor.from_post(request.POST)
+    rules = editor.rules_json() if editor is not None else None
+    unsaved = CalendarForm(request.POST).settings(partial=True, rules=rules) if rules is not None else None
+    context = page_context(
+        request,
+        "calendars",
+        calendar=calendar,
+        form_invalid=unsaved is None,
+        **preview_context(calendar, unsaved),
+    )
+    return render(request, "dashboard/calendars/_rules_preview.html", context)
+
+
+def preview_context(calendar: Calendar, unsaved: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The preview, and the buffers and notice stated in words, from the saved settings or `unsaved`."""
+    minutes = {**model_to_dict(calendar, fields=list(RULE_FIELDS)), **(unsaved or {})}
+    return {
+        "preview": rules_preview(calendar, now=server_now(), unsaved=unsaved),
+        "buffer_before": minutes_label(minutes["buffer_before_minutes"]),
+        "buffer_after": minutes_label(minutes["buffer_after_minutes"]),
+        "min_notice": minutes_label(minutes["min_notice_minutes"]),
+    }
 
 
 # --- The timeline -------------------------------------------------------------------------------------------

@@ -162,7 +162,10 @@ def test_only_owners_and_admins_create_and_edit(team, calendar):
         approver.get(f"/w/acme/calendars/{calendar.public_id}")
     )
     assert approver.post("/w/acme/calendars", NEW).status_code == 403
-    assert approver.get(settings_url(calendar)).status_code == 403
+    # They read the settings and rules, without a form to change them.
+    read_only = approver.get(settings_url(calendar))
+    assert read_only.status_code == 200 and 'data-testid="rules-read-only"' in text(read_only)
+    assert "<form" not in text(read_only).split('id="content"')[1]
     assert approver.post(settings_url(calendar), {**NEW, "name": "Mine"}).status_code == 403
     assert 'data-testid="calendar-settings-link"' in text(
         signed_in(team.admin).get(f"/w/acme/calendars/{calendar.public_id}")

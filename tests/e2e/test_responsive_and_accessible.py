@@ -128,6 +128,7 @@ def seed_tour() -> Tour:
         ("approval-detail", f"/w/{slug}/approvals/{gated.public_id}"),
         ("calendars", f"/w/{slug}/calendars"),
         ("calendar-week", f"/w/{slug}/calendars/{sales.public_id}?date={day.isoformat()}"),
+        ("calendar-settings", f"/w/{slug}/calendars/{sales.public_id}/settings"),
         ("audit-trail", f"/w/{slug}/audit"),
         ("metrics", f"/w/{slug}/metrics"),
         ("agents", f"/w/{slug}/agents"),

@@ -1,6 +1,7 @@
 // AgentCal dashboard behaviour: passkey ceremonies, copy buttons, live countdowns, clickable rows,
-// confirmations. No framework. All page JavaScript lives here (or in htmx): the Content-Security-Policy
-// refuses inline <script> and on...= attributes, so templates describe behaviour with data-* attributes.
+// confirmations. No framework. All page JavaScript lives here (or in htmx, or rules.js for the calendar
+// rules editor): the Content-Security-Policy refuses inline <script> and on...= attributes, so templates
+// describe behaviour with data-* attributes.
 "use strict";
 
 function csrfToken() {
