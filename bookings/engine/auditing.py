@@ -44,7 +44,8 @@ def audit_rejections(event: AuditEvent) -> Callable[[Callable[P, R]], Callable[P
 def _audit_rejection(event: AuditEvent, exc: AgentCalError, kwargs: dict[str, Any]) -> None:
     actor: Actor = kwargs["actor"]
     calendar = kwargs.get("calendar")
-    span = kwargs.get("span")
+    # A write at a span names it; find-and-hold's refusal is about its search's window.
+    span = kwargs.get("span") or getattr(kwargs.get("query"), "window", None)
     # One INSERT after the rollback; in autocommit it is its own transaction (no BEGIN/COMMIT).
     batch = InsertBatch()
     audit_record(

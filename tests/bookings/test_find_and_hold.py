@@ -83,7 +83,8 @@ def test_no_common_working_hours_is_a_409_with_reasons(sdr):
     assert body["reasons"] == {"no_common_working_hours": True}
     assert body["searched"] == window(utc(2027, 1, 11), utc(2027, 1, 16))
     assert Reservation.objects.count() == 0
-    assert audit_rows(event_type="calendar.hold.rejected", failure_reason="no_slot_found")
+    (refusal,) = audit_rows(event_type="calendar.hold.rejected", failure_reason="no_slot_found")
+    assert (refusal.requested_start, refusal.requested_end) == (utc(2027, 1, 11), utc(2027, 1, 16))
     # Berlin and Kolkata do share 09:00-11:30Z... minus nothing: a slot exists.
     created(
         find_and_hold(
