@@ -37,6 +37,17 @@ HOLD_EXPIRIES = Counter(
 WRITE_SECONDS = Histogram(
     "agentcal_write_seconds", "Engine write operations, end to end.", ["operation"], buckets=_LATENCY_BUCKETS
 )
+SEARCH_SECONDS = Histogram(
+    "agentcal_availability_search_seconds",
+    "Searches for a common time (availability/search, and find-and-hold's search before its lock).",
+    ["kind"],
+    buckets=_LATENCY_BUCKETS,
+)
+# A candidate the search found free but another write took before find-and-hold had the locks.
+CANDIDATES_TAKEN = Counter(
+    "agentcal_find_and_hold_candidates_taken_total",
+    "Find-and-hold candidates skipped because they were taken between the search and the lock.",
+)
 IDEMPOTENT_REPLAYS = Counter(
     "agentcal_idempotent_replays_total", "Responses replayed for a repeated Idempotency-Key."
 )

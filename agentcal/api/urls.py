@@ -34,6 +34,7 @@ urlpatterns = [
     ),
     path("connections/<str:connection_id>", sync.ConnectionDetailView.as_view(), name="connection"),
     path("connections/<str:connection_id>/sync", sync.ConnectionSyncView.as_view(), name="connection-sync"),
+    path("holds", bookings.FindAndHoldView.as_view(), name="find-and-hold"),
     path("holds/<str:hold_id>", bookings.HoldDetailView.as_view(), name="hold"),
     path("holds/<str:hold_id>/extend", bookings.HoldExtendView.as_view(), name="hold-extend"),
     path("bookings/<str:booking_id>", bookings.BookingDetailView.as_view(), name="booking"),

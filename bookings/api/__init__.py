@@ -4,7 +4,7 @@ from bookings.api.availability import AvailabilitySearchView, AvailabilityView
 from bookings.api.calendars import CalendarDetailView, CalendarInput, CalendarListView
 from bookings.api.commits import BookingDetailView, BookingListView, CommitCreateView
 from bookings.api.common import calendar_for
-from bookings.api.holds import HoldCreateView, HoldDetailView, HoldExtendView
+from bookings.api.holds import FindAndHoldView, HoldCreateView, HoldDetailView, HoldExtendView
 
 __all__ = [
     "AvailabilitySearchView",
@@ -15,6 +15,7 @@ __all__ = [
     "CalendarInput",
     "CalendarListView",
     "CommitCreateView",
+    "FindAndHoldView",
     "HoldCreateView",
     "HoldDetailView",
     "HoldExtendView",

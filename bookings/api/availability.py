@@ -15,7 +15,14 @@ from agentcal.api.schema import problems
 from agentcal.api.views import AgentAPIView
 from bookings.api.common import bounded, calendar_for, check_window, etag
 from bookings.models import CalendarBounds, ReservationStatus
-from bookings.search import EARLIEST, MAX_CANDIDATES, MAX_SEARCH_CALENDARS, ORDERS, find_common_time
+from bookings.search import (
+    EARLIEST,
+    MAX_CANDIDATES,
+    MAX_SEARCH_CALENDARS,
+    ORDERS,
+    SearchQuery,
+    find_common_time,
+)
 from bookings.selectors import availability
 from bookings.spans import Span
 from workspaces.models import Scope
@@ -143,6 +150,22 @@ class AvailabilitySearchInput(StrictSerializer):
         return attrs
 
 
+def search_query(data: dict[str, Any]) -> SearchQuery:
+    """The search an AvailabilitySearchInput describes (its window checked)."""
+    window = Span(data["start"], data["end"])
+    check_window(window)
+    return SearchQuery(
+        required=data["calendars"],
+        optional=data.get("optional_calendars", []),
+        min_optional=data.get("min_optional", 0),
+        duration=timedelta(minutes=data["duration_minutes"]),
+        window=window,
+        granularity_minutes=data.get("granularity_minutes"),
+        limit=data.get("limit", 10),
+        order=data.get("order", EARLIEST),
+    )
+
+
 class CandidateOutput(OutputSerializer):
     start_time = serializers.DateTimeField()
     end_time = serializers.DateTimeField()
@@ -167,8 +190,8 @@ class AvailabilitySearchOutput(OutputSerializer):
     reasons = serializers.DictField(
         child=serializers.BooleanField(),
         required=False,
-        help_text="Why there are no candidates: `window_in_the_past`, `no_common_free_time`, "
-        "`too_few_optional_free`.",
+        help_text="Why there are no candidates: `window_in_the_past`, `insufficient_notice`, "
+        "`no_common_working_hours`, `no_common_free_time`, `too_few_optional_free`.",
     )
 
 
@@ -181,19 +204,7 @@ class AvailabilitySearchView(AgentAPIView):
     )
     def post(self, request: Request) -> Response:
         data = validated(AvailabilitySearchInput, request.data)
-        window = Span(data["start"], data["end"])
-        check_window(window)
-        result = find_common_time(
-            workspace_id=self.actor.workspace.pk,
-            required=data["calendars"],
-            optional=data.get("optional_calendars", []),
-            min_optional=data.get("min_optional", 0),
-            duration=timedelta(minutes=data["duration_minutes"]),
-            window=window,
-            granularity_minutes=data.get("granularity_minutes"),
-            limit=data.get("limit", 10),
-            order=data.get("order", EARLIEST),
-        )
+        result = find_common_time(workspace_id=self.actor.workspace.pk, query=search_query(data))
         payload: dict[str, Any] = {
             "candidates": result.candidates,  # Candidate and Span have the attributes the output names
             "versions": result.versions,

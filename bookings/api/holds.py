@@ -1,4 +1,4 @@
-"""Agent API for holds: create, read, extend and release."""
+"""Agent API for holds: create (at a span, or at the best time a search finds), read, extend, release."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ from rest_framework.response import Response
 from agentcal.api.fields import BoundedJSONField, OffsetDateTimeField, StrictSerializer, validated
 from agentcal.api.schema import problems
 from agentcal.api.views import AgentAPIView
-from agentcal.clock import server_now
+from agentcal.clock import isoformat_z, server_now
 from agentcal.errors import NotFound
 from bookings import engine
+from bookings.api.availability import AvailabilitySearchInput, SearchedOutput, search_query
 from bookings.api.common import (
     MAX_ALSO_CALENDARS,
     bounded,
@@ -85,6 +86,54 @@ class HoldCreateView(AgentAPIView):
             headers={
                 "Location": f"/v1/holds/{group.primary.hold_id}",
                 "ETag": etag(group.primary.fencing_token),
+            },
+        )
+
+
+class FindAndHoldInput(StrictSerializer):
+    search = AvailabilitySearchInput(help_text="The search, as for POST /v1/availability/search.")
+    ttl_seconds = bounded(CalendarBounds.HOLD_TTL_SECONDS)
+    priority = serializers.IntegerField(min_value=MIN_PRIORITY, max_value=MAX_PRIORITY, required=False)
+    title = serializers.CharField(max_length=500, required=False, allow_blank=True)
+    attendees = BoundedJSONField(expect=list, required=False)
+    metadata = BoundedJSONField(expect=dict, required=False)
+
+
+class FoundHoldOutput(HoldOutput):
+    candidate_rank = serializers.IntegerField(
+        help_text="Which of the search's candidates was held: 1 is the best; n means n - 1 better ones "
+        "were taken by other writes between the search and the lock."
+    )
+    searched = SearchedOutput()
+
+
+class FindAndHoldView(AgentAPIView):
+    required_scopes = {"POST": Scope.BOOKINGS_WRITE}
+    audit_action = "calendar.hold"
+
+    @extend_schema(request=FindAndHoldInput, responses={201: FoundHoldOutput, **problems(404)})
+    def post(self, request: Request) -> Response:
+        data = validated(FindAndHoldInput, request.data)
+        found = engine.hold_found_time(
+            actor=self.actor,
+            query=search_query(data["search"]),
+            priority=data.get("priority"),
+            ttl_seconds=data.get("ttl_seconds"),
+            title=data.get("title", ""),
+            attendees=data.get("attendees"),
+            metadata=data.get("metadata"),
+        )
+        payload = {
+            **hold_payload(found.group),
+            "candidate_rank": found.candidate_rank,
+            "searched": {"start": isoformat_z(found.searched.start), "end": isoformat_z(found.searched.end)},
+        }
+        return Response(
+            payload,
+            status=201,
+            headers={
+                "Location": f"/v1/holds/{found.group.primary.hold_id}",
+                "ETag": etag(found.group.primary.fencing_token),
             },
         )
 

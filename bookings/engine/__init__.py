@@ -15,6 +15,7 @@ from agentcal.errors import SlotConflict
 from bookings.engine.alternatives import ALTERNATIVES_COUNT, ALTERNATIVES_MAX_STEPS
 from bookings.engine.calendars import calendar_for_write
 from bookings.engine.expiry import holds_expire_lapsed
+from bookings.engine.find_and_hold import FoundAndHeld, hold_found_time
 from bookings.engine.groups import ReservationGroup
 from bookings.engine.reserve import MAX_LOCK_EXPANSIONS, booking_create, hold_create
 from bookings.engine.rules import PAST_START_GRACE
@@ -34,6 +35,7 @@ from bookings.services import calendar_create, calendar_update
 __all__ = [
     "ALTERNATIVES_COUNT",
     "ALTERNATIVES_MAX_STEPS",
+    "FoundAndHeld",
     "MAX_LOCK_EXPANSIONS",
     "PAST_START_GRACE",
     "ReservationGroup",
@@ -48,6 +50,7 @@ __all__ = [
     "hold_commit_approved",
     "hold_create",
     "hold_extend",
+    "hold_found_time",
     "hold_pin_expiry",
     "hold_release",
     "hold_release_by_person",
