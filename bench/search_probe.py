@@ -9,7 +9,6 @@ from __future__ import annotations
 import random
 import time
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from bench.meeting_week import first_monday_after
 from bench.progress import Progress
@@ -17,7 +16,7 @@ from bench.stats import Outcome, ScenarioResult
 from bench.targets import LocalTarget
 from bookings import engine
 from bookings.models import BusyBlock, UpstreamSource
-from bookings.search import EARLIEST, find_common_time
+from bookings.search import SearchQuery, SearchResult, find_common_time
 from bookings.spans import Span
 
 SEARCH_SCENARIO = "meeting-search"
@@ -77,18 +76,10 @@ def search_probe(
             )
         BusyBlock.objects.bulk_create(rows)
 
-    def search() -> Any:
-        return find_common_time(
-            workspace_id=target.actor.workspace.pk,
-            required=public_ids,
-            optional=[],
-            min_optional=0,
-            duration=timedelta(minutes=30),
-            window=window,
-            granularity_minutes=None,
-            limit=10,
-            order=EARLIEST,
-        )
+    query = SearchQuery(required=public_ids, duration=timedelta(minutes=30), window=window, limit=10)
+
+    def search() -> SearchResult:
+        return find_common_time(workspace_id=target.actor.workspace.pk, query=query)
 
     found = search()  # untimed: the first call pays for plans and imports
     outcomes = []
