@@ -84,7 +84,9 @@ def meeting_goals(results: list[ScenarioResult]) -> list[dict[str, Any]]:
                 f"p50 {fmt_ms(latency['p50'])}, p99 {fmt_ms(latency['p99'])} "
                 f"over {latency['count']} searches",
                 latency["p99"] <= SEARCH_P99_GOAL_MS,
-                f"max {fmt_ms(latency['max'])}; {probe.extra['candidates']} candidates found",
+                f"max {fmt_ms(latency['max'])}; of a search (p50): reading the calendars and "
+                f"{probe.extra['busy_blocks_per_calendar'] * probe.extra['calendars']:,} blocks "
+                f"{fmt_ms(probe.extra['read_ms']['p50'])}, ranking {fmt_ms(probe.extra['rank_ms']['p50'])}",
             )
         )
     return goals

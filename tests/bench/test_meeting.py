@@ -85,4 +85,5 @@ def test_the_search_probe_times_find_common_time_in_process() -> None:
     assert probe is not None
     assert probe.attempts == 3 and probe.errors == 0
     assert probe.extra["busy_blocks_per_calendar"] == 1_000
+    assert probe.extra["read_ms"]["count"] == probe.extra["rank_ms"]["count"] == 3
     assert any(g["goal"].startswith("availability search") for g in report.data["goals"])
