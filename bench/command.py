@@ -128,6 +128,18 @@ class Command(BaseCommand):
         )
         what.add_argument("--mix-ttl", type=int, default=2, help="mix: calendars' hold_ttl_seconds (2)")
         what.add_argument("--mix-think-max", type=float, default=3.0, help="mix: max think time, s (3)")
+        what.add_argument(
+            "--meeting-agents", type=int, default=50, help="meeting: agents asking at once (50)"
+        )
+        what.add_argument(
+            "--meeting-tries", type=int, default=20, help="meeting (ii): hold attempts before giving up (20)"
+        )
+        what.add_argument(
+            "--meeting-search-calls",
+            type=int,
+            default=50,
+            help="meeting-search: in-process searches timed (50; 0 skips)",
+        )
         what.add_argument("--seed", type=int, default=1)
         remote = parser.add_argument_group("against a running server")
         remote.add_argument(
@@ -166,6 +178,8 @@ class Command(BaseCommand):
             "herd_racers",
             "herd_racers_rounds",
             "herd_racers_nodes",
+            "meeting_agents",
+            "meeting_tries",
         ):
             if options[name] < 1:
                 raise CommandError(f"--{name.replace('_', '-')} must be at least 1")
@@ -199,6 +213,9 @@ class Command(BaseCommand):
             history_sizes=options["history_sizes"],
             naive_gap_seconds=options["naive_gap_ms"] / 1000,
             mix=MixPlan(ttl_seconds=options["mix_ttl"], think_max=options["mix_think_max"]),
+            meeting_agents=options["meeting_agents"],
+            meeting_tries=options["meeting_tries"],
+            meeting_search_calls=max(options["meeting_search_calls"], 0),
             warmup_requests=options["warmup_requests"],
             idempotency_keys=options["idempotency_keys"],
             seed=options["seed"],

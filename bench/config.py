@@ -10,7 +10,7 @@ from bench.scenarios import MixPlan
 from bench.server import default_workers
 
 IN_PROCESS, HTTP = "in-process", "http"
-SCENARIOS = ("herd", "disjoint", "mix", "nodes", "herd500")
+SCENARIOS = ("herd", "disjoint", "mix", "nodes", "herd500", "meeting")
 UNCONGESTED = "herd-uncongested"  # the herd with as many racers as gunicorn workers (HTTP only)
 NODES_DISJOINT, NODES_HERD = "nodes-disjoint", "nodes-herd"  # the scale-out scenario's two workloads
 BIG_HERD = "herd500"
@@ -42,6 +42,9 @@ class BenchConfig:
     history_holds: int = 40
     naive_gap_seconds: float = 0.0  # pause between the naive baseline's read and write (tests widen it)
     mix: MixPlan = field(default_factory=MixPlan)
+    meeting_agents: int = 50  # meeting: agents after a meeting of the same three people at once
+    meeting_tries: int = 20  # meeting, read-intersect-hold strategy: hold attempts before giving up
+    meeting_search_calls: int = 50  # meeting-search: find_common_time calls timed (0 skips)
     warmup_requests: int = 20  # per agent, before HTTP phases: every worker verifies every key once
     idempotency_keys: bool = False
     seed: int = 1
@@ -58,3 +61,9 @@ class BenchConfig:
     http_headers: dict[str, str] = field(default_factory=dict)
     log_dir: Path | None = None
     command: str = "python -m bench"
+
+    @property
+    def agent_count(self) -> int:
+        """Agents (each with its own API key) the run creates: enough for every scenario chosen."""
+        meeting = self.meeting_agents if "meeting" in self.scenarios else 0
+        return max(self.agents, self.concurrency, meeting)

@@ -113,7 +113,7 @@ class Deployment:
     def _warm_up(self, url: str) -> None:
         """Not measured: each gunicorn worker pays argon2 once per key (tens of ms) on first use. Many
         concurrent requests per key make it very likely every worker has seen every key before timing."""
-        agents, per_agent = self.config.agents, self.config.warmup_requests
+        agents, per_agent = self.config.agent_count, self.config.warmup_requests
         if per_agent <= 0:
             return
         failures: list[int] = []

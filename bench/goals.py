@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench.formatting import fmt_ms, fmt_ratio, num
+from bench.meeting_report import meeting_goals
 from bench.stats import ScenarioResult, find, ratio
 
 # The seed product's published headline, which the big herd is set against.
@@ -122,6 +123,7 @@ def goals_table(
                 "; ".join(misses),
             )
         )
+    goals += meeting_goals(results)
     goals += _cost_goals(cost)
     if key_verify:
         latency = key_verify["latency_ms"]

@@ -17,8 +17,10 @@ from bench import baselines
 from bench.clients import BaselineHttpWorker, BaselineWorker, EngineWorker, HttpSession, Worker
 from bench.config import BIG_HERD, HTTP, IN_PROCESS, NODES_DISJOINT, NODES_HERD, UNCONGESTED, BenchConfig
 from bench.deployment import Deployment, prepare_baselines
+from bench.meeting import meeting_results
 from bench.progress import Progress
 from bench.scenarios import TimedRun, disjoint, herd, mix
+from bench.search_probe import search_probe
 from bench.stats import ScenarioResult, ratio
 from bench.targets import LocalTarget, RemoteTarget
 from bookings.spans import Span
@@ -59,6 +61,7 @@ class Phases:
             "mix": self._mix,
             "nodes": self._nodes,
             "herd500": self._big_herd,
+            "meeting": self._meeting,
         }[scenario]()
 
     # --- workers ---------------------------------------------------------------------------------------
@@ -420,6 +423,34 @@ class Phases:
             if isinstance(self.target, LocalTarget):
                 result.extra["final_states"] = self.target.status_counts(calendars)
             self.results.append(result)
+
+    # --- 6. a meeting across zones ------------------------------------------------------------------------
+
+    def _meeting(self) -> None:
+        """Both strategies through HTTP on a server of our own (the data set is planted in its database),
+        then the search alone, in-process."""
+        config = self.config
+        if not isinstance(self.target, LocalTarget):
+            self.progress.note("meeting: skipped (plants busy time in the database; not with --url)")
+            return
+        if self.http:
+            assert self.deployment.app_url is not None
+            self.results += meeting_results(
+                target=self.target,
+                base_url=self.deployment.app_url,
+                agents=config.meeting_agents,
+                tries=config.meeting_tries,
+                seed=config.seed,
+                progress=self.progress,
+                timeout=config.http_timeout,
+                headers=config.http_headers,
+            )
+        if IN_PROCESS in self.engine_modes and config.meeting_search_calls:
+            self.results.append(
+                search_probe(
+                    self.target, calls=config.meeting_search_calls, seed=config.seed, progress=self.progress
+                )
+            )
 
 
 def _raise_open_files_limit(wanted: int) -> None:

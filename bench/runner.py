@@ -65,8 +65,8 @@ class Bench:
         if config.url:
             self.target = RemoteTarget(base_url=config.url, keys=config.keys, timeout=config.http_timeout)
         else:
-            self.progress.note(f"creating {max(config.agents, config.concurrency)} agents and their API keys")
-            self.target = LocalTarget(agents=max(config.agents, config.concurrency))
+            self.progress.note(f"creating {config.agent_count} agents and their API keys")
+            self.target = LocalTarget(agents=config.agent_count)
         conninfo = conninfo_for_baselines()
         self.deployment = Deployment(config, target=self.target, conninfo=conninfo, progress=self.progress)
         self.phases = Phases(

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from bench.formatting import fmt_ms, fmt_ratio, met, num, pct, variant_label
 from bench.goals import SEED_HEADLINE
+from bench.meeting_report import meeting_markdown
 from bench.stats import scenario_label
 
 if TYPE_CHECKING:
@@ -120,6 +121,7 @@ def markdown(report: Report) -> str:
             if row.get("final_states"):
                 states = ", ".join(f"{k} {v}" for k, v in row["final_states"].items())
                 lines.append(f"\nFinal states in the database ({row['mode']}, primary rows): {states}.")
+    lines += meeting_markdown(data["results"])
     key_verify = data.get("key_verify")
     if key_verify:
         latency = key_verify["latency_ms"]

@@ -177,6 +177,9 @@ VARIANT_LABELS = {
     "advisory_lock": "(b) advisory lock",
     "raw_insert": "(c) raw insert",
     "guarded": "(d) same rows, bare SQL",
+    "find_and_hold": "(i) find-and-hold",
+    "client_side": "(ii) read, intersect, hold, retry",
+    "search": "find_common_time",
 }
 
 
