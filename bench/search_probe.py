@@ -1,7 +1,7 @@
 """The availability search in-process on a big case: 10 calendars × 30 days × 1,000 busy blocks each.
 
 `find_common_time` is what `POST /v1/availability/search` and find-and-hold call; here it is timed
-without HTTP, so the figure is the search's own work (three statements, then Python).
+without HTTP, so the figure is the search's own work (two statements, then Python).
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def search_probe(
             search()
             outcomes.append(Outcome("search", 200, time.perf_counter() - started))
             bar.advance()
-    # Where a search's time goes: the snapshot read (three statements, the rows decoded) and the ranking.
+    # Where a search's time goes: the snapshot read (two statements, the rows decoded) and the ranking.
     reads, ranks = [], []
     for _ in range(min(calls, 10)):
         started = time.perf_counter()

@@ -9,6 +9,7 @@ docs/architecture.md ("Calendar rules") says what is decided here and why.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -110,7 +111,7 @@ def open_spans(rules: CalendarRules, zone: str, window: Span) -> list[Span]:
     00:00 at the same instant, and the merge joins them. O(days in window × intervals per day): the spans
     come out already in order, so the merge is one pass.
     """
-    tz = ZoneInfo(zone)
+    tz = zone_named(zone)
     start, end = window.start.astimezone(UTC), window.end.astimezone(UTC)
     # One date past the end: where a zone's clocks once went back across midnight (Antarctica/Casey,
     # 5 March 2010, 02:00 → 23:00 the day before), a moment can show a date again after the next date's
@@ -126,6 +127,13 @@ def open_spans(rules: CalendarRules, zone: str, window: Span) -> list[Span]:
                 spans.append(Span(span_start, span_end))
         day += ONE_DAY
     return merge(spans)
+
+
+@functools.lru_cache(maxsize=1024)
+def zone_named(name: str) -> ZoneInfo:
+    """ZoneInfo's own cache keeps only the 8 most recent zones strongly: a search across more zones
+    would reload their tz files on every call."""
+    return ZoneInfo(name)
 
 
 def closed_spans(rules: CalendarRules, zone: str, window: Span) -> list[Span]:

@@ -3,7 +3,7 @@
 The search runs first, without a lock (bookings.search). Then, holding every required calendar's lock
 (in id order, like every write), the candidates are checked in rank order against what is busy now
 and the first still free is held; one taken meanwhile is skipped (counted). Only if every candidate
-was taken does the search run again, under the locks, where nothing can change: the answer is then
+was taken does the search run again, under the locks, where nothing can change: its answer is then
 exact, so a full window answers `409 no_slot_found`, never a double hold. A search only takes free
 time: it never takes anything over. Design: docs/architecture.md, "Find and hold".
 """
@@ -27,17 +27,17 @@ from bookings.engine.groups import ReservationGroup
 from bookings.engine.locking import lock_calendars
 from bookings.engine.new_rows import insert_group, new_group, record_creation
 from bookings.engine.rules import priority_for
-from bookings.rules import blocked_time
 from bookings.search import (
     Candidate,
     SearchQuery,
     SearchResult,
     Snapshot,
     find_common_time,
-    rank,
     read_calendars,
+    required_index,
+    search,
 )
-from bookings.spans import BusyIndex, Span
+from bookings.spans import Span
 from workspaces.actor import Actor
 
 
@@ -75,8 +75,7 @@ def hold_found_time(
         chosen, rank_won = _first_still_free(found.candidates, fresh, query, near)
         if chosen is None:
             taken = len(found.candidates)
-            fresh = read_calendars(actor.workspace.pk, query.required, query.window, now=now)
-            again = rank(fresh, query)
+            again = search(workspace_id=actor.workspace.pk, query=query, now=now)
             if not again.candidates:
                 raise _no_slot(again)
             chosen, rank_won = again.candidates[0], taken + 1
@@ -125,11 +124,7 @@ def _first_still_free(
 ) -> tuple[Candidate | None, int]:
     """The first candidate (and its rank) free in `fresh` by every required calendar's busy time and
     rules, at the lock's clock (`window`: the candidates' stretch of time, which `fresh` covers)."""
-    busy = BusyIndex.from_bounds(
-        bounds
-        for pid in query.required
-        for bounds in blocked_time(fresh.calendars[pid], fresh.busy[pid], window, fresh.now)
-    )
+    busy = required_index(fresh, window)
     for number, candidate in enumerate(candidates, start=1):
         if busy.is_free(candidate.span):
             return candidate, number

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
-from zoneinfo import ZoneInfo
 
 from agentcal.clock import isoformat_z
 from agentcal.errors import (
@@ -18,7 +17,7 @@ from agentcal.errors import (
     SlotConflict,
 )
 from bookings.models import BusyBlock, Calendar, Reservation, ReservationStatus
-from bookings.rules import day_hours_json, notice_start, open_spans
+from bookings.rules import day_hours_json, notice_start, open_spans, zone_named
 from bookings.spans import MAX_BUCKETS, Span, bucket_label, buckets_touched
 from workspaces.actor import Actor
 from workspaces.models import Agent, Scope
@@ -74,7 +73,7 @@ def check_working_hours(span: Span, calendars: Sequence[Calendar]) -> None:
         rules = cal.rules
         if rules is None or open_spans(rules, cal.timezone, span) == [span]:
             continue
-        zone = ZoneInfo(cal.timezone)
+        zone = zone_named(cal.timezone)
         local_start, local_end = span.start.astimezone(zone), span.end.astimezone(zone)
         raise OutsideWorkingHours(
             f"{local_start:%a %d %b %H:%M}–{local_end:%H:%M} ({cal.timezone}) is not inside the working "

@@ -3,6 +3,7 @@ between its search and its lock (a real concurrent writer holding the calendar's
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from datetime import datetime, timedelta
@@ -12,7 +13,10 @@ from zoneinfo import ZoneInfo
 from django.db import connection, transaction
 
 from agentcal.clock import server_now
+from bookings import engine
 from bookings.models import BusyBlock, Calendar, Reservation
+from bookings.search import SearchQuery, find_common_time, rank, read_calendars
+from bookings.spans import Span
 from tests.bookings.helpers import NINE_TO_FIVE, commit, created, utc
 from tests.helpers import Persona, create_calendar, iso, overlapping_live_pairs
 
@@ -240,3 +244,48 @@ def test_a_calendars_free_slots_are_within_its_rules(sdr):
     assert response.status_code == 200, response.text
     assert response.json()["free_slots"] == []  # 09:30-10:00 is the booking's buffer; the rest is closed
     assert len(response.json()["busy"]) == 1
+
+
+def test_reading_the_window_a_stretch_at_a_time_answers_what_reading_all_of_it_would(actor):
+    """An earliest-first search reads three days, then twice as far each time: over random busy weeks
+    (a first free time past several stretches included) it answers what one full read does."""
+    rng = random.Random(7)
+    start = (server_now() + timedelta(hours=1)).replace(minute=0, second=0, microsecond=0)
+    calendars = [
+        engine.calendar_create(actor=actor, name=f"P{n}", timezone=zone, working_hours=NINE_TO_FIVE)
+        for n, zone in enumerate(("Europe/Berlin", "America/New_York"))
+    ]
+    for trial in range(6):
+        BusyBlock.objects.all().delete()
+        blocked_days = (0, 2, 5, 11, 5, 11)[trial]  # everyone busy this long, from the start
+        for calendar in calendars:
+            rows = [(start, start + timedelta(days=blocked_days))] if blocked_days else []
+            for _ in range(rng.randrange(20, 120)):
+                begins = start + timedelta(minutes=15 * rng.randrange(30 * 24 * 4))
+                rows.append((begins, begins + timedelta(minutes=rng.choice((15, 30, 60, 120)))))
+            BusyBlock.objects.bulk_create(
+                BusyBlock(
+                    calendar=calendar,
+                    source="caldav",
+                    connection_id=1,
+                    event_key=f"{trial}-{n}",
+                    start_time=a,
+                    end_time=b,
+                )
+                for n, (a, b) in enumerate(rows)
+            )
+        query = SearchQuery(
+            required=[c.public_id for c in calendars],
+            duration=timedelta(minutes=rng.choice((30, 60))),
+            window=Span(start, start + timedelta(days=30)),
+            limit=rng.choice((1, 5, 20)),
+        )
+        found = find_common_time(workspace_id=actor.workspace.pk, query=query)
+        whole = rank(read_calendars(actor.workspace.pk, query.required, query.window), query)
+
+        assert found.candidates == whole.candidates, (trial, blocked_days)
+        assert (found.truncated, found.searched, found.reasons) == (
+            whole.truncated,
+            whole.searched,
+            whole.reasons,
+        )
