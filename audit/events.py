@@ -24,6 +24,8 @@ class AuditEvent(models.TextChoices):
     BOOKING_BUMPED = "calendar.booking.bumped"
     BOOKING_CANCELLED = "calendar.booking.cancelled"
     BOOKING_CANCEL_REJECTED = "calendar.booking.cancel.rejected"
+    BOOKING_MOVED = "calendar.booking.moved"
+    BOOKING_MOVE_REJECTED = "calendar.booking.move.rejected"
     # A person's own (synced) calendar put an event over a committed booking, or moved it away again.
     BOOKING_UPSTREAM_CONFLICT = "calendar.booking.upstream_conflict"
     BOOKING_UPSTREAM_CONFLICT_RESOLVED = "calendar.booking.upstream_conflict.resolved"

@@ -43,12 +43,17 @@ def reservation_data(rows: Sequence[Reservation]) -> dict[str, Any]:
     }
 
 
-# Sent (inside the write's transaction) when a booking is committed, cancelled or bumped, with
+# Sent (inside the write's transaction) when a booking is committed, cancelled, bumped or moved, with
 # `calendar_ids`: what copies bookings elsewhere (upstream write-behind) listens, so the engine does not
 # need to know about it.
 bookings_changed = Signal()
 _BOOKING_CHANGES = frozenset(
-    {EventType.BOOKING_COMMITTED, EventType.BOOKING_CANCELLED, EventType.BOOKING_BUMPED}
+    {
+        EventType.BOOKING_COMMITTED,
+        EventType.BOOKING_CANCELLED,
+        EventType.BOOKING_BUMPED,
+        EventType.BOOKING_MOVED,
+    }
 )
 
 

@@ -27,6 +27,7 @@ class EventType(models.TextChoices):
     BOOKING_COMMITTED = "booking.committed"
     BOOKING_BUMPED = "booking.bumped"
     BOOKING_CANCELLED = "booking.cancelled"
+    BOOKING_MOVED = "booking.moved"
     BOOKING_UPSTREAM_CONFLICT = "booking.upstream_conflict"
     BOOKING_ATTENDEE_RESPONDED = "booking.attendee_responded"
     APPROVAL_REQUESTED = "approval.requested"

@@ -38,6 +38,7 @@ urlpatterns = [
     path("holds/<str:hold_id>", bookings.HoldDetailView.as_view(), name="hold"),
     path("holds/<str:hold_id>/extend", bookings.HoldExtendView.as_view(), name="hold-extend"),
     path("bookings/<str:booking_id>", bookings.BookingDetailView.as_view(), name="booking"),
+    path("bookings/<str:booking_id>/move", bookings.BookingMoveView.as_view(), name="booking-move"),
     path("audit", AuditListView.as_view(), name="audit"),
     path("webhook-endpoints", webhooks.EndpointListView.as_view(), name="webhook-endpoints"),
     path(

@@ -2,7 +2,7 @@
 
 from bookings.api.availability import AvailabilitySearchView, AvailabilityView
 from bookings.api.calendars import CalendarDetailView, CalendarInput, CalendarListView
-from bookings.api.commits import BookingDetailView, BookingListView, CommitCreateView
+from bookings.api.commits import BookingDetailView, BookingListView, BookingMoveView, CommitCreateView
 from bookings.api.common import calendar_for
 from bookings.api.holds import FindAndHoldView, HoldCreateView, HoldDetailView, HoldExtendView
 
@@ -11,6 +11,7 @@ __all__ = [
     "AvailabilityView",
     "BookingDetailView",
     "BookingListView",
+    "BookingMoveView",
     "CalendarDetailView",
     "CalendarInput",
     "CalendarListView",

@@ -9,7 +9,7 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from agentcal.api.fields import OffsetDateTimeField, validated
+from agentcal.api.fields import OffsetDateTimeField, StrictSerializer, validated
 from agentcal.api.pagination import PageQuery
 from agentcal.api.schema import page_of, problems
 from agentcal.api.views import AgentAPIView
@@ -17,7 +17,7 @@ from agentcal.clock import server_now
 from agentcal.errors import NotFound
 from agentcal.pagination import paginate
 from bookings import engine
-from bookings.api.common import calendar_for, parse_if_match
+from bookings.api.common import calendar_for, parse_if_match, span_from
 from bookings.api.holds import ReservationInput, reservation_kwargs
 from bookings.models import Reservation
 from bookings.payloads import BookingOutput, booking_payload
@@ -157,4 +157,33 @@ class BookingDetailView(AgentAPIView):
     @extend_schema(request=None, responses={200: BookingOutput})
     def delete(self, request: Request, booking_id: str) -> Response:
         group = engine.booking_cancel(actor=self.actor, booking_id=booking_id)
+        return Response(booking_payload(group, now=server_now()))
+
+
+class BookingMoveInput(StrictSerializer):
+    start_time = OffsetDateTimeField()
+    end_time = OffsetDateTimeField()
+    fencing_token = serializers.IntegerField(
+        min_value=0, required=False, help_text="The booking's current fencing token, if the agent holds one."
+    )
+    ignore_rules = serializers.BooleanField(
+        required=False, help_text="Pass over the calendars' rules (needs `bookings:override_rules`; audited)."
+    )
+
+
+class BookingMoveView(AgentAPIView):
+    required_scopes = {"POST": Scope.BOOKINGS_WRITE}
+    audit_action = "calendar.booking.move"
+
+    @extend_schema(request=BookingMoveInput, responses={200: BookingOutput, **problems(412)})
+    def post(self, request: Request, booking_id: str) -> Response:
+        data = validated(BookingMoveInput, request.data)
+        group = engine.booking_move(
+            actor=self.actor,
+            booking_id=booking_id,
+            span=span_from(data),
+            if_match=parse_if_match(request),
+            fencing_token=data.get("fencing_token"),
+            ignore_rules=data.get("ignore_rules", False),
+        )
         return Response(booking_payload(group, now=server_now()))

@@ -17,6 +17,7 @@ from bookings.engine.calendars import calendar_for_write
 from bookings.engine.expiry import holds_expire_lapsed
 from bookings.engine.find_and_hold import FoundAndHeld, hold_found_time
 from bookings.engine.groups import ReservationGroup
+from bookings.engine.move import BUMPED_MOVE_WINDOW, booking_move
 from bookings.engine.reserve import MAX_LOCK_EXPANSIONS, booking_create, hold_create
 from bookings.engine.rules import PAST_START_GRACE
 from bookings.engine.transitions import (
@@ -35,6 +36,7 @@ from bookings.services import calendar_create, calendar_update
 __all__ = [
     "ALTERNATIVES_COUNT",
     "ALTERNATIVES_MAX_STEPS",
+    "BUMPED_MOVE_WINDOW",
     "FoundAndHeld",
     "MAX_LOCK_EXPANSIONS",
     "PAST_START_GRACE",
@@ -43,6 +45,7 @@ __all__ = [
     "booking_cancel",
     "booking_cancel_by_person",
     "booking_create",
+    "booking_move",
     "calendar_create",
     "calendar_for_write",
     "calendar_update",

@@ -18,8 +18,11 @@ from bookings.spans import Span, bucket_label
 from bookings.sql import overlap_params, span_params
 
 
-def check_buffers(calendars: Sequence[Calendar], span: Span, *, now: datetime, priority: int) -> None:
-    """Raise the 409 (`conflicting.reason: "buffer"`) for the first thing inside a buffer, if any."""
+def check_buffers(
+    calendars: Sequence[Calendar], span: Span, *, now: datetime, priority: int, moving: str | None = None
+) -> None:
+    """Raise the 409 (`conflicting.reason: "buffer"`) for the first thing inside a buffer, if any
+    (`moving`: the hold id of a booking being moved, which is not in its own way)."""
     buffered = [c for c in calendars if c.buffer]
     if not buffered:
         return
@@ -29,6 +32,7 @@ def check_buffers(calendars: Sequence[Calendar], span: Span, *, now: datetime, p
         span,
         buffers=[int(c.buffer.total_seconds()) for c in buffered],
         now=now,
+        moving=moving,
         **span_params(Span(span.start - widest, span.end + widest), params="near_"),
     )
     with bound_cursor() as cursor:

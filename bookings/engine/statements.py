@@ -141,7 +141,8 @@ SELECT 'upstream', {_NO_RESERVATION}, u.* FROM ({_UPSTREAM_BLOCKER}) AS u
 # The first live reservation or upstream busy block inside a calendar's buffer around the span (but
 # not in the span itself: what is there, the takeover rules decide). Each calendar's buffer in seconds
 # comes as %(buffers)s beside %(calendars)s; the index scan reads the span widened by the largest
-# (`near_` overlap parameters). Nothing in a buffer is taken over: it is space, not a slot.
+# (`near_` overlap parameters). Nothing in a buffer is taken over: it is space, not a slot. A booking
+# being moved (%(moving)s, its hold id) is not in its own way.
 _IN_BUFFER = """
    AND x.start_time < %(end)s + make_interval(secs => b.secs)
    AND x.end_time > %(start)s - make_interval(secs => b.secs)
@@ -154,6 +155,7 @@ SELECT x.start_time, x.end_time, x.kind, x.source, c.id, c.public_id, c.slot_min
   JOIN LATERAL (
       SELECT r.start_time, r.end_time, r.status AS kind, NULL AS source FROM bookings_reservation r
        WHERE r.calendar_id = b.id AND {live("r", now=NOW_PARAM)} AND {overlaps("r", params="near_")}
+         AND r.hold_id IS DISTINCT FROM %(moving)s
       UNION ALL
       SELECT u.start_time, u.end_time, 'busy', u.source FROM bookings_busyblock u
        WHERE u.calendar_id = b.id AND {overlaps("u", params="near_")}
@@ -205,6 +207,23 @@ UPDATE bookings_reservation r
    AND c.id = r.calendar_id AND {live_hold("r", now=NOW_PARAM)}
    AND (r.awaiting_approval IS NULL OR %(approved)s)
 RETURNING r.id, r.version, r.booking_id, r.committed_at, r.bump_window_ends_at
+"""
+
+# A booking's move as one CAS: its rows (locked in id order, status re-checked) take the new span, each
+# calendar's new version as its fencing token and a bump window restarted from now; a bumped booking
+# brought back becomes committed again. Read back with their calendar and agent.
+MOVE_SQL = f"""
+WITH moved AS (
+    UPDATE bookings_reservation r
+       SET start_time = %(start)s, end_time = %(end)s, status = 'committed', version = r.version + 1,
+           fencing_token = v.version, ended_at = NULL, displaced_by_id = NULL,
+           bump_window_ends_at = {NOW_PARAM} + make_interval(secs => c.bump_window_seconds)
+      FROM bookings_calendar c, unnest(%(calendars)s::bigint[], %(versions)s::bigint[]) AS v(id, version)
+     WHERE r.id IN (SELECT id FROM bookings_reservation WHERE booking_id = %(booking_id)s
+                       AND status = %(from_status)s ORDER BY id FOR UPDATE)
+       AND r.status = %(from_status)s AND c.id = r.calendar_id AND v.id = r.calendar_id
+    RETURNING r.*)
+SELECT {RESERVATION_ROW_COLUMNS} FROM moved r {RESERVATION_ROW_JOINS}
 """
 
 # The heartbeat's CAS: still-live rows of the hold, locked in id order, get expires_at = now + ttl, and

@@ -97,6 +97,8 @@ WAIVED_REFUSALS: dict[tuple[str, str | None], str] = {
     ("invalid_request", "cursor"): "cursors are opaque and signed by the server",
     ("invalid_request", "calendars"): "a search names each calendar once, as required or as optional",
     ("invalid_request", "min_optional"): "a search's min_optional is at most the optional calendars named",
+    ("invalid_request", "working_hours"): "a day's intervals have a length, are in order and do not overlap",
+    ("invalid_request", "date_overrides"): "overrides are keyed by real dates, their intervals as a day's",
     (
         "invalid_request",
         "recipients",
@@ -129,8 +131,21 @@ def waived(check: str, operation: str, body: str) -> bool:
     if not isinstance(problem, dict):
         return False
     error = problem.get("error")
-    blamed = set(problem.get("errors") or {}) if isinstance(problem.get("errors"), dict) else set()
+    blamed = _blamed_fields(problem.get("errors"))
     return (error, None) in WAIVED_REFUSALS or any((error, field) in WAIVED_REFUSALS for field in blamed)
+
+
+def _blamed_fields(errors: object) -> set[str]:
+    """The fields a problem's `errors` blame: its keys, a nested serializer's keys (`{"search":
+    {"min_optional": …}}`) and the field a path names (`working_hours.mon[0]` blames `working_hours`)."""
+    if not isinstance(errors, dict):
+        return set()
+    blamed = set()
+    for key, value in errors.items():
+        blamed.add(re.split(r"[.\[]", str(key), maxsplit=1)[0])
+        if isinstance(value, dict):
+            blamed |= _blamed_fields(value)
+    return blamed
 
 
 # The coverage phase sends one request per value of every enum it meets, and has no cap: an operation

@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import Any
 
+import pytest
 from django.db import connection
 
 from bookings.models import Reservation
@@ -111,6 +112,7 @@ def test_a_search_never_takes_anything_over(sdr, make_agent):
     assert Reservation.objects.filter(status="committed").count() == 2
 
 
+@pytest.mark.concurrency
 def test_thirty_agents_at_once_get_thirty_distinct_holds_then_no_slot_found(make_agent):
     agents = [make_agent(f"agent-{n}") for n in range(30)]
     berlin, new_york, _ = people(agents[0])

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import pytest
 from django.db import connection, transaction
 
 from agentcal.clock import server_now
@@ -137,6 +138,7 @@ def test_notice_and_overrides_in_the_search_and_why_it_is_empty(sdr):
     assert starts(body) == [iso(utc(2027, 12, 23, 8))]  # 09:00 in Berlin
 
 
+@pytest.mark.concurrency
 def test_a_candidate_taken_between_the_search_and_the_lock_is_skipped(sdr, exec_assistant):
     ana, ben = (create_calendar(sdr, name=n)["id"] for n in ("Ana", "Ben"))
     rows = {c.public_id: c for c in Calendar.objects.filter(public_id__in=[ana, ben])}

@@ -1,0 +1,161 @@
+"""Moving a booking: the same booking, on a new span on every one of its calendars, in one transaction.
+
+Under the locks of all the booking's calendars (id order, like every write) the new span is judged as a
+hold's would be — its rules, what is in the way (the booking itself aside) — and then one CAS moves
+every row: the old span is free and the new one taken at the same commit, or nothing changes. The
+booking keeps its id; each row gets its calendar's new version as fencing token and a bump window
+restarted from now. A bumped booking may come back this way within BUMPED_MOVE_WINDOW of its bump (the
+reschedule cascade). A move never takes anything over: it only goes where the time is free.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.db import transaction
+
+from agentcal.clock import isoformat_z
+from agentcal.db import InsertBatch, bound_cursor
+from agentcal.errors import BookingNotLive, NotFound, SlotConflict, StaleFencingToken
+from audit.events import AuditEvent
+from bookings.engine.alternatives import alternatives
+from bookings.engine.auditing import audit_rejections, audit_reservation
+from bookings.engine.buffers import check_buffers
+from bookings.engine.calendars import calendar_for_write
+from bookings.engine.expiry import clear_the_way
+from bookings.engine.groups import ReservationGroup, ordered
+from bookings.engine.locking import lock_calendars
+from bookings.engine.rules import (
+    check_not_in_the_past,
+    check_notice,
+    check_span_length,
+    check_working_hours,
+    ruled_calendars,
+    slot_conflict,
+    upstream_conflict,
+)
+from bookings.engine.statements import MOVE_SQL
+from bookings.engine.transitions import refuse_unless_owner
+from bookings.events import emit_reservation_event
+from bookings.models import Calendar, Reservation, ReservationStatus
+from bookings.selectors import reservation_group, reservation_rows_from
+from bookings.spans import Span
+from webhooks.models import EventType
+from workspaces.actor import Actor
+
+# How long after its bump a booking may still be moved back into life.
+BUMPED_MOVE_WINDOW = timedelta(hours=24)
+
+
+@audit_rejections(AuditEvent.BOOKING_MOVE_REJECTED)
+def booking_move(
+    *,
+    actor: Actor,
+    booking_id: str,
+    span: Span,
+    if_match: int | None = None,
+    fencing_token: int | None = None,
+    ignore_rules: bool = False,
+) -> ReservationGroup:
+    """Move the caller's booking to `span` on all its calendars, or raise and change nothing."""
+    rows = reservation_group(workspace=actor.workspace, booking_id=booking_id)
+    if not rows:
+        raise NotFound(f"No booking {booking_id} in this workspace.")
+    head = rows[0]
+    refuse_unless_owner(actor, head)
+    calendars = _calendars(actor, rows)
+    check_span_length(span, calendars)
+    ruled = ruled_calendars(actor, calendars, ignore_rules=ignore_rules)
+    check_working_hours(span, ruled)
+    lock_ids = sorted(c.pk for c in calendars)
+    batch = InsertBatch()
+    try:
+        with transaction.atomic(durable=True):
+            now, versions = lock_calendars(
+                lock_ids, if_match=(calendars[0].pk, if_match) if if_match is not None else None
+            )
+            # Read again under the locks: what the booking is now decides.
+            rows = ordered(
+                Reservation.objects.filter(booking_id=booking_id).select_related("calendar", "agent")
+            )
+            head = rows[0]
+            _refuse_unless_movable(head, now=now)
+            if fencing_token is not None and fencing_token != head.fencing_token:
+                raise StaleFencingToken(
+                    f"Fencing token {fencing_token} is not the booking's current one ({head.fencing_token}).",
+                    current_fencing_token=head.fencing_token,
+                )
+            check_not_in_the_past(span, now)
+            check_notice(span, ruled, now)
+            found = clear_the_way(calendar_ids=lock_ids, span=span, now=now, batch=batch)
+            if found.upstream is not None:
+                raise upstream_conflict(found.upstream, span, head.priority)
+            for row in found.reservations:
+                if row.hold_id != head.hold_id:
+                    raise slot_conflict(row, span, head.priority, now)
+            check_buffers(ruled, span, now=now, priority=head.priority, moving=head.hold_id)
+            before = Span(head.start_time, head.end_time)
+            with bound_cursor() as cursor:
+                cursor.execute(
+                    MOVE_SQL,
+                    {
+                        "booking_id": booking_id,
+                        "from_status": head.status,
+                        "start": span.start,
+                        "end": span.end,
+                        "now": now,
+                        "calendars": list(versions),
+                        "versions": list(versions.values()),
+                    },
+                )
+                moved = ordered(reservation_rows_from(cursor.fetchall()))
+            if len(moved) != len(rows):  # unreachable under the locks; the CAS is what we trust
+                raise SlotConflict("The booking changed concurrently; read it again.", retryable=True)
+            moves = {"from": _span_json(before), "to": _span_json(span)}
+            audit_reservation(
+                AuditEvent.BOOKING_MOVED,
+                actor=actor,
+                row=moved[0],
+                reservation_public_id=booking_id,
+                details={**moves, "was": head.status, "calendars": [r.calendar.public_id for r in moved]},
+                batch=batch,
+            )
+            emit_reservation_event(EventType.BOOKING_MOVED, moved, batch=batch, **moves)
+            batch.execute()
+    except SlotConflict as conflict:
+        conflict.extra["alternatives"] = alternatives(calendars, span)
+        raise
+    return ReservationGroup(rows=moved)
+
+
+def _calendars(actor: Actor, rows: list[Reservation]) -> list[Calendar]:
+    """The booking's calendars with their settings and rules (primary first)."""
+    found = []
+    for row in rows:
+        calendar = calendar_for_write(workspace_id=actor.workspace.pk, public_id=row.calendar.public_id)
+        if calendar is None:
+            raise NotFound(f"No calendar {row.calendar.public_id} in this workspace.")
+        found.append(calendar)
+    return found
+
+
+def _refuse_unless_movable(head: Reservation, *, now: datetime) -> None:
+    if head.status == ReservationStatus.COMMITTED:
+        return
+    if head.status == ReservationStatus.BUMPED and head.ended_at is not None:
+        if now - head.ended_at <= BUMPED_MOVE_WINDOW:
+            return
+        raise BookingNotLive(
+            f"Booking {head.booking_id} was bumped at {isoformat_z(head.ended_at)}; a bumped booking may be "
+            f"moved back only within {int(BUMPED_MOVE_WINDOW.total_seconds() // 3600)} hours of its bump.",
+            booking_id=head.booking_id,
+            booking_status=head.status,
+            bumped_at=isoformat_z(head.ended_at),
+        )
+    raise BookingNotLive(
+        f"Booking {head.booking_id} is {head.status}.", booking_id=head.booking_id, booking_status=head.status
+    )
+
+
+def _span_json(span: Span) -> dict[str, str]:
+    return {"start_time": isoformat_z(span.start), "end_time": isoformat_z(span.end)}
