@@ -59,6 +59,7 @@ class SearchQuery:
     granularity_minutes: int | None = None
     limit: int = 10
     order: str = EARLIEST
+    moving: str | None = None  # the hold id of a booking being moved: its own time is not in its way
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,7 @@ class Snapshot:
     busy: dict[str, list[tuple[datetime, datetime]]]
     now: datetime
     read_until: datetime  # busy time is known from the later of the window's start and now, to here
+    ignoring: str | None = None  # a hold id whose rows are not busy (SearchQuery.moving)
 
 
 REQUIRED = ""  # Snapshot.busy's key for the required calendars' union (no public id is empty)
@@ -132,6 +134,7 @@ def search(*, workspace_id: int, query: SearchQuery, now: datetime | None = None
         optional=query.optional,
         now=now,
         first=FIRST_STRETCH if stops_early else None,
+        ignoring=query.moving,
     )
     while True:
         result = rank(snapshot, replace(query, window=Span(window.start, snapshot.read_until)))
@@ -155,6 +158,7 @@ def read_calendars(
     optional: Sequence[str] = (),
     now: datetime | None = None,
     first: timedelta | None = None,
+    ignoring: str | None = None,
 ) -> Snapshot:
     """The calendars and what is busy on them in `window` (only its `first` stretch from now on, if
     given): two statements. `now`: the clock that decides which holds have lapsed (the lock's, under a
@@ -171,7 +175,9 @@ def read_calendars(
     missing = [pid for pid in public_ids if pid not in calendars]
     if missing:
         raise NotFound(f"No calendar {missing[0]} in this workspace.", missing_calendars=missing)
-    snapshot = Snapshot(calendars, tuple(required), defaultdict(list), now or rows[0][-1], window.start)
+    snapshot = Snapshot(
+        calendars, tuple(required), defaultdict(list), now or rows[0][-1], window.start, ignoring
+    )
     begin = max(window.start, snapshot.now)
     until = window.end if first is None else min(window.end, begin + first)
     if begin < until:
@@ -195,6 +201,7 @@ def read_busy(snapshot: Snapshot, window: Span) -> None:
         now=snapshot.now,
         required=[snapshot.calendars[pid].pk for pid in snapshot.required],
         pads=[int(c.buffer.total_seconds()) for c in calendars],
+        ignoring=snapshot.ignoring,
     )
     with bound_cursor() as cursor:
         cursor.execute(_BUSY_SQL[bool(widest)], params)
@@ -217,6 +224,7 @@ SELECT g.key, lower(m.span), upper(m.span)
                range_agg(tstzrange({start}, {end})) AS busy
           FROM (SELECT calendar_id, start_time, end_time FROM bookings_reservation
                  WHERE calendar_id = ANY(%(calendars)s) AND {overlaps("")} AND {live("", now="%(now)s")}
+                   AND hold_id IS DISTINCT FROM %(ignoring)s
                 UNION ALL
                 SELECT calendar_id, start_time, end_time FROM bookings_busyblock
                  WHERE calendar_id = ANY(%(calendars)s) AND {overlaps("")}) AS x

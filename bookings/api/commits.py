@@ -17,6 +17,7 @@ from agentcal.clock import server_now
 from agentcal.errors import NotFound
 from agentcal.pagination import paginate
 from bookings import engine
+from bookings.api.availability import AvailabilitySearchInput, search_query
 from bookings.api.common import calendar_for, parse_if_match, span_from
 from bookings.api.holds import ReservationInput, reservation_kwargs
 from bookings.models import Reservation
@@ -161,14 +162,29 @@ class BookingDetailView(AgentAPIView):
 
 
 class BookingMoveInput(StrictSerializer):
-    start_time = OffsetDateTimeField()
-    end_time = OffsetDateTimeField()
+    start_time = OffsetDateTimeField(required=False)
+    end_time = OffsetDateTimeField(required=False)
+    search = AvailabilitySearchInput(
+        required=False,
+        help_text="Instead of a span: the best time on the booking's own calendars (name exactly those).",
+    )
     fencing_token = serializers.IntegerField(
         min_value=0, required=False, help_text="The booking's current fencing token, if the agent holds one."
     )
     ignore_rules = serializers.BooleanField(
         required=False, help_text="Pass over the calendars' rules (needs `bookings:override_rules`; audited)."
     )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        has_span = "start_time" in attrs or "end_time" in attrs
+        if has_span == ("search" in attrs):
+            raise serializers.ValidationError({"search": ["Send either start_time and end_time, or search."]})
+        missing = [name for name in ("start_time", "end_time") if has_span and name not in attrs]
+        if missing:
+            raise serializers.ValidationError(
+                {name: ["Required with the other end of the span."] for name in missing}
+            )
+        return attrs
 
 
 class BookingMoveView(AgentAPIView):
@@ -181,7 +197,8 @@ class BookingMoveView(AgentAPIView):
         group = engine.booking_move(
             actor=self.actor,
             booking_id=booking_id,
-            span=span_from(data),
+            span=span_from(data) if "search" not in data else None,
+            query=search_query(data["search"]) if "search" in data else None,
             if_match=parse_if_match(request),
             fencing_token=data.get("fencing_token"),
             ignore_rules=data.get("ignore_rules", False),

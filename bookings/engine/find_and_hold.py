@@ -64,7 +64,7 @@ def hold_found_time(
     priority = priority_for(actor.agent, priority)
     found = find_common_time(workspace_id=actor.workspace.pk, query=query)
     if not found.candidates:
-        raise _no_slot(found)
+        raise no_slot_found(found)
     batch = InsertBatch()
     with transaction.atomic(durable=True):
         now, versions = lock_calendars(sorted(found.calendars[pid].pk for pid in query.required))
@@ -77,7 +77,7 @@ def hold_found_time(
             taken = len(found.candidates)
             again = search(workspace_id=actor.workspace.pk, query=query, now=now)
             if not again.candidates:
-                raise _no_slot(again)
+                raise no_slot_found(again)
             chosen, rank_won = again.candidates[0], taken + 1
         if rank_won > 1:
             transaction.on_commit(lambda: CANDIDATES_TAKEN.inc(rank_won - 1))
@@ -131,7 +131,8 @@ def _first_still_free(
     return None, 0
 
 
-def _no_slot(result: SearchResult) -> NoSlotFound:
+def no_slot_found(result: SearchResult) -> NoSlotFound:
+    """The 409 for a search that found nothing: its reasons and what it searched."""
     return NoSlotFound(
         "No time in the window is free and within the rules of every required calendar.",
         reasons=result.reasons or {"no_common_free_time": True},

@@ -10,19 +10,29 @@ reschedule cascade). A move never takes anything over: it only goes where the ti
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from django.db import transaction
 
 from agentcal.clock import isoformat_z
 from agentcal.db import InsertBatch, bound_cursor
-from agentcal.errors import BookingNotLive, NotFound, SlotConflict, StaleFencingToken
+from agentcal.errors import (
+    BookingNotLive,
+    InsufficientNotice,
+    InvalidRange,
+    InvalidRequest,
+    NotFound,
+    SlotConflict,
+    StaleFencingToken,
+)
 from audit.events import AuditEvent
 from bookings.engine.alternatives import alternatives
 from bookings.engine.auditing import audit_rejections, audit_reservation
 from bookings.engine.buffers import check_buffers
 from bookings.engine.calendars import calendar_for_write
 from bookings.engine.expiry import clear_the_way
+from bookings.engine.find_and_hold import no_slot_found
 from bookings.engine.groups import ReservationGroup, ordered
 from bookings.engine.locking import lock_calendars
 from bookings.engine.rules import (
@@ -38,6 +48,7 @@ from bookings.engine.statements import MOVE_SQL
 from bookings.engine.transitions import refuse_unless_owner
 from bookings.events import emit_reservation_event
 from bookings.models import Calendar, Reservation, ReservationStatus
+from bookings.search import SearchQuery, find_common_time, search
 from bookings.selectors import reservation_group, reservation_rows_from
 from bookings.spans import Span
 from webhooks.models import EventType
@@ -52,21 +63,32 @@ def booking_move(
     *,
     actor: Actor,
     booking_id: str,
-    span: Span,
+    span: Span | None = None,
+    query: SearchQuery | None = None,
     if_match: int | None = None,
     fencing_token: int | None = None,
     ignore_rules: bool = False,
 ) -> ReservationGroup:
-    """Move the caller's booking to `span` on all its calendars, or raise and change nothing."""
+    """Move the caller's booking to `span`, or to the best time `query` finds for its calendars, on all
+    its calendars; or raise and change nothing."""
     rows = reservation_group(workspace=actor.workspace, booking_id=booking_id)
     if not rows:
         raise NotFound(f"No booking {booking_id} in this workspace.")
     head = rows[0]
     refuse_unless_owner(actor, head)
     calendars = _calendars(actor, rows)
-    check_span_length(span, calendars)
     ruled = ruled_calendars(actor, calendars, ignore_rules=ignore_rules)
-    check_working_hours(span, ruled)
+    if query is not None:
+        query = _search_for(query, head, calendars)
+        found = find_common_time(workspace_id=actor.workspace.pk, query=query)
+        if not found.candidates:
+            raise no_slot_found(found)
+        targets = [c.span for c in found.candidates]
+    else:
+        assert span is not None
+        check_span_length(span, calendars)
+        check_working_hours(span, ruled)
+        targets = [span]
     lock_ids = sorted(c.pk for c in calendars)
     batch = InsertBatch()
     try:
@@ -85,15 +107,16 @@ def booking_move(
                     f"Fencing token {fencing_token} is not the booking's current one ({head.fencing_token}).",
                     current_fencing_token=head.fencing_token,
                 )
-            check_not_in_the_past(span, now)
-            check_notice(span, ruled, now)
-            found = clear_the_way(calendar_ids=lock_ids, span=span, now=now, batch=batch)
-            if found.upstream is not None:
-                raise upstream_conflict(found.upstream, span, head.priority)
-            for row in found.reservations:
-                if row.hold_id != head.hold_id:
-                    raise slot_conflict(row, span, head.priority, now)
-            check_buffers(ruled, span, now=now, priority=head.priority, moving=head.hold_id)
+            target = _first_free(targets, head, lock_ids, ruled, now=now, batch=batch, exact=query is None)
+            if target is None:
+                # Every candidate was taken since the search: search again where nothing can change.
+                assert query is not None
+                again = search(workspace_id=actor.workspace.pk, query=query, now=now)
+                if not again.candidates:
+                    raise no_slot_found(again)
+                target = again.candidates[0].span
+                _judge(target, head, lock_ids, ruled, now=now, batch=batch)
+            span = target
             before = Span(head.start_time, head.end_time)
             with bound_cursor() as cursor:
                 cursor.execute(
@@ -123,9 +146,65 @@ def booking_move(
             emit_reservation_event(EventType.BOOKING_MOVED, moved, batch=batch, **moves)
             batch.execute()
     except SlotConflict as conflict:
-        conflict.extra["alternatives"] = alternatives(calendars, span)
+        if span is not None:
+            conflict.extra["alternatives"] = alternatives(calendars, span)
         raise
     return ReservationGroup(rows=moved)
+
+
+def _search_for(query: SearchQuery, head: Reservation, calendars: list[Calendar]) -> SearchQuery:
+    """The search of a move: over the booking's own calendars (its own time not in its way)."""
+    own = sorted(c.public_id for c in calendars)
+    if sorted(query.required) != own:
+        raise InvalidRequest(
+            "A move keeps the booking's calendars: search exactly those as `calendars`.",
+            errors={"search": {"calendars": [f"Must be the booking's calendars: {', '.join(own)}."]}},
+        )
+    return replace(query, moving=head.hold_id)
+
+
+def _first_free(
+    targets: list[Span],
+    head: Reservation,
+    lock_ids: list[int],
+    ruled: list[Calendar],
+    *,
+    now: datetime,
+    batch: InsertBatch,
+    exact: bool,
+) -> Span | None:
+    """The first target the booking may move to now; an exact span's refusal is raised, a search's
+    candidate that was taken meanwhile is skipped."""
+    for target in targets:
+        try:
+            _judge(target, head, lock_ids, ruled, now=now, batch=batch)
+        except (SlotConflict, InsufficientNotice, InvalidRange):
+            if exact:
+                raise
+            continue
+        return target
+    return None
+
+
+def _judge(
+    span: Span,
+    head: Reservation,
+    lock_ids: list[int],
+    ruled: list[Calendar],
+    *,
+    now: datetime,
+    batch: InsertBatch,
+) -> None:
+    """Refuse `span` as a hold's would be refused (the booking itself aside), under the locks."""
+    check_not_in_the_past(span, now)
+    check_notice(span, ruled, now)
+    found = clear_the_way(calendar_ids=lock_ids, span=span, now=now, batch=batch)
+    if found.upstream is not None:
+        raise upstream_conflict(found.upstream, span, head.priority)
+    for row in found.reservations:
+        if row.hold_id != head.hold_id:
+            raise slot_conflict(row, span, head.priority, now)
+    check_buffers(ruled, span, now=now, priority=head.priority, moving=head.hold_id)
 
 
 def _calendars(actor: Actor, rows: list[Reservation]) -> list[Calendar]:

@@ -150,3 +150,26 @@ def test_a_reader_never_sees_both_spans_held_nor_neither_while_a_booking_moves(s
 
     assert len(seen) > 20
     assert set(seen) <= {(1, 0), (0, 1)}, sorted(set(seen))
+
+
+def test_a_move_by_search_takes_the_earliest_free_time_of_the_bookings_calendars(sdr, exec_assistant):
+    ana, ben = (create_calendar(sdr, name=n)["id"] for n in ("Ana", "Ben"))
+    booking = created(commit(sdr, ana, slot(minutes=30), also_calendars=[ben]))
+    created(commit(exec_assistant, ben, slot(minutes=30, offset_minutes=30)))  # 00:30-01:00 taken on Ben
+    window = {"start": slot(minutes=30)["start_time"], "end": slot(minutes=180)["end_time"]}
+
+    search = {"calendars": [ben, ana], "duration_minutes": 60, **window}
+    moved = sdr.client.post(f"/bookings/{booking['id']}/move", json={"search": search})
+
+    assert moved.status_code == 200, moved.text
+    # 00:00-01:00 overlaps Ben's other booking; the booking's own 00:00-00:30 is not in its way: 01:00.
+    assert moved.json()["start_time"] == slot(minutes=30, offset_minutes=60)["start_time"]
+    assert moved.json()["id"] == booking["id"]
+
+    elsewhere = {"calendars": [ana], "duration_minutes": 30, **window}
+    body = problem(
+        sdr.client.post(f"/bookings/{booking['id']}/move", json={"search": elsewhere}), 400, "invalid_request"
+    )
+    assert "calendars" in body["errors"]["search"]
+    both = {**slot(minutes=30, offset_minutes=240), "search": search}
+    problem(sdr.client.post(f"/bookings/{booking['id']}/move", json=both), 400, "invalid_request")
