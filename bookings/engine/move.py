@@ -45,7 +45,7 @@ from bookings.engine.rules import (
     upstream_conflict,
 )
 from bookings.engine.statements import MOVE_SQL
-from bookings.engine.transitions import refuse_unless_owner
+from bookings.engine.transitions import refuse_unless_owner, refuse_unless_person
 from bookings.events import emit_reservation_event
 from bookings.models import Calendar, Reservation, ReservationStatus
 from bookings.search import SearchQuery, find_common_time, search
@@ -70,12 +70,16 @@ def booking_move(
     ignore_rules: bool = False,
 ) -> ReservationGroup:
     """Move the caller's booking to `span`, or to the best time `query` finds for its calendars, on all
-    its calendars; or raise and change nothing."""
+    its calendars; or raise and change nothing. A signed-in person (the dashboard; an actor with no
+    agent) may move any booking of the workspace this way, under the same rules."""
     rows = reservation_group(workspace=actor.workspace, booking_id=booking_id)
     if not rows:
         raise NotFound(f"No booking {booking_id} in this workspace.")
     head = rows[0]
-    refuse_unless_owner(actor, head)
+    if actor.agent is None:
+        refuse_unless_person(actor)
+    else:
+        refuse_unless_owner(actor, head)
     calendars = _calendars(actor, rows)
     ruled = ruled_calendars(actor, calendars, ignore_rules=ignore_rules)
     if query is not None:

@@ -10,10 +10,14 @@ from typing import Any
 import pytest
 
 from agentcal.clock import server_now
+from agentcal.errors import NotOwner
+from bookings import engine
 from bookings.models import Reservation
+from bookings.spans import Span
 from tests.bookings.helpers import commit, created, hold, parse, problem
 from tests.helpers import Persona, audit_rows, create_calendar, iso, overlapping_live_pairs, slot
 from webhooks.models import OutboxEvent
+from workspaces.actor import Actor
 
 
 def move(persona: Persona, booking_id: str, span: dict[str, str], client: Any = None, **fields: Any) -> Any:
@@ -173,3 +177,24 @@ def test_a_move_by_search_takes_the_earliest_free_time_of_the_bookings_calendars
     assert "calendars" in body["errors"]["search"]
     both = {**slot(minutes=30, offset_minutes=240), "search": search}
     problem(sdr.client.post(f"/bookings/{booking['id']}/move", json=both), 400, "invalid_request")
+
+
+def test_a_signed_in_person_moves_an_agents_booking_as_themselves(sdr):
+    cal = create_calendar(sdr)["id"]
+    booking = created(commit(sdr, cal, slot(minutes=30)))
+    person = Actor(workspace=sdr.agent.workspace, agent=None, user_email="owner@acme.test")
+    new = slot(minutes=30, offset_minutes=90)
+
+    group = engine.booking_move(
+        actor=person, booking_id=booking["id"], span=Span(parse(new["start_time"]), parse(new["end_time"]))
+    )
+
+    assert group.primary.booking_id == booking["id"] and group.primary.agent_id == sdr.agent.pk
+    (audited,) = audit_rows(event_type="calendar.booking.moved", reservation_public_id=booking["id"])
+    assert audited.actor_user == "owner@acme.test"
+    with pytest.raises(NotOwner):
+        engine.booking_move(
+            actor=Actor(workspace=sdr.agent.workspace, agent=None),
+            booking_id=booking["id"],
+            span=Span(parse(new["start_time"]), parse(new["end_time"])),
+        )
