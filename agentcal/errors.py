@@ -160,6 +160,24 @@ class ServiceUnavailable(AgentCalError):
     retry_after_seconds: ClassVar[int] = 1
 
 
+class UpstreamStale(ServiceUnavailable):
+    """A calendar's upstream link could not be brought as fresh as the agent asked for
+    (`max_upstream_staleness_seconds`): nothing was decided on older data. `calendars` lists each
+    stale link's calendar and `last_synced_at`."""
+
+    status, code, title = (
+        503,
+        "upstream_stale",
+        "A calendar's upstream copy is older than the request accepts and could not be refreshed",
+    )
+
+    def __init__(
+        self, detail: str, *, calendars: list[dict[str, str | None]], retry_after_seconds: int
+    ) -> None:
+        super().__init__(detail, calendars=calendars, retryable=True)
+        self.retry_after_seconds = retry_after_seconds  # type: ignore[misc]
+
+
 class QuotaExceeded(AgentCalError):
     """A send over one of the agent's quotas (inboxes/quotas.py). `retry_after_seconds` (also the
     Retry-After header) is when the send would fit; None when waiting cannot help (a limit of 0, or more

@@ -48,6 +48,13 @@ CANDIDATES_TAKEN = Counter(
     "agentcal_find_and_hold_candidates_taken_total",
     "Find-and-hold candidates skipped because they were taken between the search and the lock.",
 )
+# Requests with max_upstream_staleness_seconds that found a link stale: synced it themselves ("ran") or
+# waited for a run already under way ("shared").
+FRESHNESS_SYNCS = Counter(
+    "agentcal_upstream_freshness_syncs_total",
+    "Stale upstream links synced before a decision, by whether the request ran or shared the sync.",
+    ["how"],
+)
 IDEMPOTENT_REPLAYS = Counter(
     "agentcal_idempotent_replays_total", "Responses replayed for a repeated Idempotency-Key."
 )

@@ -337,6 +337,10 @@ SYNC_HORIZON_DAYS = env_int("SYNC_HORIZON_DAYS", 180, minimum=7)
 SYNC_EXPANSION_STEPS_PER_EVENT = env_int("SYNC_EXPANSION_STEPS_PER_EVENT", 250_000, minimum=1_000)
 SYNC_EXPANSION_STEPS_PER_SYNC = env_int("SYNC_EXPANSION_STEPS_PER_SYNC", 2_500_000, minimum=1_000)
 # CalDAV has no push: poll each connection this often (plus up to 10 % jitter).
+# A request with max_upstream_staleness_seconds waits at most this long for its links to sync (its own
+# run, or another's it shares), then answers 503 upstream_stale with this Retry-After.
+SYNC_FRESHNESS_SECONDS = env_int("SYNC_FRESHNESS_SECONDS", 5, minimum=1)
+SYNC_FRESHNESS_RETRY_AFTER_SECONDS = env_int("SYNC_FRESHNESS_RETRY_AFTER_SECONDS", 30, minimum=1)
 SYNC_CALDAV_INTERVAL_SECONDS = env_int("SYNC_CALDAV_INTERVAL_SECONDS", 60, minimum=5)
 # OAuth apps (register one with each provider; README, "Upstream calendars"). Base URLs are settings so
 # tests (the providers' fakes) and deployments behind an egress proxy can point them elsewhere.

@@ -11,8 +11,11 @@ class SyncConfig(AppConfig):
 
     def ready(self) -> None:
         from bookings.events import bookings_changed
+        from bookings.freshness import upstream_freshness_needed
+        from sync.freshness import ensure_fresh
 
         bookings_changed.connect(_copy_upstream_soon, dispatch_uid="sync.write_behind")
+        upstream_freshness_needed.connect(ensure_fresh, dispatch_uid="sync.freshness")
 
 
 def _copy_upstream_soon(sender: Any, calendar_ids: list[int], **kwargs: Any) -> None:

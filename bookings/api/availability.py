@@ -13,7 +13,8 @@ from rest_framework.response import Response
 from agentcal.api.fields import OffsetDateTimeField, OutputSerializer, StrictSerializer, validated
 from agentcal.api.schema import problems
 from agentcal.api.views import AgentAPIView
-from bookings.api.common import bounded, calendar_for, check_window, etag
+from bookings.api.common import bounded, calendar_for, check_window, etag, staleness_field
+from bookings.freshness import require_fresh
 from bookings.models import CalendarBounds, ReservationStatus
 from bookings.search import (
     EARLIEST,
@@ -138,6 +139,7 @@ class AvailabilitySearchInput(StrictSerializer):
     granularity_minutes = bounded(CalendarBounds.SLOT_MINUTES)
     limit = serializers.IntegerField(min_value=1, max_value=MAX_CANDIDATES, required=False)
     order = serializers.ChoiceField(choices=ORDERS, required=False)
+    max_upstream_staleness_seconds = staleness_field()
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         named = [*attrs["calendars"], *attrs.get("optional_calendars", [])]
@@ -204,7 +206,13 @@ class AvailabilitySearchView(AgentAPIView):
     )
     def post(self, request: Request) -> Response:
         data = validated(AvailabilitySearchInput, request.data)
-        result = find_common_time(workspace_id=self.actor.workspace.pk, query=search_query(data))
+        query = search_query(data)
+        if "max_upstream_staleness_seconds" in data:
+            linked = [
+                calendar_for(self.actor, pid, to_write=True) for pid in (*query.required, *query.optional)
+            ]
+            require_fresh(linked, data["max_upstream_staleness_seconds"])
+        result = find_common_time(workspace_id=self.actor.workspace.pk, query=query)
         payload: dict[str, Any] = {
             "candidates": result.candidates,  # Candidate and Span have the attributes the output names
             "versions": result.versions,

@@ -18,7 +18,7 @@ from agentcal.errors import NotFound
 from agentcal.pagination import paginate
 from bookings import engine
 from bookings.api.availability import AvailabilitySearchInput, search_query
-from bookings.api.common import calendar_for, parse_if_match, span_from
+from bookings.api.common import calendar_for, parse_if_match, span_from, staleness_field
 from bookings.api.holds import ReservationInput, reservation_kwargs
 from bookings.models import Reservation
 from bookings.payloads import BookingOutput, booking_payload
@@ -34,6 +34,7 @@ _SPAN_FIELDS = (
     "metadata",
     "also_calendars",
     "ignore_rules",
+    "max_upstream_staleness_seconds",
 )
 
 
@@ -174,6 +175,7 @@ class BookingMoveInput(StrictSerializer):
     ignore_rules = serializers.BooleanField(
         required=False, help_text="Pass over the calendars' rules (needs `bookings:override_rules`; audited)."
     )
+    max_upstream_staleness_seconds = staleness_field()
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         has_span = "start_time" in attrs or "end_time" in attrs
@@ -202,5 +204,6 @@ class BookingMoveView(AgentAPIView):
             if_match=parse_if_match(request),
             fencing_token=data.get("fencing_token"),
             ignore_rules=data.get("ignore_rules", False),
+            max_upstream_staleness_seconds=data.get("max_upstream_staleness_seconds"),
         )
         return Response(booking_payload(group, now=server_now()))

@@ -72,3 +72,14 @@ def bounded(bounds: tuple[int, int]) -> serializers.IntegerField:
     """An optional whole number within a calendar setting's bounds (CalendarBounds)."""
     low, high = bounds
     return serializers.IntegerField(min_value=low, max_value=high, required=False)
+
+
+def staleness_field() -> serializers.IntegerField:
+    """`max_upstream_staleness_seconds`: how old the calendars' upstream copies may be for this decision."""
+    return serializers.IntegerField(
+        min_value=0,
+        max_value=86_400,
+        required=False,
+        help_text="Sync any linked calendar whose upstream copy is older than this many seconds before "
+        "deciding; 503 upstream_stale if that cannot be done in time.",
+    )

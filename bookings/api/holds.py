@@ -24,6 +24,7 @@ from bookings.api.common import (
     etag,
     parse_if_match,
     span_from,
+    staleness_field,
 )
 from bookings.models import CalendarBounds
 from bookings.payloads import HoldOutput, hold_payload
@@ -47,6 +48,7 @@ class ReservationInput(StrictSerializer):
         help_text="Pass over the calendars' working hours, buffers and notice (needs the "
         "`bookings:override_rules` scope; audited).",
     )
+    max_upstream_staleness_seconds = staleness_field()
 
 
 class HoldInput(ReservationInput):
@@ -62,6 +64,7 @@ def reservation_kwargs(actor: Actor, data: dict[str, Any]) -> dict[str, Any]:
         "attendees": data.get("attendees"),
         "metadata": data.get("metadata"),
         "ignore_rules": data.get("ignore_rules", False),
+        "max_upstream_staleness_seconds": data.get("max_upstream_staleness_seconds"),
     }
 
 
@@ -122,6 +125,7 @@ class FindAndHoldView(AgentAPIView):
             title=data.get("title", ""),
             attendees=data.get("attendees"),
             metadata=data.get("metadata"),
+            max_upstream_staleness_seconds=data["search"].get("max_upstream_staleness_seconds"),
         )
         payload = {
             **hold_payload(found.group),

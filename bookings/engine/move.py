@@ -47,6 +47,7 @@ from bookings.engine.rules import (
 from bookings.engine.statements import MOVE_SQL
 from bookings.engine.transitions import refuse_unless_owner, refuse_unless_person
 from bookings.events import emit_reservation_event
+from bookings.freshness import require_fresh
 from bookings.models import Calendar, Reservation, ReservationStatus
 from bookings.search import SearchQuery, find_common_time, search
 from bookings.selectors import reservation_group, reservation_rows_from
@@ -68,6 +69,7 @@ def booking_move(
     if_match: int | None = None,
     fencing_token: int | None = None,
     ignore_rules: bool = False,
+    max_upstream_staleness_seconds: int | None = None,
 ) -> ReservationGroup:
     """Move the caller's booking to `span`, or to the best time `query` finds for its calendars, on all
     its calendars; or raise and change nothing. A signed-in person (the dashboard; an actor with no
@@ -81,6 +83,7 @@ def booking_move(
     else:
         refuse_unless_owner(actor, head)
     calendars = _calendars(actor, rows)
+    require_fresh(calendars, max_upstream_staleness_seconds)
     ruled = ruled_calendars(actor, calendars, ignore_rules=ignore_rules)
     if query is not None:
         query = _search_for(query, head, calendars)

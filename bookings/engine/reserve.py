@@ -44,6 +44,7 @@ from bookings.engine.rules import (
 from bookings.engine.statements import PRECHECK_SQL
 from bookings.engine.transitions import transition_group
 from bookings.events import emit_reservation_event
+from bookings.freshness import require_fresh
 from bookings.models import Calendar, Reservation, ReservationStatus
 from bookings.spans import Span
 from bookings.sql import overlap_params
@@ -69,10 +70,12 @@ def hold_create(
     attendees: list[Any] | None = None,
     metadata: dict[str, Any] | None = None,
     ignore_rules: bool = False,
+    max_upstream_staleness_seconds: int | None = None,
 ) -> ReservationGroup:
     """Phase 1: a soft hold that blocks the span until it expires, is committed, released or evicted."""
     return _reserve(
         ignore_rules=ignore_rules,
+        max_upstream_staleness_seconds=max_upstream_staleness_seconds,
         actor=actor,
         calendar=calendar,
         span=span,
@@ -100,10 +103,12 @@ def booking_create(
     attendees: list[Any] | None = None,
     metadata: dict[str, Any] | None = None,
     ignore_rules: bool = False,
+    max_upstream_staleness_seconds: int | None = None,
 ) -> ReservationGroup:
     """Single-step atomic hold + commit."""
     return _reserve(
         ignore_rules=ignore_rules,
+        max_upstream_staleness_seconds=max_upstream_staleness_seconds,
         actor=actor,
         calendar=calendar,
         span=span,
@@ -147,10 +152,12 @@ def _reserve(
     attendees: list[Any],
     metadata: dict[str, Any],
     ignore_rules: bool,
+    max_upstream_staleness_seconds: int | None,
 ) -> ReservationGroup:
     assert actor.agent is not None
     calendars = distinct_calendars(calendar, also_calendars)
     check_span_length(span, calendars)
+    require_fresh(calendars, max_upstream_staleness_seconds)
     priority = priority_for(actor.agent, priority)
     ruled = ruled_calendars(actor, calendars, ignore_rules=ignore_rules)
     check_working_hours(span, ruled)
