@@ -48,6 +48,7 @@ WRITE_TOOLS = {
     "extend_hold",
     "release_hold",
     "commit_booking",
+    "reschedule_booking",
     "cancel_booking",
     "request_approval",
     "reply_to_message",
@@ -271,6 +272,7 @@ def test_a_read_only_key_is_offered_no_write_tools(make_agent: Any, mcp_url: str
         "extend_hold",
         "release_hold",
         "commit_booking",
+        "reschedule_booking",
         "cancel_booking",
     }
     assert refused.is_error
