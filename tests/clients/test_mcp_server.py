@@ -48,6 +48,7 @@ WRITE_TOOLS = {
     "extend_hold",
     "release_hold",
     "commit_booking",
+    "reschedule_booking",
     "cancel_booking",
     "request_approval",
     "reply_to_message",
@@ -271,6 +272,7 @@ def test_a_read_only_key_is_offered_no_write_tools(make_agent: Any, mcp_url: str
         "extend_hold",
         "release_hold",
         "commit_booking",
+        "reschedule_booking",
         "cancel_booking",
     }
     assert refused.is_error
@@ -344,3 +346,50 @@ def test_hold_meeting_holds_the_best_time_and_tells_it_on_each_attendees_clock(
     assert content(nothing)["outcome"] == "no_slot_found"
     assert content(nothing)["reasons"] == {"no_common_working_hours": True}
     assert "working hours never overlap" in content(nothing)["next_step"]
+
+
+def test_reschedule_booking_moves_the_booking_and_offers_alternatives_on_a_conflict(
+    sdr: Persona, exec_assistant: Persona, mcp_url: str
+) -> None:
+    ana, ben = (create_calendar(sdr, name=name, bump_window_seconds=600)["id"] for name in ("Ana", "Ben"))
+    booking = sdr.client.post(
+        f"/calendars/{ana}/commits", json={**slot(hours_ahead=30), "also_calendars": [ben]}
+    ).json()
+    taken = slot(hours_ahead=32)
+    assert exec_assistant.client.post(f"/calendars/{ben}/commits", json=taken).status_code == 201
+    gone = sdr.client.post(f"/calendars/{ana}/commits", json={**slot(hours_ahead=34), "priority": 100}).json()
+    assert (
+        exec_assistant.client.post(
+            f"/calendars/{ana}/commits", json={**slot(hours_ahead=34), "priority": 900}
+        ).status_code
+        == 201
+    )
+    Reservation.objects.filter(booking_id=gone["id"]).update(ended_at=datetime.now(UTC) - timedelta(hours=25))
+
+    async def reschedule() -> tuple[CallToolResult, CallToolResult, CallToolResult]:
+        async with http_session(mcp_url, sdr.raw_key) as session:
+            refused = await session.call_tool("reschedule_booking", {"booking_id": booking["id"], **taken})
+            first = content(refused)["alternatives"][0]
+            moved = await session.call_tool("reschedule_booking", {"booking_id": booking["id"], **first})
+            too_late = await session.call_tool(
+                "reschedule_booking", {"booking_id": gone["id"], **slot(hours_ahead=36)}
+            )
+            return refused, moved, too_late
+
+    refused, moved, too_late = asyncio.run(reschedule())
+
+    conflict = content(refused)
+    assert not refused.is_error and conflict["outcome"] == "conflict"
+    assert conflict["conflicting"]["calendar"] == ben and conflict["alternatives"]
+    assert not any(overlaps(alternative, taken) for alternative in conflict["alternatives"])
+    assert "reschedule_booking with one of the alternatives" in conflict["next_step"]
+    result = content(moved)
+    assert result["outcome"] == "rescheduled" and result["booking"]["id"] == booking["id"]
+    assert at(result["booking"]["start_time"]) == at(conflict["alternatives"][0]["start_time"])
+    rows = Reservation.objects.filter(booking_id=booking["id"])
+    assert {(row.calendar.public_id, row.start_time) for row in rows} == {
+        (calendar, at(conflict["alternatives"][0]["start_time"])) for calendar in (ana, ben)
+    }
+    assert too_late.is_error
+    assert content(too_late)["error"] == "booking_not_live"
+    assert "Book the meeting anew" in content(too_late)["next_step"]

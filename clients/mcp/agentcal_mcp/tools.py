@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated, Any, Literal
 
-from agentcal_client import NotFound, SlotConflict
+from agentcal_client import BookingNotLive, NotFound, SlotConflict
 from mcp.server.mcpserver import Context
 from pydantic import Field
 
@@ -204,13 +204,59 @@ async def cancel_booking(ctx: Context, booking_id: BookingId) -> BookingResult:
     )
 
 
+@agent_tool(scope=scopes.BOOKINGS_WRITE, title="Reschedule a booking")
+async def reschedule_booking(
+    ctx: Context, booking_id: BookingId, start_time: Time, end_time: Time
+) -> BookingResult:
+    """Move one of your bookings to an exact new span, on every one of its calendars at once. It stays
+    the same booking (same id; invites already sent are updated). Nothing changes if the move is refused.
+
+    Use it to reschedule, and to bring back a booking that was bumped (taken over) less than 24 h ago:
+    the booking.bumped event's alternatives, or find_free_slots, give free spans. If the new span is
+    taken, the outcome is "conflict" with `alternatives`: reschedule to one of those; never retry the
+    same span.
+    """
+    try:
+        booking = await agentcal(ctx).move_booking(booking_id, start_time, end_time)
+    except SlotConflict as conflict:
+        members = conflict_members(conflict)
+        members["next_step"] = RESCHEDULE_CONFLICT if conflict.alternatives else RESCHEDULE_NO_ALTERNATIVES
+        return BookingResult(outcome="conflict", **members)
+    except BookingNotLive as gone:
+        raise Explained(gone, BOOKING_NOT_MOVABLE) from gone
+    return BookingResult(
+        outcome="rescheduled", booking=BookingView.of(booking), next_step=NEXT_AFTER_RESCHEDULE
+    )
+
+
+RESCHEDULE_CONFLICT = (
+    "The booking did not move. Call reschedule_booking with one of the alternatives; "
+    "do not retry the same span."
+)
+RESCHEDULE_NO_ALTERNATIVES = (
+    "The booking did not move. Call find_free_slots with a wider window and reschedule to one of its slots; "
+    "do not retry the same span."
+)
+BOOKING_NOT_MOVABLE = (
+    "This booking can no longer be moved: it was cancelled, or bumped more than 24 h ago (see detail). "
+    "Book the meeting anew: hold_meeting, or hold_slot then commit_booking."
+)
+NEXT_AFTER_RESCHEDULE = (
+    "Rescheduled: same booking id, new span, bump window restarted. Invites already sent are updated; "
+    "nothing more to do."
+)
+
+
 @agent_tool(scope=scopes.BOOKINGS_READ, title="Get a booking", read_only=True, idempotent=True)
 async def get_booking(ctx: Context, booking_id: BookingId) -> BookingResult:
     """Read a booking's current state: committed, bumped (a higher-priority agent took it over in its bump
     window: book another slot) or cancelled. Use it to check on a booking after a while."""
     booking = await agentcal(ctx).bookings.get(booking_id)
     if booking.status == "bumped":
-        next_step = "It was taken over: call find_free_slots and book another slot."
+        next_step = (
+            "It was taken over. Within 24 h of that, reschedule_booking moves it (same id) to a free span "
+            "from find_free_slots; after that, book another slot."
+        )
     else:
         next_step = "Nothing to do unless you want to change it."
     return BookingResult(outcome="found", booking=BookingView.of(booking), next_step=next_step)

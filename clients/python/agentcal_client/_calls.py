@@ -290,6 +290,14 @@ def booking_cancel(booking_id: str) -> Call[Booking]:
     return Call(Request("DELETE", f"/bookings/{booking_id}"), _one(Booking))
 
 
+def booking_move(
+    booking_id: str, start: datetime, end: datetime, *, fencing_token: int | None, if_match: int | None
+) -> Call[Booking]:
+    body = _body(start_time=start, end_time=end, fencing_token=fencing_token)
+    request = Request("POST", f"/bookings/{booking_id}/move", json=body, headers=_if_match(if_match))
+    return Call(request, _one(Booking))
+
+
 # --- Approvals ---------------------------------------------------------------------------------------------
 
 

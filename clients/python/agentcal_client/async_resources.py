@@ -229,6 +229,19 @@ class AsyncBookings(_Namespace):
     async def cancel(self, booking_id: str, *, idempotency_key: str | None = None) -> Booking:
         return await self._transport.run(_calls.booking_cancel(booking_id), idempotency_key=idempotency_key)
 
+    async def move(
+        self,
+        booking_id: str,
+        start: datetime,
+        end: datetime,
+        *,
+        fencing_token: int | None = None,
+        if_match: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> Booking:
+        call = _calls.booking_move(booking_id, start, end, fencing_token=fencing_token, if_match=if_match)
+        return await self._transport.run(call, idempotency_key=idempotency_key)
+
 
 class AsyncApprovals(_Namespace):
     async def request(

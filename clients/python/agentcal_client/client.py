@@ -21,7 +21,7 @@ from agentcal_client.async_resources import (
     AsyncHolds,
     AsyncInboxNamespace,
 )
-from agentcal_client.models import FoundHold, Hold, Identity, MeetingTimes, Slot
+from agentcal_client.models import Booking, FoundHold, Hold, Identity, MeetingTimes, Slot
 from agentcal_client.resources import Approvals, Audit, Bookings, Calendars, Holds, InboxNamespace
 from agentcal_client.sessions import AsyncHoldSession, HoldSession
 
@@ -192,6 +192,31 @@ class AgentCal:
             idempotency_key=idempotency_key,
         )
 
+    def move_booking(
+        self,
+        booking_id: str,
+        start_time: datetime,
+        end_time: datetime,
+        *,
+        fencing_token: int | None = None,
+        if_match: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> Booking:
+        """Move one of this agent's bookings to [start_time, end_time) on every one of its calendars at
+        once: the same booking id on the new span, a new fencing token, the bump window restarted; on any
+        refusal nothing changes (SlotConflict carries `alternatives`). A booking bumped less than 24 h ago
+        comes back `committed`; later, BookingNotLive (`.booking_status`, `.bumped_at`). `fencing_token`:
+        the booking's current one, to move only what this agent last saw; `if_match`: the primary
+        calendar's version (sent as `If-Match`)."""
+        return self.bookings.move(
+            booking_id,
+            start_time,
+            end_time,
+            fencing_token=fencing_token,
+            if_match=if_match,
+            idempotency_key=idempotency_key,
+        )
+
     def hold(
         self,
         calendar_id: str,
@@ -343,6 +368,26 @@ class AsyncAgentCal:
                 attendees=attendees,
                 metadata=metadata,
             ),
+            idempotency_key=idempotency_key,
+        )
+
+    async def move_booking(
+        self,
+        booking_id: str,
+        start_time: datetime,
+        end_time: datetime,
+        *,
+        fencing_token: int | None = None,
+        if_match: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> Booking:
+        """See AgentCal.move_booking."""
+        return await self.bookings.move(
+            booking_id,
+            start_time,
+            end_time,
+            fencing_token=fencing_token,
+            if_match=if_match,
             idempotency_key=idempotency_key,
         )
 

@@ -305,9 +305,19 @@ class StaleFencingToken(Conflict):
 
 
 class BookingNotLive(Conflict):
-    """The booking was already cancelled or bumped. Re-read it; to keep the meeting, book a new slot."""
+    """The booking was already cancelled or bumped. Re-read it; to keep the meeting, book a new slot.
+    A move names why: `booking_status` ("cancelled", "bumped"…) and, for a booking bumped too long ago to
+    move back, `bumped_at`."""
 
     default_code = "booking_not_live"
+
+    @property
+    def booking_status(self) -> str | None:
+        return self._member("booking_status", str)
+
+    @property
+    def bumped_at(self) -> datetime | None:
+        return _local_time(self._member("bumped_at", str))
 
 
 class IdempotencyInProgress(Conflict):

@@ -226,6 +226,19 @@ class Bookings(_Namespace):
     def cancel(self, booking_id: str, *, idempotency_key: str | None = None) -> Booking:
         return self._transport.run(_calls.booking_cancel(booking_id), idempotency_key=idempotency_key)
 
+    def move(
+        self,
+        booking_id: str,
+        start: datetime,
+        end: datetime,
+        *,
+        fencing_token: int | None = None,
+        if_match: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> Booking:
+        call = _calls.booking_move(booking_id, start, end, fencing_token=fencing_token, if_match=if_match)
+        return self._transport.run(call, idempotency_key=idempotency_key)
+
 
 class Approvals(_Namespace):
     def request(
