@@ -163,6 +163,18 @@ class BookingDetailView(AgentAPIView):
 
 
 class BookingMoveInput(StrictSerializer):
+    """Either `start_time`/`end_time` (move there) or `search` (the best time on the booking's calendars)."""
+
+    openapi_constraints: ClassVar[dict[str, Any]] = {
+        "oneOf": [
+            {"required": ["start_time", "end_time"], "not": {"required": ["search"]}},
+            {
+                "required": ["search"],
+                "not": {"anyOf": [{"required": ["start_time"]}, {"required": ["end_time"]}]},
+            },
+        ]
+    }
+
     start_time = OffsetDateTimeField(required=False)
     end_time = OffsetDateTimeField(required=False)
     search = AvailabilitySearchInput(
