@@ -144,3 +144,26 @@ def test_no_update_goes_out_for_an_invite_that_review_discarded(sdr, calendar):
     invite = BookingInvite.objects.get()
     assert invite.sequence == 0 and invite.start_time == datetime.fromisoformat(now["start_time"])
     assert not AuditRecord.objects.filter(event_type="inbox.invite.updated").exists()
+
+
+def test_an_invite_sent_to_someone_new_after_a_move_leaves_the_update_for_the_others(sdr, calendar):
+    booking, sent = booking_with_invite(sdr, calendar, attendees=[])
+    Message.objects.filter(pk=sent.pk).update(status=MessageStatus.SENT)
+    now = moved(sdr, booking["id"], slot(30))
+    response = sdr.client.post(
+        "/inbox/send",
+        json={"to": [BO], "subject": "Intro", "text": ".", "invite": {"booking_id": booking["id"]}},
+    )
+    assert response.status_code == 202, response.text
+    to_bo = event_of(Message.objects.get(public_id=response.json()["id"]))
+    assert (to_bo["start_time"], to_bo["end_time"], to_bo["sequence"]) == (
+        now["start_time"],
+        now["end_time"],
+        1,
+    )
+    # Ana was told the old time only: the sweep still sends her (and everyone) the update.
+    assert invites_update_moved() == 1
+    (update,) = Message.objects.filter(subject="Updated: Intro call")
+    assert sorted(a["address"] for a in update.to) == sorted([ANA, BO])
+    assert (event_of(update)["start_time"], event_of(update)["sequence"]) == (now["start_time"], 2)
+    assert invites_update_moved() == 0
