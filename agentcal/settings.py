@@ -509,10 +509,15 @@ CELERY_BEAT_SCHEDULE["inboxes-parse-pending"] = {
     "task": "inboxes.parse_pending",
     "schedule": float(INBOUND_PARSE_PENDING_SECONDS),
 }
-# Invites whose booking was cancelled or bumped get their CANCEL within this many seconds.
+# Invites whose booking was cancelled or bumped get their CANCEL, and those whose booking moved their
+# update, within this many seconds.
 INBOX_INVITE_SWEEP_SECONDS = env_int("INBOX_INVITE_SWEEP_SECONDS", 60, minimum=1)
 CELERY_BEAT_SCHEDULE["inboxes-cancel-ended-invites"] = {
     "task": "inboxes.cancel_ended_invites",
+    "schedule": float(INBOX_INVITE_SWEEP_SECONDS),
+}
+CELERY_BEAT_SCHEDULE["inboxes-update-moved-invites"] = {
+    "task": "inboxes.update_moved_invites",
     "schedule": float(INBOX_INVITE_SWEEP_SECONDS),
 }
 # Celery beat keeps its schedule state in the data folder, not in the working directory (it creates the

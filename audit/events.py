@@ -56,6 +56,9 @@ class AuditEvent(models.TextChoices):
     # the CANCEL the agent's own invite sent out once its booking ended.
     INBOX_INVITE_CANCELLED_BY_ORGANIZER = "inbox.invite.cancelled_by_organizer"
     INBOX_INVITE_CANCELLED = "inbox.invite.cancelled"
+    # The update (same UID, SEQUENCE + 1, the new times) the agent's own invite sent out once its booking
+    # moved.
+    INBOX_INVITE_UPDATED = "inbox.invite.updated"
     WEBHOOK_ENDPOINT_CREATED = "webhook.endpoint.created"
     WEBHOOK_ENDPOINT_DISABLED = "webhook.endpoint.disabled"
     WEBHOOK_DELIVERY_REPLAYED = "webhook.delivery.replayed"

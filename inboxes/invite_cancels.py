@@ -7,10 +7,11 @@ review: nobody was invited.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import timedelta
 
 from django.db import transaction
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.db.models.functions import Now
 
 from agentcal.clock import isoformat_z
@@ -29,16 +30,15 @@ from workspaces.actor import Actor
 logger = logging.getLogger(__name__)
 
 SWEEP_BATCH = 200
-# The longest a CANCEL refused over the agent's send quota waits before the sweep tries it again.
+# The longest an invite's CANCEL or update refused over the agent's send quota waits before the sweep
+# tries it again.
 QUOTA_RETRY_SECONDS = 3600
 
 
 def invites_cancel_ended() -> int:
     """Periodic: send the CANCEL for every invite whose booking is no longer committed (cancelled,
-    bumped, gone), in batches by id. Returns how many were sent.
-
-    An agent over a send quota holds up only its own CANCELs: at its first refusal all of its due ones
-    wait (`next_try_at`) and the rest of the run passes them by, so every other agent's still go out."""
+    bumped, gone), in batches by id. Returns how many were sent. An agent over a send quota holds up only
+    its own CANCELs (invites_sweep)."""
     committed = Reservation.objects.filter(
         booking_id=OuterRef("booking_id"), status=ReservationStatus.COMMITTED
     )
@@ -47,6 +47,13 @@ def invites_cancel_ended() -> int:
         .filter(Q(next_try_at__isnull=True) | Q(next_try_at__lte=Now()))
         .filter(~Exists(committed))
     )
+    return invites_sweep(due, invite_cancel, what="CANCEL")
+
+
+def invites_sweep(due: QuerySet[BookingInvite], send: Callable[[int], bool], *, what: str) -> int:
+    """Call `send` for every invite in `due`, in batches by id; how many it sent. An agent over a send
+    quota holds up only its own: at its first refusal all of its due invites wait (`next_try_at`) and the
+    rest of the run passes them by, so every other agent's mail still goes out."""
     sent = 0
     refused_agents: set[int] = set()
     after = 0
@@ -56,7 +63,7 @@ def invites_cancel_ended() -> int:
             if agent_id in refused_agents:
                 continue
             try:
-                sent += invite_cancel(invite_pk)
+                sent += send(invite_pk)
             except QuotaExceeded as exc:
                 refused_agents.add(agent_id)
                 # The quota's own answer when it has one, but no later than an hour: a limit of 0 names no
@@ -64,7 +71,12 @@ def invites_cancel_ended() -> int:
                 wait = min(exc.retry_after_seconds or QUOTA_RETRY_SECONDS, QUOTA_RETRY_SECONDS)
                 waiting = due.filter(agent_id=agent_id).update(next_try_at=Now() + timedelta(seconds=wait))
                 logger.info(
-                    "%s CANCEL(s) of agent %s wait %ss: over its %s quota", waiting, agent_id, wait, exc.quota
+                    "%s %s(s) of agent %s wait %ss: over its %s quota",
+                    waiting,
+                    what,
+                    agent_id,
+                    wait,
+                    exc.quota,
                 )
     return sent
 
@@ -87,8 +99,7 @@ def invite_cancel(invite_pk: int) -> bool:
         ).exists():
             return False
         agent = invite.agent
-        carriers = Message.objects.filter(agent=agent, invite_booking_id=invite.booking_id)
-        if not carriers.exclude(status=MessageStatus.DISCARDED).exists():
+        if not invite_ever_left(invite):
             # Every message with the invite was discarded in review: nobody was invited, nobody to tell.
             BookingInvite.objects.filter(pk=invite.pk).update(cancelled_at=Now())
             return False
@@ -96,12 +107,7 @@ def invite_cancel(invite_pk: int) -> bool:
         parent = invite.last_message
         # The summary is the booking's title: any text, and a header must be one line.
         subject = one_line(f"Cancelled: {invite.summary}")
-        if parent is not None:
-            thread = parent.thread
-        else:  # the message that carried the invite is gone: the CANCEL starts a thread of its own
-            thread = Thread.objects.create(
-                agent=agent, subject=subject, counterpart=invite.attendees[0]["email"]
-            )
+        thread = invite_thread(invite, subject=subject)
         # The path every outbound message takes: the agent's quotas and review-first apply to it too.
         message = message_queue(
             agent=agent,
@@ -136,3 +142,19 @@ def invite_cancel(invite_pk: int) -> bool:
         )
     review_if_asked(message, Actor(workspace=agent.workspace, agent=agent))
     return True
+
+
+def invite_ever_left(invite: BookingInvite) -> bool:
+    """Whether any message with the invite got past review (every one discarded: nobody was invited)."""
+    carriers = Message.objects.filter(agent_id=invite.agent_id, invite_booking_id=invite.booking_id)
+    return carriers.exclude(status=MessageStatus.DISCARDED).exists()
+
+
+def invite_thread(invite: BookingInvite, *, subject: str) -> Thread:
+    """Where a message about a sent invite goes: the thread of the last message that carried it, or a
+    thread of its own when that message is gone."""
+    if invite.last_message is not None:
+        return invite.last_message.thread
+    return Thread.objects.create(
+        agent=invite.agent, subject=subject, counterpart=invite.attendees[0]["email"]
+    )

@@ -327,10 +327,16 @@ def invite_request(*, agent: Agent, booking_id: str, recipients: list[str], subj
     )
     invite = BookingInvite.objects.select_for_update().get(booking_id=booking_id)
     invite.agent = agent  # the booking's owner, who made the row
-    if (invite.start_time, invite.end_time, invite.summary) != (head.start_time, head.end_time, summary):
+    told = {a["email"] for a in invite.attendees}
+    moved = (invite.start_time, invite.end_time) != (head.start_time, head.end_time)
+    if moved or invite.summary != summary:
         # The booking changed since the attendees were last told: a new version of the invite.
         invite.sequence += 1
-        invite.start_time, invite.end_time, invite.summary = head.start_time, head.end_time, summary
+        invite.summary = summary
+    if moved and told <= {address.lower() for address in recipients}:
+        # Everyone told the old time hears the new one in this message. Otherwise the invite keeps saying
+        # the old time, so the update sweep (inboxes.invite_updates) still tells the others of the move.
+        invite.start_time, invite.end_time = head.start_time, head.end_time
     names = {
         entry["email"].strip().lower(): str(entry.get("name") or "")
         for entry in (head.attendees if isinstance(head.attendees, list) else [])
@@ -343,7 +349,9 @@ def invite_request(*, agent: Agent, booking_id: str, recipients: list[str], subj
             known.add(email)
             invite.attendees.append({"email": email, "name": names.get(email, "")[:MAX_ADDRESS_CHARS]})
     invite.save(update_fields=["sequence", "start_time", "end_time", "summary", "attendees"])
-    return InviteDraft(invite=invite, event=outgoing_event(invite, method="REQUEST"))
+    event = outgoing_event(invite, method="REQUEST")
+    event.update(start_time=isoformat_z(head.start_time), end_time=isoformat_z(head.end_time))
+    return InviteDraft(invite=invite, event=event)
 
 
 def invite_sent(draft: InviteDraft, message: Message) -> None:

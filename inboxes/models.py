@@ -210,8 +210,9 @@ class InboundWebhookDelivery(models.Model):
 
 class BookingInvite(models.Model):
     """The calendar invite an agent sends for one of its bookings: one per booking (one UID), however often
-    it is sent. It remembers what the attendees were last told, so a change bumps SEQUENCE, and the sweep
-    (inboxes.invites.invites_cancel_ended) sends a CANCEL, once, when the booking stops being committed."""
+    it is sent. It remembers what the attendees were last told, so a change bumps SEQUENCE; the sweeps send a
+    CANCEL once the booking stops being committed (inboxes.invite_cancels), an update once it moved
+    (inboxes.invite_updates)."""
 
     booking_id = models.CharField(max_length=32)
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")

@@ -1,5 +1,5 @@
 """Celery tasks: thin wrappers that take ids and call inboxes.services, .delivery, .outcomes,
-.invite_cancels and .review."""
+.invite_cancels, .invite_updates and .review."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from django.db import InterfaceError, OperationalError
 
 from inboxes.delivery import message_deliver, messages_deliver_pending
 from inboxes.invite_cancels import invites_cancel_ended
+from inboxes.invite_updates import invites_update_moved
 from inboxes.outcomes import message_attempt_broken, message_attempt_failed
 from inboxes.review import reviews_repair
 from inboxes.services import inbound_parse, inbound_parse_pending
@@ -68,6 +69,12 @@ def deliver_pending() -> int:
 def cancel_ended_invites() -> int:
     """Periodic: send the CANCEL for invites whose booking is no longer committed."""
     return invites_cancel_ended()
+
+
+@shared_task(name="inboxes.update_moved_invites", ignore_result=True)
+def update_moved_invites() -> int:
+    """Periodic: send the update (SEQUENCE + 1, the new times) for invites whose booking moved."""
+    return invites_update_moved()
 
 
 @shared_task(name="inboxes.repair_reviews", ignore_result=True)
