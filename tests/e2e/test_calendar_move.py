@@ -1,7 +1,7 @@
-"""End to end in real Chromium, on a laptop and on a phone: an owner opens a booking's drawer, moves it with
-the drawer's form (a day and two times in the calendar's zone), sees the new time in the drawer and on the
-timeline and the booking's times over its life; the page never scrolls sideways and the policy refuses
-nothing."""
+"""End to end in real Chromium, on a laptop and on a phone: an owner opens a booking's drawer, asks for a
+taken time (refused in words, free times offered), then moves it with the drawer's form (a day and two
+times in the calendar's zone), sees the new time in the drawer and on the timeline and the booking's times
+over its life; the page never scrolls sideways and the policy refuses nothing."""
 
 from __future__ import annotations
 
@@ -53,6 +53,10 @@ def test_owner_moves_a_booking_from_its_drawer(
     booking = booking_create(
         actor=as_agent, calendar=calendar, span=Span(start, start + timedelta(minutes=30)), title="Demo call"
     ).primary
+    in_the_way = datetime.combine(day, time(14), tzinfo=berlin)
+    booking_create(
+        actor=as_agent, calendar=calendar, span=Span(in_the_way, in_the_way + timedelta(minutes=30))
+    )
     page = browser_page
     page.set_viewport_size({"width": width, "height": height})
     console_errors: list[str] = []
@@ -71,6 +75,17 @@ def test_owner_moves_a_booking_from_its_drawer(
     expect(form).to_contain_text("New time, in Europe/Berlin")
     expect(form.locator('input[name="start"]')).to_have_value("11:00")
     expect(drawer.get_by_test_id("drawer-spans")).to_contain_text("Booked for")
+
+    # A taken time is refused in words, with the free times nearest it offered as buttons.
+    form.locator('input[name="start"]').fill("14:00")
+    form.locator('input[name="end"]').fill("14:30")
+    form.get_by_test_id("move-submit").click()
+    expect(drawer.get_by_test_id("move-error")).to_contain_text("Not moved: ")
+    expect(drawer.get_by_test_id("move-offer").first).to_contain_text("Move to ")
+    expect(drawer.get_by_test_id("drawer-local-time")).to_contain_text("11:00 – 11:30")
+    drawer.get_by_test_id("drawer-move").scroll_into_view_if_needed()
+    screenshot(page, f"calendar-drawer-move-refused-{width}")
+    form = drawer.get_by_test_id("move-form")
 
     form.locator('input[name="start"]').fill("15:00")
     form.locator('input[name="end"]').fill("15:30")
