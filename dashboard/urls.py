@@ -150,6 +150,11 @@ urlpatterns += [
         name="calendar_reservation_cancel",
     ),
     path(
+        f"{W}/calendars/<str:calendar_id>/reservations/<str:reservation_id>/move",
+        calendars.reservation_move,
+        name="calendar_reservation_move",
+    ),
+    path(
         f"{W}/calendars/<str:calendar_id>/reservations/<str:reservation_id>/release",
         calendars.reservation_release,
         name="calendar_reservation_release",

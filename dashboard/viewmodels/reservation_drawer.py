@@ -13,8 +13,10 @@ from audit.models import Outcome
 from audit.selectors import reservation_trail
 from bookings.models import Reservation, ReservationStatus
 from bookings.selectors import reservation_displacer, reservation_other_shares
+from bookings.spans import Span
 from dashboard.links import reservation_day_url
 from dashboard.timeline import block_kind, calendar_zone, has_upstream_conflict
+from dashboard.viewmodels.booking_move import MoveForm, span_history
 from workspaces.models import Workspace
 from workspaces.selectors import agent_names
 
@@ -36,6 +38,8 @@ HISTORY_LABELS: dict[str, str] = {
     AuditEvent.BOOKING_BUMPED: "Bumped by a higher priority",
     AuditEvent.BOOKING_CANCELLED: "Booking cancelled",
     AuditEvent.BOOKING_CANCEL_REJECTED: "Cancel refused",
+    AuditEvent.BOOKING_MOVED: "Moved",
+    AuditEvent.BOOKING_MOVE_REJECTED: "Move refused",
     AuditEvent.BOOKING_UPSTREAM_CONFLICT: "Owner's own calendar overlaps it",
     AuditEvent.BOOKING_UPSTREAM_CONFLICT_RESOLVED: "Overlap with the owner's calendar cleared",
     AuditEvent.BOOKING_ATTENDEE_RESPONDED: "Attendee answered",
@@ -52,28 +56,49 @@ HISTORY_LABELS: dict[str, str] = {
 
 
 def reservation_drawer(
-    *, workspace: Workspace, reservation: Reservation, now: datetime, confirm: bool, can_manage: bool
+    *,
+    workspace: Workspace,
+    reservation: Reservation,
+    now: datetime,
+    confirm: bool,
+    can_manage: bool,
+    move_form: MoveForm | None = None,
 ) -> dict[str, Any]:
     """What the drawer shows at `now` (the database's clock). `confirm`: the owner asked to confirm the
-    action first (shown only to those who `can_manage`)."""
+    action first (shown only to those who `can_manage`). `move_form`: a refused move's form, shown again
+    as it was sent."""
     calendar = reservation.calendar
     kind, label = block_kind(reservation, now)
     action = reservation_action(reservation, kind)
     public_id = reservation.booking_id or reservation.hold_id
+    zone = calendar_zone(calendar)
+    history = reservation_history(workspace, reservation)
+    movable = action == "cancel" and can_manage
     return {
         "calendar": calendar,
         "r": reservation,
         "public_id": public_id,
         "kind": kind,
         "label": label,
-        "zone_name": str(calendar_zone(calendar)),
+        "zone_name": str(zone),
         "now": now,
         "is_bumpable": reservation.is_bumpable_at(now) and reservation.status == ReservationStatus.COMMITTED,
         "upstream_conflict": has_upstream_conflict(reservation),
         "attendees": attendee_rows(reservation.attendees),
         "also_on": reservation_other_shares(reservation),
         "displaced_by": reservation_displacer(reservation),
-        "history": reservation_history(workspace, reservation),
+        "history": history,
+        "spans": span_history(reservation, history, zone),
+        "move_form": (
+            move_form or MoveForm.for_span(Span(reservation.start_time, reservation.end_time), zone)
+        )
+        if movable
+        else None,
+        "move_url": reverse(
+            "dashboard:calendar_reservation_move", args=[workspace.slug, calendar.public_id, public_id]
+        )
+        if movable
+        else "",
         "action": action,
         "confirm": confirm and action is not None and can_manage,
         "drawer_url": reverse(

@@ -5,8 +5,8 @@ owner's actions.
 The timeline opens on working hours and live reservations; "24 h" and "Ended" show the rest. When the
 calendar is linked to a person's own calendar (sync), that calendar's busy time shows too: it blocks
 agents like a frozen booking. Everyone in the workspace reads these pages; owners and admins create and
-edit calendars and end an agent's hold or booking, through the same services the agent API uses (the
-person acting is in the audit row, and the agent gets its usual webhook).
+edit calendars, move an agent's booking and end its hold or booking, through the same services the agent
+API uses (the person acting is in the audit row, and the agent gets its usual webhook).
 """
 
 from __future__ import annotations
@@ -22,8 +22,14 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from accounts.roles import Permission
 from agentcal.clock import server_now
-from agentcal.errors import AgentCalError
-from bookings.engine import booking_cancel_by_person, calendar_create, calendar_update, hold_release_by_person
+from agentcal.errors import AgentCalError, SlotConflict
+from bookings.engine import (
+    booking_cancel_by_person,
+    booking_move,
+    calendar_create,
+    calendar_update,
+    hold_release_by_person,
+)
 from bookings.models import Calendar, Reservation, ReservationStatus
 from dashboard.access import page_context, workspace_page
 from dashboard.forms import RULE_FIELDS, SETTING_LABELS, CalendarForm, ConnectForm, setting_fields
@@ -31,6 +37,8 @@ from dashboard.http import DashboardRequest
 from dashboard.links import reservation_url
 from dashboard.lookups import calendar_in, reservation_in
 from dashboard.rules_form import RulesEditor
+from dashboard.timeline import calendar_zone
+from dashboard.viewmodels.booking_move import MoveForm, offered_spans, span_words
 from dashboard.viewmodels.calendar_page import calendar_page, calendar_rows, timezone_names
 from dashboard.viewmodels.connection_panel import connection_panel
 from dashboard.viewmodels.reservation_drawer import reservation_drawer as drawer_context
@@ -296,6 +304,47 @@ def reservation_cancel(
 
 @require_POST
 @workspace_page(needs=Permission.MANAGE_WORKSPACE)
+def reservation_move(
+    request: DashboardRequest, workspace: Workspace, calendar_id: str, reservation_id: str
+) -> HttpResponse:
+    """Move a booking to the day and times the form gives in its calendar's zone, as the signed-in person;
+    a refusal shows on the form (a taken time with the free ones nearest it) and changes nothing."""
+    reservation = reservation_in(calendar_in(workspace, calendar_id), reservation_id)
+    if reservation.booking_id is None:
+        return refused(
+            request, workspace, reservation, "This is a hold, not a booking: only a booking moves."
+        )
+    zone = calendar_zone(reservation.calendar)
+    form = MoveForm(request.POST, zone=zone)
+    if not form.is_valid():
+        return render_drawer(
+            request, workspace, reservation, move_form=form, status=200 if request.htmx else 422
+        )
+    span = form.cleaned_data["span"]
+    try:
+        booking_move(actor=request.actor, booking_id=reservation.booking_id, span=span)
+    except AgentCalError as exc:
+        offers = (
+            offered_spans(exc.extra.get("alternatives", []), zone) if isinstance(exc, SlotConflict) else []
+        )
+        reservation.refresh_from_db()
+        return render_drawer(
+            request,
+            workspace,
+            reservation,
+            move_form=form,
+            move_error=f"Not moved: {exc.detail}",
+            offers=offers,
+            status=200 if request.htmx else exc.status,
+        )
+    reservation.refresh_from_db()  # the new day is where the page lands
+    title = reservation.title or "the booking"
+    notice = f"Moved {title} to {span_words(span, zone)} ({zone}). {reservation.agent.name} has been told."
+    return done(request, workspace, reservation, notice)
+
+
+@require_POST
+@workspace_page(needs=Permission.MANAGE_WORKSPACE)
 def reservation_release(
     request: DashboardRequest, workspace: Workspace, calendar_id: str, reservation_id: str
 ) -> HttpResponse:
@@ -338,6 +387,9 @@ def render_drawer(
     confirm: bool = False,
     notice: str = "",
     error: str = "",
+    move_form: MoveForm | None = None,
+    move_error: str = "",
+    offers: list[dict[str, str]] | None = None,
     status: int = 200,
 ) -> HttpResponse:
     drawer = drawer_context(
@@ -346,8 +398,11 @@ def render_drawer(
         now=server_now(),
         confirm=confirm,
         can_manage=request.membership.may(Permission.MANAGE_WORKSPACE),
+        move_form=move_form,
     )
-    context = page_context(request, "calendars", **drawer, notice=notice, error=error)
+    context = page_context(
+        request, "calendars", **drawer, notice=notice, error=error, move_error=move_error, offers=offers or []
+    )
     template = "dashboard/calendars/reservation.html"
     if request.htmx:
         template = "dashboard/calendars/_drawer.html"

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+# SCREENSHOT_DIR sends one run's screenshots elsewhere (to look at them side by side with another branch's).
+ARTIFACTS = Path(os.environ.get("SCREENSHOT_DIR") or Path(__file__).resolve().parents[2] / "test-artifacts")
 
 
 def add_virtual_authenticator(page: Any) -> tuple[Any, str]:
