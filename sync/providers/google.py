@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from contextlib import AbstractContextManager
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -69,36 +70,67 @@ def _create(
         created = client.insert(connection.remote_calendar_id, {"id": event_id, **_event(copy)})
     except Conflict:
         # The id is taken: an earlier or concurrent run wrote it, or it was written and then deleted
-        # upstream (Google never frees an id). A deleted copy is brought back.
-        existing = client.get(connection.remote_calendar_id, event_id)
-        if existing is None or existing.get("status") != "cancelled":
-            return event_id, None
-        restored = client.update(
-            connection.remote_calendar_id, event_id, {**existing, **_event(copy)}, etag=None
-        )
-        return event_id, str(restored.get("etag") or "")
+        # upstream (Google never frees an id). A deleted copy is brought back, under that same id.
+        return event_id, _rewrite(client, connection, event_id, copy, only_if_deleted=True)
     return event_id, str(created.get("etag") or "")
 
 
 def _update(client: GoogleCalendarClient, connection: Connection, name: str, copy: BookingCopy) -> str:
-    """Rewrite with If-Match on the version read just before; if the person changed it in between
-    (412), read again and apply once more."""
-    for _ in range(3):
+    return _rewrite(client, connection, name, copy, only_if_deleted=False) or ""
+
+
+def _rewrite(
+    client: GoogleCalendarClient,
+    connection: Connection,
+    name: str,
+    copy: BookingCopy,
+    *,
+    only_if_deleted: bool,
+) -> str | None:
+    """Rewrite with If-Match on the version read just before. A 412 means a write in between — the
+    person's, or a concurrent run's of the same change: read again, and stop once the event already says
+    what we would write (a blind second write would carry a stale `sequence`, which Google refuses)."""
+    wanted = _event(copy)
+    for _ in range(5):
         current = client.get(connection.remote_calendar_id, name)
         if current is None:
-            created = client.insert(connection.remote_calendar_id, {"id": name, **_event(copy)})
+            if only_if_deleted:
+                return None
+            created = client.insert(connection.remote_calendar_id, {"id": name, **wanted})
             return str(created.get("etag") or "")
+        if only_if_deleted and current.get("status") != "cancelled":
+            return None  # there and live: written by an earlier or concurrent run
+        if _says(current, wanted):
+            return str(current.get("etag") or "")
         try:
             updated = client.update(
                 connection.remote_calendar_id,
                 name,
-                {**current, **_event(copy)},
+                {**current, **wanted},
                 etag=str(current.get("etag") or "") or None,
             )
         except PreconditionFailed:
             continue
         return str(updated.get("etag") or "")
     raise PreconditionFailed("the event kept changing while we rewrote it", status=412)
+
+
+def _says(event: dict[str, Any], wanted: dict[str, Any]) -> bool:
+    """Whether Google's event already holds what we would write (times compared as instants: Google may
+    answer them in another offset)."""
+
+    def instant(side: dict[str, Any] | None) -> datetime | None:
+        moment = (side or {}).get("dateTime")
+        return datetime.fromisoformat(moment) if moment else None
+
+    def ours(properties: dict[str, Any] | None) -> object:
+        return (properties or {}).get("private", {}).get("agentcalBooking")
+
+    return (
+        all(event.get(key) == wanted[key] for key in ("summary", "description", "transparency", "status"))
+        and all(instant(event.get(key)) == instant(wanted[key]) for key in ("start", "end"))
+        and ours(event.get("extendedProperties")) == ours(wanted["extendedProperties"])
+    )
 
 
 def _event(copy: BookingCopy) -> dict[str, Any]:

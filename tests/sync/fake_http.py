@@ -73,7 +73,7 @@ class FakeHTTPServer:
         self._lock = threading.RLock()
         # A page "may be less than" what the client asks for (both providers say so): tests cap it.
         self.page_size: int | None = None
-        self._requests: list[str] = []
+        self._requests: list[tuple[str, str]] = []  # (method, path and query)
         self._faults: list[Fault] = []
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
@@ -86,10 +86,15 @@ class FakeHTTPServer:
         self._server.shutdown()
         self._server.server_close()
 
-    def count(self, path_contains: str | None = None) -> int:
-        """Requests received whose path and query contain `path_contains` (any, if None), faults included."""
+    def count(self, path_contains: str | None = None, *, method: str | None = None) -> int:
+        """Requests received whose path and query contain `path_contains` (any, if None) and, if given,
+        of `method`, faults included."""
         with self._lock:
-            return sum(1 for target in self._requests if path_contains is None or path_contains in target)
+            return sum(
+                1
+                for sent, target in self._requests
+                if (path_contains is None or path_contains in target) and (method is None or sent == method)
+            )
 
     def add_fault(
         self, status: int, *, times: int, reason: str | None, retry_after: float | str | None,
@@ -116,7 +121,7 @@ class FakeHTTPServer:
     def _answer(self, request: FakeRequest) -> Reply:
         try:
             with self._lock:
-                self._requests.append(request.target)
+                self._requests.append((request.method, request.target))
                 self._take_fault(request)
             return self.route(request)
         except Refusal as refusal:
