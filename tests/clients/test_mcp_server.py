@@ -49,6 +49,7 @@ WRITE_TOOLS = {
     "release_hold",
     "commit_booking",
     "reschedule_booking",
+    "reschedule_to_earliest",
     "cancel_booking",
     "request_approval",
     "reply_to_message",
@@ -273,6 +274,7 @@ def test_a_read_only_key_is_offered_no_write_tools(make_agent: Any, mcp_url: str
         "release_hold",
         "commit_booking",
         "reschedule_booking",
+        "reschedule_to_earliest",
         "cancel_booking",
     }
     assert refused.is_error
@@ -393,3 +395,32 @@ def test_reschedule_booking_moves_the_booking_and_offers_alternatives_on_a_confl
     assert too_late.is_error
     assert content(too_late)["error"] == "booking_not_live"
     assert "Book the meeting anew" in content(too_late)["next_step"]
+
+
+def test_reschedule_to_earliest_moves_the_booking_to_the_first_time_its_calendars_share(
+    sdr: Persona, exec_assistant: Persona, mcp_url: str
+) -> None:
+    ana, ben = (create_calendar(sdr, name=name)["id"] for name in ("Ana", "Ben"))
+    booking = sdr.client.post(
+        f"/calendars/{ana}/commits", json={**slot(hours_ahead=30), "also_calendars": [ben]}
+    ).json()
+    taken = slot(hours_ahead=32)
+    assert exec_assistant.client.post(f"/calendars/{ben}/commits", json=taken).status_code == 201
+
+    async def reschedule() -> tuple[CallToolResult, CallToolResult]:
+        async with http_session(mcp_url, sdr.raw_key) as session:
+            moved = await session.call_tool(
+                "reschedule_to_earliest", {"booking_id": booking["id"], "after": taken["start_time"]}
+            )
+            nowhere = await session.call_tool(
+                "reschedule_to_earliest",
+                {"booking_id": booking["id"], "after": taken["start_time"], "before": taken["end_time"]},
+            )
+            return moved, nowhere
+
+    moved, nowhere = asyncio.run(reschedule())
+
+    result = content(moved)
+    assert result["outcome"] == "rescheduled" and result["booking"]["id"] == booking["id"]
+    assert at(result["booking"]["start_time"]) == at(taken["end_time"])  # right after Ben's meeting
+    assert content(nowhere)["outcome"] == "no_slot_found" and not nowhere.is_error

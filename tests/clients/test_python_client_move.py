@@ -12,6 +12,7 @@ from agentcal_client import (
     AgentCal,
     Booking,
     BookingNotLive,
+    NoSlotFound,
     PreconditionFailed,
     SlotConflict,
     StaleFencingToken,
@@ -28,7 +29,7 @@ MakeClient = Callable[..., AgentCal]
 HALF_HOUR = timedelta(minutes=30)
 
 
-def at_hour(hour: int) -> tuple[datetime, datetime]:
+def at_hour(hour: float) -> tuple[datetime, datetime]:
     start = utc_midnight(2) + timedelta(hours=hour)
     return start, start + HALF_HOUR
 
@@ -142,3 +143,34 @@ def test_a_bumped_booking_moves_back_within_a_day_and_is_not_live_after(
         client.move_booking(late.id, *at_hour(15))
     assert gone.value.booking_status == "bumped" and gone.value.bumped_at == bumped_at
     assert client.bookings.get(late.id).status == "bumped"
+
+
+def test_reschedule_booking_moves_it_to_the_earliest_time_its_calendars_share(
+    sdr: Persona, exec_assistant: Persona, agentcal_for: MakeClient, live_server: object
+) -> None:
+    client = agentcal_for(sdr)
+    ana, ben = client.calendars.create("Ana"), client.calendars.create("Ben")
+    booking = client.bookings.commit(ana.id, *at_hour(9), also_calendars=[ben.id])
+    agentcal_for(exec_assistant).bookings.commit(ben.id, *at_hour(12))  # 12:00-12:30 taken on Ben
+
+    moved = client.reschedule_booking(booking.id, after=at_hour(12)[0], before=at_hour(15)[0])
+
+    assert (moved.id, moved.start_time, moved.end_time) == (booking.id, *at_hour(12.5))
+    assert spans_of(booking.id) == {
+        (ana.id, at_hour(12.5)[0], "committed"),
+        (ben.id, at_hour(12.5)[0], "committed"),
+    }
+
+    async def nowhere() -> NoSlotFound:
+        async with async_agentcal(live_server.url, sdr.raw_key) as async_client:  # type: ignore[attr-defined]
+            with pytest.raises(NoSlotFound) as refused:
+                await async_client.reschedule_booking(
+                    booking.id, after=at_hour(12)[0], before=at_hour(12.5)[0]
+                )
+            return refused.value
+
+    assert asyncio.run(nowhere()).reasons
+    assert spans_of(booking.id) == {
+        (ana.id, at_hour(12.5)[0], "committed"),
+        (ben.id, at_hour(12.5)[0], "committed"),
+    }

@@ -16,9 +16,11 @@ from mcp.server.mcpserver import Context
 from pydantic import AwareDatetime, Field
 
 from agentcal_mcp import scopes
-from agentcal_mcp.arguments import Attendees, Limit, Title
+from agentcal_mcp.arguments import Attendees, BookingId, Limit, OptionalTime, Time, Title
 from agentcal_mcp.registry import REGISTRY, agentcal, take
 from agentcal_mcp.results import (
+    BookingResult,
+    BookingView,
     CalendarsResult,
     CalendarView,
     FreeSlotsResult,
@@ -316,4 +318,27 @@ async def hold_meeting(
         candidate_rank=hold.candidate_rank,
         searched=SearchedView(start=hold.searched.start, end=hold.searched.end),
         next_step=NEXT_AFTER_HOLD,
+    )
+
+
+@agent_tool(scope=scopes.BOOKINGS_WRITE, title="Reschedule to the earliest time that suits everyone")
+async def reschedule_to_earliest(
+    ctx: Context, booking_id: BookingId, after: Time, before: OptionalTime = None
+) -> BookingResult:
+    """Move one of your bookings to the earliest time after `after` (and ending by `before`, default two
+    weeks later) that suits every one of its calendars — their working hours in their own zones, notice,
+    buffers and busy time — for as long as it lasts now. The server finds the time and moves the booking
+    in one locked write: same booking id, invites already sent are updated. Nothing changes if there is
+    no such time. Use it when a person asks to push a meeting "to later this week" or after a bump."""
+    client = agentcal(ctx)
+    try:
+        booking = await client.reschedule_booking(
+            booking_id, after=after, before=before or after + timedelta(days=14)
+        )
+    except NoSlotFound as nothing:
+        return BookingResult(outcome="no_slot_found", next_step=next_step_without_a_time(nothing.reasons))
+    return BookingResult(
+        outcome="rescheduled",
+        booking=BookingView.of(booking),
+        next_step="Rescheduled: same booking id, new span. Invites already sent are updated.",
     )

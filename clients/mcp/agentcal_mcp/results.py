@@ -319,7 +319,7 @@ class HoldResult(ToolResult, ConflictMembers):
 
 
 class BookingResult(ToolResult, ConflictMembers):
-    outcome: Literal["committed", "rescheduled", "found", "cancelled", "conflict", "error"]
+    outcome: Literal["committed", "rescheduled", "found", "cancelled", "conflict", "no_slot_found", "error"]
     booking: BookingView | None = None
 
 

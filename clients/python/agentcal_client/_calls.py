@@ -298,6 +298,24 @@ def booking_move(
     return Call(request, _one(Booking))
 
 
+def booking_move_to_found_time(
+    booking_id: str, search: MeetingSearch, *, fencing_token: int | None
+) -> Call[Booking]:
+    body = _body(search=search.to_json(), fencing_token=fencing_token)
+    return Call(Request("POST", f"/bookings/{booking_id}/move", json=body), _one(Booking))
+
+
+def earliest_time_for(booking: Booking, start: datetime, end: datetime) -> MeetingSearch:
+    """The search that moves `booking` to the earliest time in [start, end) on its own calendars, for as
+    long as it lasts now."""
+    return MeetingSearch(
+        calendars=[booking.calendar, *booking.also_calendars],
+        duration=booking.end_time - booking.start_time,
+        start=start,
+        end=end,
+    )
+
+
 # --- Approvals ---------------------------------------------------------------------------------------------
 
 

@@ -217,6 +217,24 @@ class AgentCal:
             idempotency_key=idempotency_key,
         )
 
+    def reschedule_booking(
+        self,
+        booking_id: str,
+        *,
+        after: datetime,
+        before: datetime,
+        fencing_token: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> Booking:
+        """Move one of this agent's bookings to the earliest time in [after, before) that suits every one
+        of its calendars (their working hours, buffers, notice and busy time, its own time aside), for as
+        long as it lasts now — the server finds it and moves it under the calendars' locks. NoSlotFound
+        (`.reasons`) if there is none; otherwise as move_booking."""
+        booking = self.bookings.get(booking_id)
+        search = _calls.earliest_time_for(booking, after, before)
+        call = _calls.booking_move_to_found_time(booking_id, search, fencing_token=fencing_token)
+        return self._transport.run(call, idempotency_key=idempotency_key)
+
     def hold(
         self,
         calendar_id: str,
@@ -390,6 +408,21 @@ class AsyncAgentCal:
             if_match=if_match,
             idempotency_key=idempotency_key,
         )
+
+    async def reschedule_booking(
+        self,
+        booking_id: str,
+        *,
+        after: datetime,
+        before: datetime,
+        fencing_token: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> Booking:
+        """See AgentCal.reschedule_booking."""
+        booking = await self.bookings.get(booking_id)
+        search = _calls.earliest_time_for(booking, after, before)
+        call = _calls.booking_move_to_found_time(booking_id, search, fencing_token=fencing_token)
+        return await self._transport.run(call, idempotency_key=idempotency_key)
 
     def hold(
         self,
