@@ -234,19 +234,25 @@ class RuledCalendar(Protocol):
     def buffer(self) -> timedelta: ...
 
 
+def closed_by_rules(calendar: RuledCalendar, window: Span, now: datetime) -> list[tuple[datetime, datetime]]:
+    """What a calendar's working hours, date overrides and notice close in `window`, as (start, end)."""
+    if not calendar.has_rules:
+        return []
+    notice = calendar.min_notice_minutes
+    return [
+        (s.start, s.end)
+        for s in unavailable(calendar.rules, calendar.timezone, window, now=now, min_notice_minutes=notice)
+    ]
+
+
 def blocked_time(
     calendar: RuledCalendar, busy: Sequence[tuple[datetime, datetime]], window: Span, now: datetime
 ) -> list[tuple[datetime, datetime]]:
     """Everything that rules a calendar's time out in `window`: its busy time widened by its buffer,
-    and what its working hours, date overrides and notice close."""
+    and what its rules close."""
     pad = calendar.buffer
     blocked = [(start - pad, end + pad) for start, end in busy] if pad else list(busy)
-    if calendar.has_rules:
-        closed = unavailable(
-            calendar.rules, calendar.timezone, window, now=now, min_notice_minutes=calendar.min_notice_minutes
-        )
-        blocked += [(s.start, s.end) for s in closed]
-    return blocked
+    return blocked + closed_by_rules(calendar, window, now)
 
 
 def notice_start(now: datetime, min_notice_minutes: int) -> datetime:

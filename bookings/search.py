@@ -24,7 +24,7 @@ from agentcal.errors import NotFound
 from agentcal.metrics import SEARCH_SECONDS
 from bookings.engine.rules import check_span_length
 from bookings.models import Calendar
-from bookings.rules import unavailable
+from bookings.rules import closed_by_rules, unavailable
 from bookings.spans import BusyIndex, Span, grid_slots
 from bookings.sql import live, overlap_params, overlaps
 
@@ -262,7 +262,7 @@ def rank(snapshot: Snapshot, query: SearchQuery) -> SearchResult:
 
     required_busy = required_index(snapshot, searched)
     optional_busy = {
-        pid: BusyIndex.from_bounds([*snapshot.busy[pid], *_closed(calendars[pid], searched, now)])
+        pid: BusyIndex.from_bounds([*snapshot.busy[pid], *closed_by_rules(calendars[pid], searched, now)])
         for pid in query.optional
     }
     step = query.granularity_minutes or min(calendars[pid].slot_minutes for pid in versions)
@@ -295,19 +295,10 @@ def rank(snapshot: Snapshot, query: SearchQuery) -> SearchResult:
 
 def required_index(snapshot: Snapshot, window: Span) -> BusyIndex:
     """The required calendars' busy time in `window`, with what their rules close."""
-    closed = (b for pid in snapshot.required for b in _closed(snapshot.calendars[pid], window, snapshot.now))
+    closed = (
+        b for pid in snapshot.required for b in closed_by_rules(snapshot.calendars[pid], window, snapshot.now)
+    )
     return BusyIndex.from_bounds([*snapshot.busy[REQUIRED], *closed])
-
-
-def _closed(calendar: Calendar, window: Span, now: datetime) -> list[tuple[datetime, datetime]]:
-    """What a calendar's hours, date overrides and notice close in `window`."""
-    if not calendar.has_rules:
-        return []
-    rules, notice = calendar.rules, calendar.min_notice_minutes
-    return [
-        (s.start, s.end)
-        for s in unavailable(rules, calendar.timezone, window, now=now, min_notice_minutes=notice)
-    ]
 
 
 def _slots(busy: BusyIndex, window: Span, duration: timedelta, step: int, wanted: int) -> list[Span]:
@@ -341,7 +332,7 @@ def _why_none(
     if not _slots(notice_only, searched, query.duration, step, 1):
         return {"insufficient_notice": True}
     rules_only = BusyIndex.from_bounds(
-        bounds for c in required for bounds in _closed(c, searched, snapshot.now)
+        bounds for c in required for bounds in closed_by_rules(c, searched, snapshot.now)
     )
     if not _slots(rules_only, searched, query.duration, step, 1):
         return {"no_common_working_hours": True}

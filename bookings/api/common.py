@@ -31,15 +31,7 @@ def calendar_for(actor: Actor, public_id: str, *, to_write: bool = False) -> Cal
 
 def calendars_for(actor: Actor, public_ids: list[str]) -> list[Calendar]:
     """The calendars named by `also_calendars`, for a write (settings from the per-process copies)."""
-    found = {
-        pid: c
-        for pid in public_ids
-        if (c := engine.calendar_for_write(workspace_id=actor.workspace.pk, public_id=pid)) is not None
-    }
-    missing = [pid for pid in public_ids if pid not in found]
-    if missing:
-        raise NotFound(f"No calendar {missing[0]} in this workspace.", missing_calendars=missing)
-    return [found[pid] for pid in public_ids]
+    return engine.calendars_for_write(workspace_id=actor.workspace.pk, public_ids=public_ids)
 
 
 def parse_if_match(request: Request) -> int | None:

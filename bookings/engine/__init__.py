@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from agentcal.errors import SlotConflict
 from bookings.engine.alternatives import ALTERNATIVES_COUNT, ALTERNATIVES_MAX_STEPS
-from bookings.engine.calendars import calendar_for_write
+from bookings.engine.calendars import calendar_for_write, calendars_for_write
 from bookings.engine.expiry import holds_expire_lapsed
 from bookings.engine.find_and_hold import FoundAndHeld, hold_found_time
 from bookings.engine.groups import ReservationGroup
@@ -48,6 +48,7 @@ __all__ = [
     "booking_move",
     "calendar_create",
     "calendar_for_write",
+    "calendars_for_write",
     "calendar_update",
     "hold_commit",
     "hold_commit_approved",

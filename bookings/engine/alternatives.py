@@ -9,7 +9,7 @@ from agentcal.clock import isoformat_z, server_now
 from agentcal.db import bound_cursor
 from bookings.engine.statements import BUSY_NEAR_SQL
 from bookings.models import Calendar
-from bookings.rules import unavailable
+from bookings.rules import closed_by_rules
 from bookings.spans import BusyIndex, Span, nearest_free
 from bookings.sql import overlap_params
 
@@ -67,9 +67,5 @@ def _with_rules(
     if not ruled:
         return list(busy)
     widest = max(c.buffer for c in ruled)
-    closed = [
-        span
-        for c in ruled
-        for span in unavailable(c.rules, c.timezone, window, now=now, min_notice_minutes=c.min_notice_minutes)
-    ]
+    closed = [Span(start, end) for c in ruled for start, end in closed_by_rules(c, window, now)]
     return [Span(b.start - widest, b.end + widest) for b in busy] + closed

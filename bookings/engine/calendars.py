@@ -11,7 +11,9 @@ here, and readers that show it (GET /calendars/{id}) read the row itself.
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 
+from agentcal.errors import NotFound
 from agentcal.local_cache import LocalCache
 from bookings.models import Calendar
 from bookings.selectors import calendar_in_workspace
@@ -32,3 +34,15 @@ def calendar_for_write(*, workspace_id: int, public_id: str) -> Calendar | None:
         found.rules  # noqa: B018 parsed once, here: every copy handed out shares the parsed rules
         calendar_settings.put(key, found, token)
     return copy.copy(found)  # the request's own: nothing it sets reaches the next request
+
+
+def calendars_for_write(*, workspace_id: int, public_ids: Sequence[str]) -> list[Calendar]:
+    """The workspace's calendars with these public ids, in that order (settings from this process's
+    copies), or NotFound naming every one missing."""
+    found = {
+        pid: c for pid in public_ids if (c := calendar_for_write(workspace_id=workspace_id, public_id=pid))
+    }
+    missing = [pid for pid in public_ids if pid not in found]
+    if missing:
+        raise NotFound(f"No calendar {missing[0]} in this workspace.", missing_calendars=missing)
+    return [found[pid] for pid in public_ids]

@@ -22,14 +22,13 @@ from agentcal.errors import NoSlotFound, SlotConflict
 from agentcal.metrics import CANDIDATES_TAKEN
 from audit.events import AuditEvent
 from bookings.engine.auditing import audit_rejections
-from bookings.engine.calendars import calendar_for_write
+from bookings.engine.calendars import calendars_for_write
 from bookings.engine.expiry import clear_the_way
 from bookings.engine.groups import ReservationGroup
 from bookings.engine.locking import lock_calendars
 from bookings.engine.new_rows import insert_group, new_group, record_creation
 from bookings.engine.rules import priority_for
 from bookings.freshness import require_fresh
-from bookings.models import Calendar
 from bookings.search import (
     Candidate,
     SearchQuery,
@@ -67,7 +66,8 @@ def hold_found_time(
     assert actor.agent is not None
     priority = priority_for(actor.agent, priority)
     if max_upstream_staleness_seconds is not None:
-        require_fresh(_required(actor, query), max_upstream_staleness_seconds)
+        required = calendars_for_write(workspace_id=actor.workspace.pk, public_ids=query.required)
+        require_fresh(required, max_upstream_staleness_seconds)
     found = find_common_time(workspace_id=actor.workspace.pk, query=query)
     if not found.candidates:
         raise no_slot_found(found)
@@ -123,11 +123,6 @@ def hold_found_time(
         )
         insert_group(group, batch)
     return FoundAndHeld(group=group, candidate_rank=rank_won, searched=found.searched)
-
-
-def _required(actor: Actor, query: SearchQuery) -> list[Calendar]:
-    found = [calendar_for_write(workspace_id=actor.workspace.pk, public_id=pid) for pid in query.required]
-    return [c for c in found if c is not None]
 
 
 def _first_still_free(

@@ -30,7 +30,7 @@ from audit.events import AuditEvent
 from bookings.engine.alternatives import alternatives
 from bookings.engine.auditing import audit_rejections, audit_reservation
 from bookings.engine.buffers import check_buffers
-from bookings.engine.calendars import calendar_for_write
+from bookings.engine.calendars import calendars_for_write
 from bookings.engine.expiry import clear_the_way
 from bookings.engine.find_and_hold import no_slot_found
 from bookings.engine.groups import ReservationGroup, ordered
@@ -82,7 +82,9 @@ def booking_move(
         refuse_unless_person(actor)
     else:
         refuse_unless_owner(actor, head)
-    calendars = _calendars(actor, rows)
+    calendars = calendars_for_write(
+        workspace_id=actor.workspace.pk, public_ids=[r.calendar.public_id for r in rows]
+    )
     require_fresh(calendars, max_upstream_staleness_seconds)
     ruled = ruled_calendars(actor, calendars, ignore_rules=ignore_rules)
     if query is not None:
@@ -212,17 +214,6 @@ def _judge(
         if row.hold_id != head.hold_id:
             raise slot_conflict(row, span, head.priority, now)
     check_buffers(ruled, span, now=now, priority=head.priority, moving=head.hold_id)
-
-
-def _calendars(actor: Actor, rows: list[Reservation]) -> list[Calendar]:
-    """The booking's calendars with their settings and rules (primary first)."""
-    found = []
-    for row in rows:
-        calendar = calendar_for_write(workspace_id=actor.workspace.pk, public_id=row.calendar.public_id)
-        if calendar is None:
-            raise NotFound(f"No calendar {row.calendar.public_id} in this workspace.")
-        found.append(calendar)
-    return found
 
 
 def _refuse_unless_movable(head: Reservation, *, now: datetime) -> None:
