@@ -45,7 +45,7 @@ def test_an_event_added_in_google_blocks_after_one_sync_and_a_push_channel_opens
 def test_a_push_notification_brings_a_change_in_on_a_real_worker(
     glinked: GoogleLinked, sdr: Persona, celery_worker: Any
 ) -> None:
-    synced(glinked)  # the first sync (its message was enqueued before the worker's queue was purged)
+    synced(glinked)
     assert Connection.objects.get(pk=glinked.pk).push_id
     start = hour(40)
     glinked.fake.human_put(GOOGLE_CALENDAR, {"summary": "Lunch", **timed(start)})  # Google notifies

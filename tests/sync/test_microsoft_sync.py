@@ -113,7 +113,7 @@ def test_what_blocks_free_declined_cancelled_all_day_and_a_series(
 def test_a_change_in_outlook_reaches_a_real_worker_through_a_notification(
     mslinked: MicrosoftLinked, sdr: Persona, celery_worker: Any
 ) -> None:
-    synced(mslinked)  # the first sync (its message was enqueued before the worker's queue was purged)
+    synced(mslinked)
     assert connection_of(mslinked).push_id
     start = hour(40)
     mslinked.fake.human_put(OUTLOOK_CALENDAR, {"subject": "Lunch", **timed(start)})  # Graph notifies
