@@ -27,6 +27,12 @@ class AgentCalError(Exception):
         self.extra = extra
         # Set once an audit row has been written for this rejection, so it is not written twice.
         self.audited = False
+        # Set when one of the agent's own limits refused the request (its name: "requests", "live_holds",
+        # "paused"...): such refusals are audited once per window per agent and limit, not one by one
+        # (workspaces/limits.py). `first_marks`, when the check already knows: (first refusal of its
+        # window, first of the UTC day).
+        self.agent_limit = ""
+        self.first_marks: tuple[bool, bool] | None = None
         super().__init__(self.detail)
 
     def problem(self) -> dict[str, Any]:
@@ -149,6 +155,16 @@ class RateLimited(AgentCalError):
     def __init__(self, detail: str | None = None, *, limit_name: str, retry_after_seconds: int) -> None:
         super().__init__(detail, limit_name=limit_name, retry_after=retry_after_seconds)
         self.retry_after_seconds = retry_after_seconds
+
+
+class AgentPaused(AgentCalError):
+    """The agent, or its whole workspace, is paused by an owner (the emergency stop): writes are refused
+    until a person resumes it; reads still answer. Waiting does not help, so nothing says when to retry."""
+
+    status, code, title = 423, "agent_paused", "This agent is paused by its workspace's owners"
+
+    def __init__(self, detail: str | None = None, *, paused: str, paused_at: str) -> None:
+        super().__init__(detail, paused=paused, paused_at=paused_at, retryable=False)
 
 
 class ServiceUnavailable(AgentCalError):

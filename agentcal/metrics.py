@@ -30,6 +30,17 @@ AUDITED_EVENTS = Counter(
 CONFLICTS = Counter(
     "agentcal_conflicts_total", "409 slot_conflict refusals by agent and calendar.", ["agent", "calendar"]
 )
+# The agents' guardrails (README, "Limits"): each refusal by agent and limit, and each request let
+# through unchecked because Redis did not answer.
+LIMIT_REFUSALS = Counter(
+    "agentcal_limit_refusals_total",
+    "Requests refused by an agent's limits (rate, in flight, budgets, pause), by agent and limit.",
+    ["agent", "limit"],
+)
+RATE_LIMIT_FAILED_OPEN = Counter(
+    "agentcal_rate_limit_failed_open_total",
+    "Requests let through without a rate check because Redis did not answer.",
+)
 PREEMPTIONS = Counter("agentcal_preemptions_total", "Holds evicted and commits bumped.", ["kind"])
 HOLD_EXPIRIES = Counter(
     "agentcal_hold_expiries_total", "Holds expired, lazily by a write or by the sweep.", ["how"]

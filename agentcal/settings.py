@@ -261,6 +261,23 @@ API_AUDITED_AUTH_REFUSALS_PER_MINUTE_PER_IP = env_int(
     "API_AUDITED_AUTH_REFUSALS_PER_MINUTE_PER_IP", 60, minimum=1
 )
 
+# Each agent's guardrails, unless its workspace or the agent itself says otherwise (README, "Limits"):
+# a request rate (token bucket: sustained per second, burst), live holds at once, bookings per UTC day,
+# searches per minute. The request rate lives in Redis (one round trip, failing open); the budgets are
+# checked by the engine in the write's own transaction.
+AGENT_LIMIT_DEFAULTS = {
+    "requests_per_second": env_int("AGENT_REQUESTS_PER_SECOND", 20, minimum=1),
+    "request_burst": env_int("AGENT_REQUEST_BURST", 60, minimum=1),
+    "live_holds": env_int("AGENT_LIVE_HOLDS", 100, minimum=0),
+    "bookings_per_day": env_int("AGENT_BOOKINGS_PER_DAY", 2000, minimum=0),
+    "searches_per_minute": env_int("AGENT_SEARCHES_PER_MINUTE", 60, minimum=1),
+}
+# Off: no request-rate check at all (budgets and the pause still hold). For measuring its cost.
+AGENT_RATE_LIMITS_ENABLED = env_bool("AGENT_RATE_LIMITS_ENABLED", True)
+# One agent's requests in progress at once in one web process (threaded servers): a flood from one key
+# is refused fast and leaves the process's other threads to the other agents.
+AGENT_MAX_IN_FLIGHT_PER_PROCESS = env_int("AGENT_MAX_IN_FLIGHT_PER_PROCESS", 2, minimum=1)
+
 # Idempotency records are kept (and honoured) for this long.
 IDEMPOTENCY_TTL_SECONDS = env_int("IDEMPOTENCY_TTL_SECONDS", 24 * 3600, minimum=60)
 # A claim left "in progress" by a crashed worker may be taken over after this long.

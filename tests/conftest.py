@@ -30,6 +30,9 @@ pytest_plugins = [
 ]
 
 
+TEST_REQUEST_RATE = {"requests_per_second": 1000, "request_burst": 1000}
+
+
 def pytest_configure(config: pytest.Config) -> None:
     from django.conf import settings
 
@@ -37,6 +40,11 @@ def pytest_configure(config: pytest.Config) -> None:
     settings.MEDIA_ROOT = tempfile.mkdtemp(prefix="agentcal-media-")
     atexit.register(shutil.rmtree, settings.MEDIA_ROOT, ignore_errors=True)
 
+    # Tests race dozens of requests from one agent at once: the request rate must not be what they meet
+    # (the tests of the limits set an agent's own). The budgets keep the installation's defaults.
+    settings.AGENT_LIMIT_DEFAULTS = {**settings.AGENT_LIMIT_DEFAULTS, **TEST_REQUEST_RATE}
+    # The live server is one process serving every request of a test on its own thread.
+    settings.AGENT_MAX_IN_FLIGHT_PER_PROCESS = 64
     # A fast argon2 for tests (the production parameters cost ~50 ms per hash).
     settings.ARGON2_TIME_COST = 1
     settings.ARGON2_MEMORY_COST_KIB = 8
@@ -103,7 +111,12 @@ def app_server(transactional_db: None) -> Iterator[str]:
         "agentcal.wsgi:application",
         workers=2,
         health_path="/v1/health",
-        env={"DATABASE_URL": test_database_url(), "DB_CONN_MAX_AGE": "60"},
+        env={
+            "DATABASE_URL": test_database_url(),
+            "DB_CONN_MAX_AGE": "60",
+            "AGENT_REQUESTS_PER_SECOND": str(TEST_REQUEST_RATE["requests_per_second"]),
+            "AGENT_REQUEST_BURST": str(TEST_REQUEST_RATE["request_burst"]),
+        },
     ) as url:
         yield url
 

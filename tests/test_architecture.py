@@ -48,6 +48,7 @@ KERNEL = tuple(
         "retry_after",
         "sealing",
         "rate_limits",
+        "shared_buckets",
     )
 )
 # The composition root wires the apps together; nothing imports it (settings are read via django.conf).

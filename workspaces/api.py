@@ -11,6 +11,7 @@ from rest_framework.response import Response
 from agentcal.api.fields import OutputSerializer
 from agentcal.api.views import AgentAPIView
 from workspaces.authentication import ANY_SCOPE
+from workspaces.limits import agent_limits, pause_of
 from workspaces.models import ApiKey
 
 
@@ -36,10 +37,31 @@ class MeKeyOutput(OutputSerializer):
     expires_at = serializers.DateTimeField(allow_null=True, help_text="Null for a key that does not expire.")
 
 
+class MeLimitsOutput(OutputSerializer):
+    requests_per_second = serializers.FloatField(help_text="The request rate sustained (token bucket).")
+    request_burst = serializers.IntegerField(help_text="Requests at once before the rate applies.")
+    live_holds = serializers.IntegerField(help_text="Holds alive at once.")
+    bookings_per_day = serializers.IntegerField(help_text="Bookings made per UTC day.")
+    searches_per_minute = serializers.IntegerField(
+        help_text="Availability searches and find-and-holds per minute."
+    )
+
+
+class MePauseOutput(OutputSerializer):
+    scope = serializers.ChoiceField(
+        choices=["agent", "workspace"], help_text="Whether the agent or its whole workspace is paused."
+    )
+    paused_at = serializers.DateTimeField()
+
+
 class MeOutput(OutputSerializer):
     agent = MeAgentOutput()
     workspace = MeWorkspaceOutput()
     key = MeKeyOutput()
+    limits = MeLimitsOutput(help_text="The limits that bind this agent (its own, else its workspace's).")
+    paused = MePauseOutput(
+        allow_null=True, help_text="Set while an owner has paused the agent: writes answer 423."
+    )
 
 
 class MeView(AgentAPIView):
@@ -51,6 +73,7 @@ class MeView(AgentAPIView):
         key = request.auth
         assert isinstance(key, ApiKey) and actor.agent is not None
         agent, workspace = actor.agent, actor.workspace
+        pause = pause_of(agent, workspace)
         body = {
             "agent": {
                 "id": agent.public_id,
@@ -65,5 +88,7 @@ class MeView(AgentAPIView):
                 "scopes": sorted(actor.scopes),
                 "expires_at": key.expires_at,
             },
+            "limits": agent_limits(agent, workspace).as_dict(),
+            "paused": None if pause is None else {"scope": pause.scope, "paused_at": pause.paused_at},
         }
         return Response(MeOutput(body).data)

@@ -36,7 +36,40 @@ ELEVATED_SCOPES = frozenset({Scope.BOOKINGS_OVERRIDE_RULES})
 DEFAULT_SCOPES = [scope for scope in Scope.values if scope not in ELEVATED_SCOPES]
 
 
-class Workspace(models.Model):
+class LimitFields(models.Model):
+    """An agent's guardrails (workspaces/limits.py resolves them): on an agent, null means the workspace's
+    default; on a workspace, the installation's (settings.AGENT_LIMIT_DEFAULTS)."""
+
+    # The request rate, a token bucket: refilled at this many per second, holding at most `burst`.
+    limit_requests_per_second = models.FloatField(null=True, blank=True)
+    limit_request_burst = models.PositiveIntegerField(null=True, blank=True)
+    # Budgets the engine checks exactly, in the write's own transaction.
+    limit_live_holds = models.PositiveIntegerField(null=True, blank=True)
+    limit_bookings_per_day = models.PositiveIntegerField(null=True, blank=True)
+    limit_searches_per_minute = models.PositiveIntegerField(null=True, blank=True)
+    # The emergency stop: while set, the agent's writes are refused (423), its reads still answer.
+    paused_at = models.DateTimeField(null=True, blank=True)
+    paused_by = models.CharField(max_length=254, blank=True, default="")
+
+    class Meta:
+        abstract = True
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(limit_requests_per_second__isnull=True) | Q(limit_requests_per_second__gt=0),
+                name="%(class)s_request_rate_positive",
+            ),
+            models.CheckConstraint(
+                condition=Q(limit_request_burst__isnull=True) | Q(limit_request_burst__gte=1),
+                name="%(class)s_request_burst_positive",
+            ),
+            models.CheckConstraint(
+                condition=Q(limit_searches_per_minute__isnull=True) | Q(limit_searches_per_minute__gte=1),
+                name="%(class)s_search_rate_positive",
+            ),
+        ]
+
+
+class Workspace(LimitFields):
     public_id = models.CharField(
         max_length=32, unique=True, default=partial(new_public_id, "ws"), editable=False
     )
@@ -59,6 +92,7 @@ class Workspace(models.Model):
 
     class Meta:
         constraints = [
+            *LimitFields.Meta.constraints,
             # Mail to a domain must reach exactly one workspace.
             models.UniqueConstraint(
                 fields=["inbound_domain"],
@@ -81,7 +115,7 @@ class Workspace(models.Model):
         return self.slug
 
 
-class Agent(models.Model):
+class Agent(LimitFields):
     public_id = models.CharField(
         max_length=32, unique=True, default=partial(new_public_id, "agt"), editable=False
     )
@@ -104,6 +138,7 @@ class Agent(models.Model):
 
     class Meta:
         constraints = [
+            *LimitFields.Meta.constraints,
             models.UniqueConstraint(fields=["workspace", "slug"], name="agent_slug_unique_per_workspace"),
             # The slug is the local part of the agent's mail address, which is matched without regard to
             # case: lowercase only, so two agents ("Sales", "sales") can never share an address.
@@ -136,3 +171,20 @@ class ApiKey(models.Model):
 
     def __str__(self) -> str:
         return f"avs_live_{self.prefix}…"
+
+
+class AgentUsage(models.Model):
+    """What an agent's budgets count, one row per agent (made by a trigger when the agent is), updated by
+    the engine in the same statement as the write it counts: its row lock orders one agent's budgeted
+    writes, so a budget is exact under concurrency (bookings/engine/budgets.py)."""
+
+    agent = models.OneToOneField(Agent, on_delete=models.CASCADE, primary_key=True, related_name="usage")
+    # Holds made so far: a write compares it with what its snapshot saw, to count the holds made by
+    # writes that committed after its snapshot was taken.
+    holds_made = models.BigIntegerField(default=0)
+    # Bookings made on `day` (UTC); another day's count is zero.
+    day = models.DateField(null=True, blank=True)
+    bookings_on_day = models.IntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"usage of agent {self.agent_id}"

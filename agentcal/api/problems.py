@@ -35,6 +35,7 @@ from audit.events import AuditEvent
 from audit.models import Outcome
 from audit.services import audit_record
 from workspaces.actor import Actor
+from workspaces.limits import note_refusal
 
 logger = logging.getLogger(__name__)
 PROBLEM_CONTENT_TYPE = "application/problem+json"
@@ -128,7 +129,11 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
 
 def _within_audit_budget(error: AgentCalError, request: Any) -> bool:
     """Refusals before a key was proved are audited within their peer address's budget, counted past it:
-    whoever holds no key cannot fill the audit trail (or its table) at the price of a request."""
+    whoever holds no key cannot fill the audit trail (or its table) at the price of a request. Refusals
+    by an agent's own limits are audited once per window (a runaway agent meets them by the thousand)."""
+    if error.agent_limit:
+        actor = getattr(request, "_user", None)
+        return note_refusal(actor if isinstance(actor, Actor) else None, error)
     if not isinstance(error, Unauthenticated | WrongKeysRateLimited):
         return True
     peer = getattr(request, "META", {}).get("REMOTE_ADDR", "")
@@ -178,6 +183,8 @@ def _audit_refusal(error: AgentCalError, request: Any, view: Any, original: Exce
             details={
                 "method": getattr(django_request, "method", ""),
                 "path": storable_text(getattr(django_request, "path", ""), AUDITED_PATH_MAX_CHARS),
+                # One row stands for its window's refusals by this limit (the metrics count them all).
+                **({"limit": error.agent_limit} if error.agent_limit else {}),
             },
         )
     error.audited = True

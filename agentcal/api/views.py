@@ -21,8 +21,16 @@ from agentcal.api.idempotency import (
 from agentcal.errors import InvalidRequest, NotFound
 from agentcal.ids import is_public_id
 from agentcal.metrics import IDEMPOTENT_REPLAYS
+from agentcal.shared_buckets import Decision
 from agentcal.text import is_storable, storable_text
 from workspaces.actor import Actor
+from workspaces.limits import (
+    check_request_rate,
+    enter_in_flight,
+    leave_in_flight,
+    rate_limit_headers,
+    refuse_if_paused,
+)
 
 logger = logging.getLogger(__name__)
 MUTATING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -38,9 +46,14 @@ class AgentAPIView(APIView):
     required_scopes: ClassVar[dict[str, str]] = {}
     # Audit event prefix for refusals, e.g. "calendar.hold" -> "calendar.hold.rejected".
     audit_action: ClassVar[str | None] = None
+    # A search across calendars: it also spends from the agent's searches-per-minute bucket.
+    counts_as_search: ClassVar[bool] = False
 
     # The claimed record's id and the raw key (which seals the stored response), while the request runs.
     _idempotency: tuple[int, str] | None = None
+    # The agent counted in flight in this process (its pk), and what its rate buckets said.
+    _in_flight: int | None = None
+    _rate: Decision | None = None
 
     @property
     def actor(self) -> Actor:
@@ -51,6 +64,7 @@ class AgentAPIView(APIView):
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)  # authentication, scopes
         self._idempotency = None
+        self._guard(request)
         for name, value in kwargs.items():
             if name.endswith("_id") and not is_public_id(value):
                 raise NotFound(f"No such {name.removesuffix('_id').replace('_', ' ')} in this workspace.")
@@ -75,7 +89,21 @@ class AgentAPIView(APIView):
             raise _Replay(outcome)
         self._idempotency = (outcome, key)
 
+    def _guard(self, request: Request) -> None:
+        """The agent's guardrails, before any work: its requests in flight here, the emergency stop
+        (writes only), its request rate. Reads of a paused agent still answer."""
+        actor = self.actor
+        self._in_flight = enter_in_flight(actor)
+        if request.method in MUTATING_METHODS and not str(
+            self.required_scopes.get(request.method, "")
+        ).endswith(":read"):
+            refuse_if_paused(actor)
+        self._rate = check_request_rate(actor, search=self.counts_as_search)
+
     def handle_exception(self, exc: Exception) -> Response:
+        refused_by = getattr(exc, "rate_decision", None)
+        if refused_by is not None:
+            self._rate = refused_by  # the 429 says how long its bucket needs, like every answer
         if isinstance(exc, _Replay):
             IDEMPOTENT_REPLAYS.inc()
             stored = exc.stored
@@ -93,6 +121,12 @@ class AgentAPIView(APIView):
 
     def finalize_response(self, request: Request, response: Response, *args: Any, **kwargs: Any) -> Response:
         response = super().finalize_response(request, response, *args, **kwargs)
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is not None:
+            leave_in_flight(in_flight)
+        rate, self._rate = self._rate, None
+        for name, value in rate_limit_headers(rate).items():
+            response[name] = value
         claim, self._idempotency = self._idempotency, None
         if claim is None:
             return response

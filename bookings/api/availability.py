@@ -200,6 +200,7 @@ class AvailabilitySearchOutput(OutputSerializer):
 class AvailabilitySearchView(AgentAPIView):
     required_scopes = {"POST": Scope.BOOKINGS_READ}
     audit_action = "calendar.availability"
+    counts_as_search = True
 
     @extend_schema(
         request=AvailabilitySearchInput, responses={200: AvailabilitySearchOutput, **problems(404)}

@@ -113,6 +113,7 @@ class FoundHoldOutput(HoldOutput):
 class FindAndHoldView(AgentAPIView):
     required_scopes = {"POST": Scope.BOOKINGS_WRITE}
     audit_action = "calendar.hold"
+    counts_as_search = True
 
     @extend_schema(request=FindAndHoldInput, responses={201: FoundHoldOutput, **problems(404)})
     def post(self, request: Request) -> Response:

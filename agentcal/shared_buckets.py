@@ -1,0 +1,246 @@
+"""Token buckets shared by every web process, in Redis: one atomic script call per request checks (and
+spends from) all the buckets that request draws on, and marks the first refusal of a window and of a
+day. The clock is Redis's own, so web workers whose clocks drift still share one bucket.
+
+Each bucket is a GCRA (the "virtual scheduling" form of a token bucket): one key holding the time at
+which the bucket will be full again. A request passes when that time, plus one emission interval, is
+no more than `burst` intervals ahead of now; it then moves the time on by one interval. Nothing ever
+needs a refill timer, and an idle bucket's key expires when the bucket is full.
+
+If Redis does not answer within SHARED_BUCKETS_TIMEOUT_SECONDS the check fails open (the request
+passes, `agentcal_rate_limit_failed_open_total` counts it) and Redis is left alone for
+SHARED_BUCKETS_BACKOFF_SECONDS: a limit must never turn a Redis outage into an outage of the API.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+
+from agentcal.metrics import RATE_LIMIT_FAILED_OPEN
+
+logger = logging.getLogger(__name__)
+
+SHARED_BUCKETS_TIMEOUT_SECONDS = 0.1
+SHARED_BUCKETS_BACKOFF_SECONDS = 1.0
+
+# KEYS: the n buckets, then for each bucket its "refused in this window" and "refused today" marks.
+# ARGV: n, the window in ms, then per bucket its emission interval and its burst (µs, count).
+# Returns: the index of the first bucket that refused (0: none), then per bucket: requests left,
+# µs until full, µs until a request would pass; then per bucket whether this refusal is the first of
+# its window and of its day (0 unless it refused).
+_SCRIPT = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local n = tonumber(ARGV[1])
+local window_ms = tonumber(ARGV[2])
+local refused = 0
+local tats = {}
+for i = 1, n do
+  local interval = tonumber(ARGV[1 + 2 * i])
+  local burst = tonumber(ARGV[2 + 2 * i])
+  local tat = tonumber(redis.call('GET', KEYS[i]) or now)
+  if tat < now then tat = now end
+  tats[i] = tat
+  if refused == 0 and tat + interval - burst * interval > now then refused = i end
+end
+local out = {refused}
+for i = 1, n do
+  local interval = tonumber(ARGV[1 + 2 * i])
+  local burst = tonumber(ARGV[2 + 2 * i])
+  local tat = tats[i]
+  if refused == 0 then
+    tat = tat + interval
+    redis.call('SET', KEYS[i], tostring(tat), 'PX', math.ceil((tat - now) / 1000) + 1)
+  end
+  local left = math.floor((now - (tat - burst * interval)) / interval)
+  if left < 0 then left = 0 end
+  local wait = tat + interval - burst * interval - now
+  if wait < 0 then wait = 0 end
+  out[#out + 1] = left
+  out[#out + 1] = tat - now
+  out[#out + 1] = wait
+end
+for i = 1, n do
+  local first_in_window, first_today = 0, 0
+  if i == refused then
+    if redis.call('SET', KEYS[n + 2 * i - 1], '1', 'NX', 'PX', window_ms) then first_in_window = 1 end
+    if redis.call('SET', KEYS[n + 2 * i], '1', 'NX', 'EX', 90000) then first_today = 1 end
+  end
+  out[#out + 1] = first_in_window
+  out[#out + 1] = first_today
+end
+return out
+"""
+
+# A refusal that no bucket made (a budget, a pause): KEYS are its window's and its day's marks.
+_MARKS_SCRIPT = """
+local first_in_window, first_today = 0, 0
+if redis.call('SET', KEYS[1], '1', 'NX', 'PX', tonumber(ARGV[1])) then first_in_window = 1 end
+if redis.call('SET', KEYS[2], '1', 'NX', 'EX', 90000) then first_today = 1 end
+return {first_in_window, first_today}
+"""
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """`key` names the bucket (the caller's and the limit's, e.g. `agt_…:requests`); it holds `burst`
+    requests and gains one back every 1/`per_second` seconds."""
+
+    key: str
+    per_second: float
+    burst: int
+
+
+@dataclass(frozen=True)
+class BucketState:
+    bucket: Bucket
+    remaining: int
+    full_in_seconds: float
+    passes_in_seconds: float
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the buckets said. `refused` is the bucket that refused (None: the request passed and spent a
+    token from each); `first_in_window` / `first_today`: this refusal is its bucket's first within the
+    audit window, or within the UTC day. `states` is empty when the check failed open."""
+
+    states: tuple[BucketState, ...]
+    refused: BucketState | None = None
+    first_in_window: bool = False
+    first_today: bool = False
+
+    @property
+    def failed_open(self) -> bool:
+        return not self.states
+
+    @property
+    def retry_after_seconds(self) -> int:
+        """Whole seconds until the refused request would pass (rounded up: waiting this long is enough)."""
+        return max(1, math.ceil(self.refused.passes_in_seconds)) if self.refused else 0
+
+
+FAILED_OPEN = Decision(states=())
+
+
+class _Client:
+    """This process's Redis connection for the buckets (a new one after a fork) and the back-off."""
+
+    def __init__(self) -> None:
+        self._pid = 0
+        self._script: Any = None
+        self._marks: Any = None
+        self._down_until = 0.0
+        self._lock = threading.Lock()
+
+    def script(self) -> Any:
+        if self._pid != os.getpid():
+            with self._lock:
+                if self._pid != os.getpid():
+                    import redis
+
+                    client = redis.Redis.from_url(
+                        str(settings.REDIS_URL),
+                        socket_connect_timeout=SHARED_BUCKETS_TIMEOUT_SECONDS,
+                        socket_timeout=SHARED_BUCKETS_TIMEOUT_SECONDS,
+                        retry=None,  # a failure fails open; retrying would only make the request wait
+                    )
+                    self._script = client.register_script(_SCRIPT)
+                    self._marks = client.register_script(_MARKS_SCRIPT)
+                    self._pid = os.getpid()
+        return self._script
+
+    def marks_script(self) -> Any:
+        self.script()
+        return self._marks
+
+    def backing_off(self) -> bool:
+        return time.monotonic() < self._down_until
+
+    def failed(self) -> None:
+        self._down_until = time.monotonic() + SHARED_BUCKETS_BACKOFF_SECONDS
+
+    def reset(self) -> None:
+        with self._lock:
+            self._pid, self._script, self._marks, self._down_until = 0, None, None, 0.0
+
+
+_client = _Client()
+
+
+def _namespaced(key: str) -> str:
+    # One namespace per database, so installations (and test databases) sharing a Redis stay apart.
+    return f"agentcal:buckets:{settings.DATABASES['default']['NAME']}:{key}"
+
+
+def take(buckets: Sequence[Bucket], *, window_seconds: int) -> Decision:
+    """Spend one request from every bucket, or from none if any is empty (then `refused` says which)."""
+    if _client.backing_off():
+        RATE_LIMIT_FAILED_OPEN.inc()
+        return FAILED_OPEN
+    names = [_namespaced(b.key) for b in buckets]
+    marks = [mark for name in names for mark in _marks(name)]
+    args: list[Any] = [len(buckets), window_seconds * 1000]
+    for bucket in buckets:
+        args += [max(1, round(1_000_000 / bucket.per_second)), bucket.burst]
+    try:
+        out = _client.script()(keys=names + marks, args=args)
+    except Exception as exc:  # noqa: BLE001 — any failure of Redis (or of its client) fails open
+        logger.warning("rate limit check failed open: %s", type(exc).__name__)
+        _client.failed()
+        RATE_LIMIT_FAILED_OPEN.inc()
+        return FAILED_OPEN
+    refused_index = int(out[0])
+    states = tuple(
+        BucketState(
+            bucket=bucket,
+            remaining=int(out[1 + 3 * i]),
+            full_in_seconds=int(out[2 + 3 * i]) / 1_000_000,
+            passes_in_seconds=int(out[3 + 3 * i]) / 1_000_000,
+        )
+        for i, bucket in enumerate(buckets)
+    )
+    if not refused_index:
+        return Decision(states=states)
+    flags = out[1 + 3 * len(buckets) :]
+    i = refused_index - 1
+    return Decision(
+        states=states,
+        refused=states[i],
+        first_in_window=bool(flags[2 * i]),
+        first_today=bool(flags[2 * i + 1]),
+    )
+
+
+def _marks(name: str) -> tuple[str, str]:
+    return f"{name}:refused", f"{name}:refused:{time.strftime('%Y%m%d', time.gmtime())}"
+
+
+def mark_refusal(key: str, *, window_seconds: int) -> tuple[bool, bool]:
+    """For a refusal no bucket made: is it the first of its window, and of the UTC day, under `key`?
+    Without Redis, neither (what is not marked is counted in the metrics, never audited one by one)."""
+    if _client.backing_off():
+        return False, False
+    try:
+        first_in_window, first_today = _client.marks_script()(
+            keys=list(_marks(_namespaced(key))), args=[window_seconds * 1000]
+        )
+    except Exception as exc:  # noqa: BLE001 — as in take(): Redis is never needed to answer
+        logger.warning("refusal marks unavailable: %s", type(exc).__name__)
+        _client.failed()
+        return False, False
+    return bool(first_in_window), bool(first_today)
+
+
+def reset() -> None:
+    """Forget this process's connection and back-off (tests that stop and start Redis)."""
+    _client.reset()
