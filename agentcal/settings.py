@@ -96,6 +96,7 @@ INSTALLED_APPS = [
     "approvals",
     "sync",
     "inboxes",
+    "guardrails",
     "dashboard",
 ]
 

@@ -77,6 +77,15 @@ class AuditEvent(models.TextChoices):
     # Disabled: every key of the agent is refused and mail to its address bounces; enabled: both work again.
     AGENT_DISABLED = "agent.disabled"
     AGENT_ENABLED = "agent.enabled"
+    # The emergency stop, by an owner (dashboard) or ops (management command): a paused agent's writes are
+    # refused with 423 until it is resumed; pausing the workspace stops every agent of it at once.
+    AGENT_PAUSED = "agent.paused"
+    AGENT_RESUMED = "agent.resumed"
+    WORKSPACE_PAUSED = "workspace.paused"
+    WORKSPACE_RESUMED = "workspace.resumed"
+    # An agent's own limits, or the workspace's defaults for its agents, changed by an owner or admin.
+    AGENT_LIMITS_UPDATED = "agent.limits.updated"
+    WORKSPACE_LIMITS_UPDATED = "workspace.limits.updated"
     API_KEY_CREATED = "api_key.created"
     API_KEY_REVOKED = "api_key.revoked"
     API_KEY_ROTATED = "api_key.rotated"

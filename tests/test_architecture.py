@@ -28,6 +28,7 @@ APPS = (
     "sync",
     "inboxes",
     "accounts",
+    "guardrails",
     "dashboard",
     *TOOLS,
 )
@@ -70,6 +71,7 @@ EVERY_APP = (
     "sync",
     "inboxes",
     "accounts",
+    "guardrails",
     "dashboard",
 )
 
@@ -92,6 +94,7 @@ PARTS: dict[str, tuple[str, ...]] = {
     "approvals": ("approvals",),
     "sync": ("sync",),
     "inboxes": ("inboxes",),
+    "guardrails": ("guardrails",),
     "dashboard": ("dashboard",),
     "agentcal.api": ("agentcal.api",),
     "composition root": COMPOSITION_ROOT,
@@ -99,7 +102,16 @@ PARTS: dict[str, tuple[str, ...]] = {
 }
 # Nothing in an app imports what wires the apps together (settings are read through django.conf), nor a tool.
 ABOVE_EVERY_APP = (*COMPOSITION_ROOT, *TOOLS)
-APPS_ABOVE_AUDIT = ("webhooks", "bookings", "approvals", "sync", "inboxes", "accounts", "dashboard")
+APPS_ABOVE_AUDIT = (
+    "webhooks",
+    "bookings",
+    "approvals",
+    "sync",
+    "inboxes",
+    "accounts",
+    "guardrails",
+    "dashboard",
+)
 
 # What each part must not import. Prefixes; the first rule that names a module applies.
 RULES: list[Rule] = [
@@ -143,42 +155,50 @@ RULES: list[Rule] = [
     Rule(
         "webhooks",
         ("webhooks",),
-        ("bookings", "approvals", "sync", "inboxes", "accounts", "dashboard", *ABOVE_EVERY_APP),
+        ("bookings", "approvals", "sync", "inboxes", "accounts", "guardrails", "dashboard", *ABOVE_EVERY_APP),
         "events go out through the outbox, which knows nothing of what produced them",
     ),
     Rule(
         "bookings",
         ("bookings",),
-        ("approvals", "sync", "inboxes", "accounts", "dashboard", *ABOVE_EVERY_APP),
+        ("approvals", "sync", "inboxes", "accounts", "guardrails", "dashboard", *ABOVE_EVERY_APP),
         "the engine writes reservations, audit rows and outbox events in one transaction; it enforces "
         "upstream busy blocks but knows nothing of how they are synced",
     ),
     Rule(
         "accounts",
         ("accounts",),
-        ("webhooks", "bookings", "approvals", "sync", "inboxes", "dashboard", *ABOVE_EVERY_APP),
+        ("webhooks", "bookings", "approvals", "sync", "inboxes", "guardrails", "dashboard", *ABOVE_EVERY_APP),
         "people sign in; they belong to workspaces",
     ),
     Rule(
         "approvals",
         ("approvals",),
-        ("sync", "inboxes", "dashboard", *ABOVE_EVERY_APP),
+        ("sync", "inboxes", "guardrails", "dashboard", *ABOVE_EVERY_APP),
         "an approved hold is committed by the engine; owners are told by mail",
     ),
     Rule(
         "sync",
         ("sync",),
-        ("approvals", "inboxes", "dashboard", *ABOVE_EVERY_APP),
+        ("approvals", "inboxes", "guardrails", "dashboard", *ABOVE_EVERY_APP),
         "feeds the engine upstream busy time (`bookings.engine.upstream`), reports through audit and the "
         "outbox, and emails the workspace's owners when a link breaks",
     ),
     Rule(
         "inboxes",
         ("inboxes",),
-        ("sync", "accounts", "dashboard", *ABOVE_EVERY_APP),
+        ("sync", "accounts", "guardrails", "dashboard", *ABOVE_EVERY_APP),
         "agents' mailboxes: link invites to the engine's holds and bookings, hold review-first sends for a "
         "person's approval, report through audit and the outbox; nothing but the composition root and the "
         "dashboard builds on them",
+    ),
+    Rule(
+        "guardrails",
+        ("guardrails",),
+        ("approvals", "sync", "inboxes", "dashboard", *ABOVE_EVERY_APP),
+        "owners keep a fleet in check: pause agents (releasing their holds through the engine, told "
+        "through the outbox), set their limits, are emailed when one is met; the request path's checks "
+        "live in `workspaces.limits`",
     ),
     Rule(
         "dashboard",
@@ -189,7 +209,7 @@ RULES: list[Rule] = [
     Rule(
         "bench",
         TOOLS,
-        ("dashboard", "inboxes", *COMPOSITION_ROOT),
+        ("dashboard", "inboxes", "guardrails", *COMPOSITION_ROOT),
         "a tool beside the product (`python -m bench`): drives the engine in-process and through HTTP; "
         "nothing in the product imports it, so the web process and the workers never load it",
     ),

@@ -39,6 +39,11 @@ class EventType(models.TextChoices):
     MESSAGE_SENT = "message.sent"
     MESSAGE_FAILED = "message.failed"
     CONNECTION_FAILED = "connection.failed"
+    # The emergency stop: the agent (or its whole workspace) paused by an owner, and resumed.
+    AGENT_PAUSED = "agent.paused"
+    AGENT_RESUMED = "agent.resumed"
+    WORKSPACE_PAUSED = "workspace.paused"
+    WORKSPACE_RESUMED = "workspace.resumed"
 
 
 class OutboxEvent(models.Model):
