@@ -195,11 +195,12 @@ class UpstreamStale(ServiceUnavailable):
 
 
 class QuotaExceeded(AgentCalError):
-    """A send over one of the agent's quotas (inboxes/quotas.py). `retry_after_seconds` (also the
-    Retry-After header) is when the send would fit; None when waiting cannot help (a limit of 0, or more
-    recipients in one message than the daily limit)."""
+    """A write over one of the agent's budgets: sends (inboxes/quotas.py), live holds or bookings per day
+    (bookings/engine/budgets.py). `retry_after_seconds` (also the Retry-After header) is when it would
+    fit; None when waiting cannot help (a limit of 0, or more recipients in one message than the daily
+    limit)."""
 
-    status, code, title = 429, "quota_exceeded", "A send quota of this agent is used up"
+    status, code, title = 429, "quota_exceeded", "A budget of this agent is used up"
 
     def __init__(
         self,
@@ -219,7 +220,7 @@ class QuotaExceeded(AgentCalError):
             retry_after=retry_after_seconds,
             **extra,
         )
-        self.quota = quota  # "burst", "daily_sends" or "daily_recipients"
+        self.quota = quota  # "burst", "daily_sends", "daily_recipients", "live_holds", "bookings_per_day"
         self.limit = limit
         self.window_seconds = window_seconds
         self.retry_after_seconds = retry_after_seconds

@@ -280,6 +280,13 @@ class Reservation(models.Model):
                 condition=Q(hold_token_hash__isnull=False),
                 name="reservation_hold_token",
             ),
+            # An agent's live holds, counted by its live-holds budget in every hold's write
+            # (bookings/engine/budgets.py): only held rows, so an agent's history does not slow it.
+            models.Index(
+                fields=["agent", "expires_at"],
+                condition=Q(status=ReservationStatus.HELD, is_primary=True),
+                name="reservation_agent_live_holds",
+            ),
             # ON DELETE SET NULL of displaced_by (a calendar's deletion) finds the rows pointing at it.
             models.Index(
                 fields=["displaced_by"],

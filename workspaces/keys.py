@@ -36,7 +36,7 @@ from agentcal.errors import InvalidKey, WrongKeysRateLimited
 from agentcal.local_cache import LocalCache, rows_changed
 from agentcal.metrics import KEY_VERIFICATIONS_SPARED
 from agentcal.rate_limits import limiter_for
-from workspaces.models import Agent, ApiKey, Workspace
+from workspaces.models import Agent, ApiKey, LimitFields, Workspace
 
 KEY_PREFIX = "avs_live_"
 LOOKUP_PREFIX_LENGTH = 10
@@ -249,6 +249,8 @@ def _verify_secret(key: ApiKey, raw: str, digest: bytes, *, peer: str) -> None:
         raise InvalidKey("wrong secret", workspace_id) from exc
 
 
+# The limits and the pause, on agents and workspaces alike (workspaces/limits.py reads them).
+_GUARDRAIL_COLUMNS = tuple(field.column for field in LimitFields._meta.local_fields)
 _KEY_COLUMNS = {
     ApiKey: (
         "id",
@@ -272,9 +274,17 @@ _KEY_COLUMNS = {
         "max_priority",
         "is_active",
         "created_at",
+        *_GUARDRAIL_COLUMNS,
     ),
-    # Only what identifies it: the rest (retention, mail settings) is read when used, never stale.
-    Workspace: ("id", "public_id", "slug", "name", "created_at"),
+    # What identifies it, and its guardrails (every request checks them): the rest (retention, mail
+    # settings) is read when used, never stale.
+    Workspace: ("id", "public_id", "slug", "name", "created_at", *_GUARDRAIL_COLUMNS),
+}
+# Model.from_db() takes a row's values in the model's field order (the limit fields, from an abstract base,
+# come first).
+_KEY_COLUMNS = {
+    model: tuple(f.column for f in model._meta.concrete_fields if f.column in columns)
+    for model, columns in _KEY_COLUMNS.items()
 }
 _KEY_SQL = (
     "SELECT "

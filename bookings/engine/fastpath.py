@@ -27,6 +27,7 @@ from psycopg.errors import LockNotAvailable
 from agentcal.db import InsertBatch, bound_cursor
 from agentcal.errors import SlotConflict
 from audit.models import AuditRecord
+from bookings.engine.budgets import budget_sql
 from bookings.engine.locking import CalendarBusy, observe_lock_wait
 from bookings.engine.statements import PRECHECK_SQL, busy_near_sql
 from bookings.models import Calendar, Reservation
@@ -191,10 +192,11 @@ def _reserve_statement(
         expires_at = "l.now + make_interval(secs => %(ttl)s)"
         computed |= {"expires_at": expires_at}
         decided = {"fencing_token": "l.version", "expires_at": iso_z(expires_at)}
-    made = _insert_select(Reservation, reservation, computed, source="locked l")
-    audited = _insert_select(AuditRecord, audit, {"fencing_token": "l.version"}, source="locked l")
+    # What the write adds, once it holds the lock and the agent's budgets counted it (budgets.py).
+    made = _insert_select(Reservation, reservation, computed, source="counted l")
+    audited = _insert_select(AuditRecord, audit, {"fencing_token": "l.version"}, source="counted l")
     payload = _patched_payload("booking" if commit else "hold", decided)
-    announced = _insert_select(OutboxEvent, event, {"payload": payload}, source="locked l")
+    announced = _insert_select(OutboxEvent, event, {"payload": payload}, source="counted l")
     return _Statement.from_named(f"""
 WITH pre ({_PRECHECK_COLUMNS}) AS ({PRECHECK_SQL}),
 clear AS (
@@ -214,10 +216,13 @@ locked AS (
        AND c.version = seen.version
     RETURNING c.version, clock_timestamp() AS now
 ),
+budget AS ({budget_sql(also="EXISTS (SELECT 1 FROM locked)")}),
+counted AS (SELECT l.* FROM locked l, budget),
 made AS ({made} RETURNING id),
 audited AS ({audited}),
 announced AS ({announced})
-SELECT pre.*, (SELECT clear FROM clear), l.version, l.now, (SELECT id FROM made),
+SELECT pre.*, (SELECT clear FROM clear), l.version IS NULL OR EXISTS (SELECT 1 FROM budget),
+       l.version, l.now, (SELECT id FROM made),
        CASE WHEN pre.blocker_id IS NOT NULL OR pre.upstream_start IS NOT NULL
             THEN (SELECT array_agg(tstzrange(start_time, end_time)) FROM ({_BUSY_NEAR}) AS busy) END
   FROM pre LEFT JOIN locked l ON true
@@ -229,10 +234,12 @@ class ReserveOutcome:
     """What the one statement found: `precheck` is the pre-check's row (as PRECHECK_SQL reads it).
     `made` is set when it wrote the hold (its id, fencing token and decision time); otherwise
     `clear` says whether the span was empty (then the lock was busy or the snapshot stale: try
-    again) or not (something the caller may take over, or a lapsed hold: the general path)."""
+    again) or not (something the caller may take over, or a lapsed hold: the general path); an empty
+    span and not `within_budget`: the agent's budgets refused the write (budgets.over_budget())."""
 
     precheck: Sequence[Any]
     clear: bool
+    within_budget: bool
     made: tuple[int, int, datetime] | None
     busy_near: list[Span]
 
@@ -248,6 +255,7 @@ def reserve_in_one_statement(
     bump_window_seconds: int,
     rows: RowsFor,
     commit: bool,
+    budget: Mapping[str, Any],
 ) -> ReserveOutcome:
     """Run the pre-check, and when the span is empty the whole write, in one statement. Raises
     CalendarBusy when another write holds the calendar's lock."""
@@ -265,6 +273,7 @@ def reserve_in_one_statement(
         "grace": grace.total_seconds(),
         "ttl": ttl_seconds,
         "bump": bump_window_seconds,
+        **budget,
     }
     try:
         with bound_cursor(raw=True) as cursor:
@@ -277,12 +286,16 @@ def reserve_in_one_statement(
             raise SlotConflict("The span was taken concurrently; re-read availability.") from exc
         raise
     assert found is not None
-    precheck, (clear, version, now, made_id, busy) = found[:PRECHECK_WIDTH], found[PRECHECK_WIDTH:]
+    precheck, (clear, within_budget, version, now, made_id, busy) = (
+        found[:PRECHECK_WIDTH],
+        found[PRECHECK_WIDTH:],
+    )
     if made_id is not None:
         observe_lock_wait(timedelta(0))  # NOWAIT granted it: no wait
     return ReserveOutcome(
         precheck=precheck,
         clear=bool(clear),
+        within_budget=bool(within_budget),
         made=(made_id, version, now) if made_id is not None else None,
         busy_near=[Span(r.lower, r.upper) for r in busy or () if r.lower is not None and r.upper is not None],
     )
@@ -322,6 +335,7 @@ WITH locked AS (
                               AND (awaiting_approval IS NULL OR %(approved)s))
                FOR NO KEY UPDATE NOWAIT) AS calendar
 ),
+budget AS ({budget_sql(also="EXISTS (SELECT 1 FROM locked)")}),
 moved AS (
     UPDATE bookings_reservation r
        SET status = 'committed', version = r.version + 1, committed_at = k.now,
@@ -330,7 +344,7 @@ moved AS (
       FROM locked k, bookings_calendar c
      WHERE r.id = %(row_id)s AND r.hold_id = %(hold_id)s
        AND c.id = r.calendar_id AND {live_hold("r", now="k.now")}
-       AND (r.awaiting_approval IS NULL OR %(approved)s)
+       AND (r.awaiting_approval IS NULL OR %(approved)s) AND EXISTS (SELECT 1 FROM budget)
     RETURNING r.id, r.version, r.booking_id, r.committed_at, r.bump_window_ends_at, r.expires_at
 ),
 bumped AS (
@@ -340,8 +354,8 @@ bumped AS (
 ),
 audited AS ({audited}),
 announced AS ({announced})
-SELECT COALESCE(k.now, clock_timestamp()), k.waited, (SELECT version FROM bumped),
-       m.version, m.booking_id, m.committed_at, m.bump_window_ends_at
+SELECT k.now IS NULL OR EXISTS (SELECT 1 FROM budget), COALESCE(k.now, clock_timestamp()), k.waited,
+       (SELECT version FROM bumped), m.version, m.booking_id, m.committed_at, m.bump_window_ends_at
   FROM (SELECT 1) AS one LEFT JOIN locked k ON true LEFT JOIN moved m ON true
 """)
 
@@ -349,13 +363,17 @@ SELECT COALESCE(k.now, clock_timestamp()), k.waited, (SELECT version FROM bumped
 @dataclass
 class CommitOutcome:
     """`now`: the clock the commit decided by; `moved`: the committed row's (version, booking id,
-    committed_at, bump_window_ends_at), or None: the hold was no longer live (or gated) by then."""
+    committed_at, bump_window_ends_at), or None: the hold was no longer live (or gated) by then, or,
+    not `within_budget`, the agent's bookings for the day are used up."""
 
+    within_budget: bool
     now: datetime
     moved: tuple[int, str, datetime, datetime] | None
 
 
-def commit_in_one_statement(*, hold: Reservation, approved: bool, rows: RowsFor) -> CommitOutcome:
+def commit_in_one_statement(
+    *, hold: Reservation, approved: bool, rows: RowsFor, budget: Mapping[str, Any]
+) -> CommitOutcome:
     """Commit a one-calendar hold (the caller checked owner, token and gate on its read) with its audit
     and outbox rows, in one statement. Raises CalendarBusy when another write holds the lock."""
     audit, event = rows.one(AuditRecord), rows.one(OutboxEvent)
@@ -367,14 +385,15 @@ def commit_in_one_statement(*, hold: Reservation, approved: bool, rows: RowsFor)
         "row_id": hold.pk,
         "hold_id": hold.hold_id,
         "approved": approved,
+        **budget,
     }
     with bound_cursor(raw=True) as cursor:
         statement.execute(cursor, params)
         found = cursor.fetchone()
     assert found is not None
-    now, waited, bumped, version, booking_id, committed_at, bump_window_ends_at = found
+    within_budget, now, waited, bumped, version, booking_id, committed_at, bump_window_ends_at = found
     if waited is not None:
         observe_lock_wait(waited)
     assert (bumped is None) == (version is None)  # the calendar's version moved iff the hold did
     moved = (version, booking_id, committed_at, bump_window_ends_at) if version is not None else None
-    return CommitOutcome(now=now, moved=moved)
+    return CommitOutcome(within_budget=bool(within_budget), now=now, moved=moved)

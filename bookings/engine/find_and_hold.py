@@ -22,6 +22,7 @@ from agentcal.errors import NoSlotFound, SlotConflict
 from agentcal.metrics import CANDIDATES_TAKEN
 from audit.events import AuditEvent
 from bookings.engine.auditing import audit_rejections
+from bookings.engine.budgets import spend_budget
 from bookings.engine.calendars import calendars_for_write
 from bookings.engine.expiry import clear_the_way
 from bookings.engine.groups import ReservationGroup
@@ -74,6 +75,7 @@ def hold_found_time(
     batch = InsertBatch()
     with transaction.atomic(durable=True):
         now, versions = lock_calendars(sorted(found.calendars[pid].pk for pid in query.required))
+        spend_budget(actor, holds=1, bookings=0)
         # Under the locks nothing on these calendars changes until this transaction ends: what is read
         # now is what the hold will meet. First only the candidates' stretch of time.
         near = Span(min(c.span.start for c in found.candidates), max(c.span.end for c in found.candidates))

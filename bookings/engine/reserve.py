@@ -15,6 +15,7 @@ from audit.models import Outcome
 from audit.services import audit_record
 from bookings.engine.alternatives import alternatives, search_window
 from bookings.engine.auditing import audit_rejections
+from bookings.engine.budgets import budget_params, over_budget, spend_budget
 from bookings.engine.buffers import check_buffers
 from bookings.engine.expiry import clear_the_way
 from bookings.engine.fastpath import (
@@ -284,6 +285,7 @@ def _reserve_in_one_statement(
     holds something the caller may take over or a lapsed hold: the look under the lock decides)."""
     ttl = ttl_seconds or calendar.hold_ttl_seconds
     rows = RowsFor()
+    budget = budget_params(actor, holds=0 if commit else 1, bookings=1 if commit else 0)
     outcome = None
     with one_statement_transaction():
         group = new_group(
@@ -323,6 +325,7 @@ def _reserve_in_one_statement(
                     bump_window_seconds=calendar.bump_window_seconds,
                     rows=rows,
                     commit=commit,
+                    budget=budget,
                 )
             except CalendarBusy:
                 # Another write holds the lock, maybe for this very span (a herd): wait for it to end
@@ -330,11 +333,13 @@ def _reserve_in_one_statement(
                 await_writers([calendar.pk])
                 outcome = None
                 continue
-            if outcome.made is not None or not outcome.clear:
+            if outcome.made is not None or not outcome.clear or not outcome.within_budget:
                 break
             # The span was empty but the snapshot older than the lock: a write committed in between.
         if outcome is None or outcome.made is None:
             transaction.set_rollback(True)  # nothing was written: drop the on-commit callbacks
+    if outcome is not None and not outcome.within_budget:
+        raise over_budget(actor, holds=0 if commit else 1)
     if outcome is not None and outcome.made is None:
         now = _judge_precheck(outcome.precheck, span, priority, ruled, outcome.busy_near)
         if not outcome.clear:
@@ -411,6 +416,7 @@ def _reserve_locked(
         now, versions = lock_calendars(
             lock_ids, if_match=(primary.pk, if_match) if if_match is not None else None, nowait=nowait
         )
+        spend_budget(actor, holds=0 if commit else 1, bookings=1 if commit else 0)
         check_notice(span, ruled, now)  # at the lock's clock, which decides
         found = clear_the_way(calendar_ids=calendar_ids, span=span, now=now, batch=batch)
         if found.upstream is not None:

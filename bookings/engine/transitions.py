@@ -30,6 +30,7 @@ from agentcal.errors import (
 )
 from audit.events import AuditEvent
 from bookings.engine.auditing import audit_rejections, audit_reservation
+from bookings.engine.budgets import budget_params, over_budget, spend_budget
 from bookings.engine.fastpath import (
     MAX_ONE_STATEMENT_TRIES,
     RowsFor,
@@ -178,6 +179,8 @@ def _commit_hold(
     batch = InsertBatch()
     with transaction.atomic(durable=True):
         now, _ = lock_calendars(sorted(r.calendar_id for r in rows))
+        # A commit a person approved is counted, never refused: the person decided.
+        spend_budget(actor, holds=0, bookings=1, enforced=not approved)
         with bound_cursor() as cursor:
             cursor.execute(COMMIT_SQL, {"now": now, "hold_id": primary.hold_id, "approved": approved})
             committed = {row_id: rest for row_id, *rest in cursor.fetchall()}
@@ -208,6 +211,7 @@ def _commit_in_one_statement(*, actor: Actor, hold: Reservation, approved: bool)
     booked = copy.copy(hold)  # as it will be; the database fills in its times (fastpath.py)
     booked.status, booked.booking_id = ReservationStatus.COMMITTED, "bk_" + hold.hold_id.removeprefix("hld_")
     rows = RowsFor()
+    budget = budget_params(actor, holds=0, bookings=1, enforced=not approved)
     outcome = None
     with one_statement_transaction():
         audit_reservation(
@@ -221,7 +225,7 @@ def _commit_in_one_statement(*, actor: Actor, hold: Reservation, approved: bool)
         emit_reservation_event(EventType.BOOKING_COMMITTED, [booked], batch=rows)
         for _ in range(MAX_ONE_STATEMENT_TRIES):
             try:
-                outcome = commit_in_one_statement(hold=hold, approved=approved, rows=rows)
+                outcome = commit_in_one_statement(hold=hold, approved=approved, rows=rows, budget=budget)
                 break
             except CalendarBusy:
                 # Another write on the calendar: wait for it to end (a share lock, in autocommit: it
@@ -231,6 +235,8 @@ def _commit_in_one_statement(*, actor: Actor, hold: Reservation, approved: bool)
             transaction.set_rollback(True)  # nothing was written: drop the on-commit callbacks
     if outcome is None:
         return None
+    if not outcome.within_budget:
+        raise over_budget(actor, holds=0)
     if outcome.moved is None:
         moved_first(hold.hold_id, now=outcome.now, gated=True)
     booked.version, booked.booking_id, booked.committed_at, booked.bump_window_ends_at = outcome.moved
