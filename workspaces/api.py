@@ -47,7 +47,7 @@ class MeLimitsOutput(OutputSerializer):
     )
 
 
-class MePauseOutput(OutputSerializer):
+class MePausedOutput(OutputSerializer):
     scope = serializers.ChoiceField(
         choices=["agent", "workspace"], help_text="Whether the agent or its whole workspace is paused."
     )
@@ -59,7 +59,7 @@ class MeOutput(OutputSerializer):
     workspace = MeWorkspaceOutput()
     key = MeKeyOutput()
     limits = MeLimitsOutput(help_text="The limits that bind this agent (its own, else its workspace's).")
-    paused = MePauseOutput(
+    paused = MePausedOutput(
         allow_null=True, help_text="Set while an owner has paused the agent: writes answer 423."
     )
 
