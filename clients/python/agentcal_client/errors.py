@@ -478,7 +478,7 @@ class IdempotencyKeyReused(UnprocessableEntity):
     default_code = "idempotency_key_reused"
 
 
-# --- 423 ---------------------------------------------------------------------------------------------------
+# --- 423 / 429: a person's stop, the rate limits and budgets ---------------------------------------------
 
 
 class AgentPaused(AgentCalError):
@@ -497,14 +497,10 @@ class AgentPaused(AgentCalError):
         return _local_time(self._member("paused_at", str))
 
 
-# --- 429 ---------------------------------------------------------------------------------------------------
-
-
 class RateLimited(AgentCalError):
-    """Too many requests (`limit_name`: "requests" per second, "searches" per minute, or "in_flight":
-    too many of this agent's requests running at once). The client already waited `retry_after` seconds
-    and retried up to its limit; seeing this means the load persists: slow down (`client.rate_limit`
-    shows the budget the server last reported)."""
+    """Too many requests (`limit_name`: "requests" per second, "searches" per minute, or "in_flight": too
+    many at once). The client already waited `retry_after` seconds and retried up to its limit; seeing
+    this means the load persists: slow down (`client.rate_limit` is the budget last reported)."""
 
     default_code = "rate_limited"
 
