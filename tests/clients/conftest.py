@@ -72,7 +72,10 @@ def faulty_proxy(live_server: Any) -> Iterator[Callable[[Plan], FaultyProxy]]:
                     if action == "forward":
                         status, answer_headers, answer_body = (
                             response.status_code,
-                            {"Content-Type": response.headers.get("Content-Type", "application/json")},
+                            {
+                                "Content-Type": response.headers.get("Content-Type", "application/json"),
+                                **answer_headers,
+                            },
                             response.content,
                         )
                 self.send_response(status)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -31,9 +32,9 @@ class Seen:
     upstream_body: bytes = b""
 
 
-# What the proxy does with the n-th request (0-based): forward it and pass the answer on ("forward"),
-# forward it and answer this instead ("lose": the server did the work, the client never hears), or
-# answer this without forwarding ("refuse").
+# What the proxy does with the n-th request (0-based): forward it and pass the answer on with the plan's
+# headers added ("forward"), forward it and answer this instead ("lose": the server did the work, the
+# client never hears), or answer this without forwarding ("refuse").
 Plan = Callable[[int, str], tuple[str, int, dict[str, str], bytes]]
 
 
@@ -41,6 +42,13 @@ Plan = Callable[[int, str], tuple[str, int, dict[str, str], bytes]]
 class FaultyProxy:
     url: str
     seen: list[Seen]
+
+
+def problem(status: int, code: str, **extra: Any) -> bytes:
+    """A problem+json body as the server writes one."""
+    return json.dumps(
+        {"type": "about:blank", "title": code, "status": status, "detail": code, "error": code, **extra}
+    ).encode()
 
 
 def forward_everything(index: int, method: str) -> tuple[str, int, dict[str, str], bytes]:

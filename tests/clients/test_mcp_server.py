@@ -11,8 +11,8 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import ExitStack, asynccontextmanager, contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -28,7 +28,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
 
 from bookings.models import Reservation
-from tests.clients.helpers import every_day, utc_midnight
+from tests.clients.helpers import FaultyProxy, Plan, every_day, problem, utc_midnight
 from tests.helpers import Persona, audit_rows, create_calendar, iso, slot
 
 READ_TOOLS = {
@@ -61,9 +61,22 @@ READ_ONLY_SCOPES = ["calendars:read", "bookings:read", "approvals:read", "inbox:
 @pytest.fixture
 def mcp_url(live_server: Any) -> Iterator[str]:
     """`agentcal-mcp --http` (the same app) in a thread, on a free port, in front of the live server."""
+    with serving_mcp(live_server.url) as url:
+        yield url
+
+
+@pytest.fixture
+def mcp_url_before() -> Iterator[Callable[[str], str]]:
+    """Start the MCP HTTP server in front of the given AgentCal URL (e.g. a FaultyProxy's)."""
+    with ExitStack() as servers:
+        yield lambda base_url: servers.enter_context(serving_mcp(base_url))
+
+
+@contextmanager
+def serving_mcp(base_url: str) -> Iterator[str]:
     # Connection: close — the test live server serves keep-alive connections slowly (tests/conftest.py).
     to_agentcal = httpx.AsyncClient(headers={"Connection": "close"}, timeout=30)
-    gateway = Gateway(base_url=live_server.url, api_key=None, http_client=to_agentcal)
+    gateway = Gateway(base_url=base_url, api_key=None, http_client=to_agentcal)
     server = uvicorn.Server(uvicorn.Config(http_app(gateway), log_level="warning"))
     listening = socket.socket()
     listening.bind(("127.0.0.1", 0))
@@ -424,3 +437,111 @@ def test_reschedule_to_earliest_moves_the_booking_to_the_first_time_its_calendar
     assert result["outcome"] == "rescheduled" and result["booking"]["id"] == booking["id"]
     assert at(result["booking"]["start_time"]) == at(taken["end_time"])  # right after Ben's meeting
     assert content(nowhere)["outcome"] == "no_slot_found" and not nowhere.is_error
+
+
+# --- Paused agents and rate limits -----------------------------------------------------------------------
+
+
+def test_a_paused_agent_is_told_to_stop_and_ask_its_owner_and_may_still_read(
+    sdr: Persona, faulty_proxy: Callable[[Plan], FaultyProxy], mcp_url_before: Callable[[str], str]
+) -> None:
+    def paused_writes(index: int, method: str) -> tuple[str, int, dict[str, str], bytes]:
+        if method == "GET":
+            return ("forward", 0, {}, b"")
+        body = problem(423, "agent_paused", paused="agent", paused_at="2030-01-07T09:15:00Z")
+        return ("refuse", 423, {"Content-Type": "application/problem+json"}, body)
+
+    proxy = faulty_proxy(paused_writes)
+    mcp_url = mcp_url_before(proxy.url)
+
+    async def act() -> tuple[CallToolResult, CallToolResult]:
+        async with http_session(mcp_url, sdr.raw_key) as session:
+            held = await session.call_tool("hold_slot", {"calendar": "cal_x", **slot(hours_ahead=30)})
+            listed = await session.call_tool("list_calendars", {})
+            return held, listed
+
+    held, listed = asyncio.run(act())
+
+    refused = content(held)
+    assert held.is_error and refused["outcome"] == "error" and refused["error"] == "agent_paused"
+    assert refused["status"] == 423 and refused["retryable"] is False
+    assert refused["paused"] == "agent" and at(refused["paused_at"]) == datetime(
+        2030, 1, 7, 9, 15, tzinfo=UTC
+    )
+    assert refused["next_step"].startswith("STOP. A person paused you")
+    assert "ask them to resume you" in refused["next_step"]
+    assert [seen.method for seen in proxy.seen if seen.method == "POST"] == ["POST"], "not retried"
+    assert not listed.is_error and content(listed)["outcome"] == "listed"
+
+
+def test_rate_limits_and_quotas_say_how_long_to_wait_and_what_to_do(
+    sdr: Persona, faulty_proxy: Callable[[Plan], FaultyProxy], mcp_url_before: Callable[[str], str]
+) -> None:
+    refusals = [
+        # Longer than the client waits by itself: the tool answers at once, with the wait.
+        (problem(429, "rate_limited", limit_name="requests", retry_after=90), "90"),
+        (problem(429, "rate_limited", limit_name="in_flight", retry_after=90), "90"),
+        (
+            problem(429, "quota_exceeded", quota="live_holds", limit=5, window_seconds=None, retry_after=90),
+            "90",
+        ),
+    ]
+    writes: list[int] = []
+
+    def refuse_writes(index: int, method: str) -> tuple[str, int, dict[str, str], bytes]:
+        if method == "GET":
+            return ("forward", 0, {}, b"")
+        body, retry_after = refusals[len(writes)]
+        writes.append(index)
+        return ("refuse", 429, {"Content-Type": "application/problem+json", "Retry-After": retry_after}, body)
+
+    proxy = faulty_proxy(refuse_writes)
+    mcp_url = mcp_url_before(proxy.url)
+
+    async def act() -> list[CallToolResult]:
+        async with http_session(mcp_url, sdr.raw_key) as session:
+            return [
+                await session.call_tool("hold_slot", {"calendar": "cal_x", **slot(hours_ahead=30)})
+                for _ in refusals
+            ]
+
+    too_fast, too_many_at_once, too_many_holds = (content(result) for result in asyncio.run(act()))
+
+    assert too_fast["error"] == "rate_limited" and too_fast["retry_after_seconds"] == 90
+    assert "Wait 90 seconds before calling again" in too_fast["next_step"]
+    assert too_many_at_once["error"] == "rate_limited"
+    assert (
+        "running at once" in too_many_at_once["next_step"] and "90 seconds" in too_many_at_once["next_step"]
+    )
+    assert too_many_holds["error"] == "quota_exceeded" and too_many_holds["retryable"] is False
+    assert "as many live holds as it may (5)" in too_many_holds["next_step"]
+    assert "release_hold" in too_many_holds["next_step"]
+    assert len([seen for seen in proxy.seen if seen.method == "POST"]) == len(refusals), "none was retried"
+
+
+def test_tool_calls_wait_for_the_agents_rate_limit(
+    sdr: Persona, faulty_proxy: Callable[[Plan], FaultyProxy], mcp_url_before: Callable[[str], str]
+) -> None:
+    # Every answer says the bucket is empty, and one request comes back per second.
+    empty = {
+        "RateLimit-Limit": "2",
+        "RateLimit-Remaining": "0",
+        "RateLimit-Reset": "2",
+        "RateLimit-Policy": "2;w=2",
+    }
+    proxy = faulty_proxy(lambda index, method: ("forward", 0, empty, b""))
+    mcp_url = mcp_url_before(proxy.url)
+
+    async def read_twice() -> list[CallToolResult]:
+        async with http_session(mcp_url, sdr.raw_key) as session:
+            return [await session.call_tool("list_calendars", {}) for _ in range(2)]
+
+    results = asyncio.run(read_twice())
+
+    assert all(content(result)["outcome"] == "listed" for result in results)
+    # The key's check (GET /v1/me), then each tool's request, a token apart.
+    assert [seen.path.split("?")[0] for seen in proxy.seen] == ["/v1/me", "/v1/calendars", "/v1/calendars"]
+    arrivals = [seen.at for seen in proxy.seen]
+    assert all(later - earlier >= 1.0 for earlier, later in zip(arrivals, arrivals[1:], strict=False)), (
+        arrivals
+    )

@@ -26,7 +26,7 @@ from agentcal_client import (
     webhooks,
 )
 
-from tests.clients.helpers import FaultyProxy, Plan, async_agentcal, forward_everything
+from tests.clients.helpers import FaultyProxy, Plan, async_agentcal, forward_everything, problem
 from tests.helpers import Persona, overlapping_live_pairs
 from tests.webhooks.helpers import Receiver
 from workspaces.models import Scope
@@ -40,12 +40,6 @@ def span(hours_ahead: int = 24, minutes: int = 30, *, offset_minutes: int = 0) -
     base = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) + timedelta(hours=hours_ahead)
     start = base + timedelta(minutes=offset_minutes)
     return start, start + timedelta(minutes=minutes)
-
-
-def problem(status: int, code: str, **extra: Any) -> bytes:
-    return json.dumps(
-        {"type": "about:blank", "title": code, "status": status, "detail": code, "error": code, **extra}
-    ).encode()
 
 
 # --- Races -------------------------------------------------------------------------------------------------
@@ -402,7 +396,14 @@ def _audit(client: AgentCal, event_type: str) -> list[Any]:
     return list(client.audit.list(event_type=event_type))
 
 
-def test_a_client_learns_who_its_key_is(sdr: Persona, agentcal_for: MakeClient) -> None:
-    identity = agentcal_for(sdr).me()
+def test_a_client_learns_who_its_key_is_and_its_limits(sdr: Persona, agentcal_for: MakeClient) -> None:
+    client = agentcal_for(sdr)
+    identity = client.me()
     assert identity.agent.id == sdr.agent.public_id and identity.workspace.slug == "acme"
     assert set(identity.key.scopes) == set(Scope.values)
+    assert identity.paused is None
+    assert identity.limits.requests_per_second > 0 and identity.limits.request_burst >= 1
+    # The same budget, as the answer's RateLimit-* headers told it.
+    budget = client.rate_limit
+    assert budget is not None and budget.limit == identity.limits.request_burst
+    assert 0 <= budget.remaining <= budget.limit and budget.read_at <= datetime.now(UTC)

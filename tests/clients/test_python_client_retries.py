@@ -11,12 +11,14 @@ import pytest
 from agentcal_client import (
     AgentCal,
     AgentCalError,
+    AgentPaused,
     APIConnectionError,
     APITimeoutError,
     BookingTooLong,
     Conflict,
     IdempotencyInProgress,
     InvalidRange,
+    InvalidRequest,
     PreconditionFailed,
     QuotaExceeded,
     RateLimited,
@@ -26,6 +28,7 @@ from agentcal_client import (
 )
 from agentcal_client._transport import RetryBudget, api_base_url, parse_retry_after
 from agentcal_client.problems import error_from_response
+from agentcal_client.rate_limits import Pacer, parse_rate_limit
 
 
 def response_error(status: int, code: str | None = None, retry_after: float | None = None) -> AgentCalError:
@@ -63,6 +66,7 @@ def test_what_waiting_can_fix_is_retried(error: AgentCalError) -> None:
         response_error(422, "booking_too_long"),
         response_error(422, "idempotency_key_reused"),
         response_error(429, "quota_exceeded", retry_after=5),
+        response_error(423, "agent_paused"),
         response_error(500),
     ],
     ids=lambda e: e.code,
@@ -112,6 +116,9 @@ def test_problems_map_to_classes_by_code_then_by_status() -> None:
     assert type(response_error(422, "booking_too_long")) is BookingTooLong
     assert type(response_error(429, "quota_exceeded")) is QuotaExceeded
     assert type(response_error(429, "rate_limited")) is RateLimited
+    assert type(response_error(423, "agent_paused")) is AgentPaused
+    assert type(response_error(423)) is AgentPaused, "423 is only ever a pause"
+    assert type(response_error(400, "agent_paused")) is InvalidRequest
     assert type(response_error(503, "service_unavailable")) is ServiceUnavailable
     assert type(response_error(409, "booking_too_long")) is Conflict, "a code from another status is ignored"
     assert isinstance(response_error(409, "idempotency_in_progress"), IdempotencyInProgress)
@@ -152,3 +159,56 @@ def test_retry_after_is_read_as_seconds_or_an_http_date() -> None:
     assert parse_retry_after("Tue, 01 Jan 2030 12:00:30 GMT", now=now) == 30.0
     assert parse_retry_after("Tue, 01 Jan 2030 11:00:00 GMT", now=now) == 0.0
     assert parse_retry_after("soon") is None and parse_retry_after("²") is None
+
+
+def test_the_rate_limit_headers_are_read_only_when_whole_numbers() -> None:
+    read = parse_rate_limit(
+        {
+            "RateLimit-Limit": "20",
+            "RateLimit-Remaining": "0",
+            "RateLimit-Reset": "4",
+            "RateLimit-Policy": "20;w=10",
+        }
+    )
+    assert read is not None
+    assert (read.limit, read.remaining, read.reset_seconds, read.window_seconds) == (20, 0, 4, 10)
+    assert read.seconds_per_request == 0.5, "a full refill (w) spread over the burst"
+    without_policy = parse_rate_limit(
+        {"RateLimit-Limit": "4", "RateLimit-Remaining": "0", "RateLimit-Reset": "2"}
+    )
+    assert without_policy is not None and without_policy.window_seconds is None
+    assert without_policy.seconds_per_request == 0.5, "Reset spread over the requests missing"
+    for garbled in (
+        {"RateLimit-Limit": "20", "RateLimit-Remaining": "0"},
+        {"RateLimit-Limit": "20", "RateLimit-Remaining": "-1", "RateLimit-Reset": "4"},
+        {"RateLimit-Limit": "0", "RateLimit-Remaining": "0", "RateLimit-Reset": "4"},
+        {"RateLimit-Limit": "2.5", "RateLimit-Remaining": "0", "RateLimit-Reset": "4"},
+    ):
+        assert parse_rate_limit(garbled) is None, garbled
+    odd_policy = parse_rate_limit(
+        {
+            "RateLimit-Limit": "5",
+            "RateLimit-Remaining": "9",
+            "RateLimit-Reset": "1",
+            "RateLimit-Policy": "5;q=1",
+        }
+    )
+    assert odd_policy is not None and odd_policy.window_seconds is None and odd_policy.remaining == 5
+
+
+def test_the_pacer_queues_callers_a_token_apart_and_never_past_their_deadline() -> None:
+    pacer = Pacer()
+    assert pacer.reserve(at_most=60) == 0.0, "nothing seen: no wait"
+    pacer.observe({"RateLimit-Limit": "2", "RateLimit-Remaining": "0", "RateLimit-Reset": "2"})
+
+    assert pacer.reserve(at_most=0.5) == 0.0, "a wait past the deadline is not taken"
+    first, second = pacer.reserve(at_most=60), pacer.reserve(at_most=60)
+    assert 0.9 < first <= 1.0 and 1.9 < second <= 2.0
+
+    pacer.observe({"RateLimit-Limit": "2", "RateLimit-Remaining": "1", "RateLimit-Reset": "1"})
+    assert pacer.reserve(at_most=60) == 0.0, "a request is left: no wait"
+
+
+def test_pacing_may_use_what_is_left_of_the_deadline_up_to_the_retry_after_cap() -> None:
+    assert RetryBudget(max_retries=0, deadline_seconds=5).longest_pacing_wait() == pytest.approx(5, abs=0.1)
+    assert RetryBudget(max_retries=3, deadline_seconds=600).longest_pacing_wait() == 60.0

@@ -35,6 +35,8 @@ COMPONENTS: dict[type[models.Model], str] = {
     models.IdentityAgent: "MeAgentOutput",
     models.IdentityWorkspace: "MeWorkspaceOutput",
     models.IdentityKey: "MeKeyOutput",
+    models.IdentityLimits: "MeLimitsOutput",
+    models.IdentityPause: "MePausedOutput",
     models.Inbox: "InboxOutput",
     models.Quota: "QuotaOutput",
     models.Thread: "ThreadOutput",

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from agentcal_client import (
     AgentCalError,
+    AgentPaused,
     Approval,
     AuditRecord,
     Booking,
@@ -22,6 +23,8 @@ from agentcal_client import (
     InsufficientScope,
     Message,
     QueuedMessage,
+    QuotaExceeded,
+    RateLimited,
     Slot,
     SlotConflict,
 )
@@ -283,6 +286,12 @@ class ToolResult(Model):
     )
     retry_after_seconds: float | None = None
     errors: dict[str, Any] | None = Field(default=None, description="Per-argument problems.")
+    paused: str | None = Field(
+        default=None,
+        description='Error agent_paused: a person stopped this agent ("agent") or its whole workspace '
+        '("workspace").',
+    )
+    paused_at: datetime | None = None
 
 
 class ConflictMembers(Model):
@@ -416,8 +425,6 @@ _NEXT_STEPS: dict[str, str] = {
     "payload_too_large": "Send less: shorten the text or the evidence.",
     "quota_exceeded": "A sending quota is used up. Do not send more now: wait `retry_after_seconds` or "
     "tell a human.",
-    "rate_limited": "AgentCal is busy; the call was already retried. Wait `retry_after_seconds` (or a "
-    "few seconds) and call again.",
     "service_unavailable": "AgentCal is briefly unavailable; the call was already retried. Wait a few "
     "seconds and call again; for a send, check list_inbox_messages first (it may have gone through).",
     "internal_error": "AgentCal failed on this request; tell a human. Re-read the state (a get_ or list_ "
@@ -430,7 +437,57 @@ _DEFAULT_NEXT_STEP = (
 )
 
 
+def _seconds(seconds: float | None) -> str:
+    if seconds is None:
+        return "a few seconds"
+    whole = round(seconds)
+    return f"{whole} second{'' if whole == 1 else 's'}" if whole == seconds else f"{seconds:.1f} seconds"
+
+
+def _paused_next_step(paused: AgentPaused) -> str:
+    who = "every agent of your workspace" if paused.paused == "workspace" else "you (this agent)"
+    return (
+        f"STOP. A person paused {who} with an emergency stop; nothing was written. Do not call this or any "
+        "other writing tool again and do not look for a way around it: tell your owner what you were "
+        "doing and ask them to resume you. Only a person can. Reading tools still work."
+    )
+
+
+def _rate_limited_next_step(limited: RateLimited) -> str:
+    wait = _seconds(limited.retry_after)
+    if limited.limit_name == "in_flight":
+        return (
+            f"Too many of your calls are running at once. Let the ones in progress finish, then call again "
+            f"in {wait}, one call at a time."
+        )
+    what = "searches for free time" if limited.limit_name == "searches" else "calls"
+    return (
+        f"You are making {what} faster than this agent's rate limit allows. Wait {wait} before calling "
+        "again, then space your calls out."
+    )
+
+
+def _quota_next_step(quota: QuotaExceeded) -> str:
+    if quota.quota == "live_holds":
+        return (
+            f"This agent already has as many live holds as it may ({quota.limit}). Commit or release one of "
+            "your holds (commit_booking, release_hold) before holding another; retrying now cannot help."
+        )
+    if quota.quota == "bookings_per_day":
+        return (
+            f"This agent has made as many bookings as it may in a day ({quota.limit}). Do not book more now: "
+            f"the next one is allowed in {_seconds(quota.retry_after)}; tell a human if it cannot wait."
+        )
+    return _NEXT_STEPS["quota_exceeded"]
+
+
 def next_step_for(error: AgentCalError) -> str:
+    if isinstance(error, AgentPaused):
+        return _paused_next_step(error)
+    if isinstance(error, QuotaExceeded):
+        return _quota_next_step(error)
+    if isinstance(error, RateLimited):
+        return _rate_limited_next_step(error)
     if isinstance(error, InsufficientScope):
         return _NEXT_STEPS["insufficient_scope"]
     if error.status is None:
@@ -480,6 +537,9 @@ def error_result(
 def api_error_result(error: AgentCalError, *, next_step: str | None = None) -> CallToolResult:
     retry_after = getattr(error, "retry_after", None)
     field_errors = getattr(error, "errors", None)
+    pause: dict[str, Any] = (
+        {"paused": error.paused, "paused_at": error.paused_at} if isinstance(error, AgentPaused) else {}
+    )
     return error_result(
         code=error.code or "connection_error",
         status=error.status,
@@ -488,4 +548,5 @@ def api_error_result(error: AgentCalError, *, next_step: str | None = None) -> C
         retryable=error.retryable,
         retry_after_seconds=float(retry_after) if isinstance(retry_after, int | float) else None,
         errors=field_errors if isinstance(field_errors, dict) and field_errors else None,
+        **pause,
     )

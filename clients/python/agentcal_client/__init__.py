@@ -16,6 +16,7 @@ from agentcal_client._version import __version__
 from agentcal_client.client import AgentCal, AsyncAgentCal
 from agentcal_client.errors import (
     AgentCalError,
+    AgentPaused,
     APIConnectionError,
     APITimeoutError,
     ApprovalAlreadyDecided,
@@ -72,6 +73,8 @@ from agentcal_client.models import (
     FoundHold,
     Hold,
     Identity,
+    IdentityLimits,
+    IdentityPause,
     Inbox,
     InviteAttendee,
     InvitePerson,
@@ -86,6 +89,7 @@ from agentcal_client.models import (
     Thread,
     ThreadDetail,
 )
+from agentcal_client.rate_limits import RateLimit
 from agentcal_client.sessions import AsyncHoldSession, HoldSession
 
 __all__ = [
@@ -94,6 +98,7 @@ __all__ = [
     "Address",
     "AgentCal",
     "AgentCalError",
+    "AgentPaused",
     "Approval",
     "ApprovalAlreadyDecided",
     "ApprovalExists",
@@ -118,6 +123,8 @@ __all__ = [
     "FoundHold",
     "Hold",
     "Identity",
+    "IdentityLimits",
+    "IdentityPause",
     "HoldAlreadyCommitted",
     "HoldAwaitingApproval",
     "HoldEvicted",
@@ -151,6 +158,7 @@ __all__ = [
     "Quota",
     "SearchedWindow",
     "QuotaExceeded",
+    "RateLimit",
     "RateLimited",
     "ServerError",
     "ServiceUnavailable",

@@ -2,8 +2,10 @@
 
 Every write carries an Idempotency-Key made once per logical call and reused by each of its retries.
 Only what waiting can fix is retried (errors.is_retryable), with decorrelated jitter or the server's
-Retry-After, bounded by `max_retries` and a total deadline per call. `RetryBudget` is shared by the
-sync and async transports; only sleeping and sending differ.
+Retry-After, bounded by `max_retries` and a total deadline per call. Every answer's RateLimit-* headers
+are read (rate_limits.Pacer); once the agent's bucket is seen empty, the next request first waits for a
+token, within the same deadline. `RetryBudget` and the pacer are shared by the sync and async
+transports; only sleeping and sending differ.
 
 Why: docs/agents.md, "What the client does for you, and why".
 """
@@ -31,6 +33,7 @@ from agentcal_client.errors import (
     is_retryable,
 )
 from agentcal_client.problems import error_from_response
+from agentcal_client.rate_limits import Pacer
 
 logger = logging.getLogger("agentcal_client")
 
@@ -122,6 +125,11 @@ class RetryBudget:
         self.attempts += 1
         return wait
 
+    def longest_pacing_wait(self) -> float:
+        """The longest wait for the rate limit worth taking before an attempt: one that leaves the
+        deadline unpassed and is no longer than a Retry-After we would obey. Pacing spends no retry."""
+        return min(MAX_RETRY_AFTER_SECONDS, self.deadline - time.monotonic())
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -176,6 +184,12 @@ def _give_up(error: AgentCalError, budget: RetryBudget) -> AgentCalError:
     return error
 
 
+def _log_pacing(request: Request, wait: float) -> None:
+    logger.info(
+        "%s %s: no requests left in the rate limit; waiting %.2f s", request.method, request.path, wait
+    )
+
+
 def _log_retry(request: Request, error: AgentCalError, wait: float) -> None:
     logger.info("%s %s failed (%s); retrying in %.2f s", request.method, request.path, error, wait)
 
@@ -185,6 +199,7 @@ class SyncTransport:
         self.settings = settings
         self._owns_http = http_client is None
         self._http = http_client or httpx.Client(timeout=settings.timeout)
+        self.pacer = Pacer()
 
     def close(self) -> None:
         if self._owns_http:
@@ -216,6 +231,10 @@ class SyncTransport:
             deadline_seconds=self.settings.retry_deadline,
         )
         while True:
+            pacing = self.pacer.reserve(at_most=budget.longest_pacing_wait())
+            if pacing > 0:
+                _log_pacing(request, pacing)
+                time.sleep(pacing)
             try:
                 response = self._http.request(
                     request.method,
@@ -228,6 +247,7 @@ class SyncTransport:
             except httpx.TransportError as exc:
                 error = _no_response(exc, request)
             else:
+                self.pacer.observe(response.headers)
                 if response.status_code < 400:
                     return response
                 error = _error_for(response)
@@ -243,6 +263,7 @@ class AsyncTransport:
         self.settings = settings
         self._owns_http = http_client is None
         self._http = http_client or httpx.AsyncClient(timeout=settings.timeout)
+        self.pacer = Pacer()
 
     async def aclose(self) -> None:
         if self._owns_http:
@@ -275,6 +296,10 @@ class AsyncTransport:
             deadline_seconds=self.settings.retry_deadline,
         )
         while True:
+            pacing = self.pacer.reserve(at_most=budget.longest_pacing_wait())
+            if pacing > 0:
+                _log_pacing(request, pacing)
+                await asyncio.sleep(pacing)
             try:
                 response = await self._http.request(
                     request.method,
@@ -287,6 +312,7 @@ class AsyncTransport:
             except httpx.TransportError as exc:
                 error = _no_response(exc, request)
             else:
+                self.pacer.observe(response.headers)
                 if response.status_code < 400:
                     return response
                 error = _error_for(response)

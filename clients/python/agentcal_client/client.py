@@ -22,6 +22,7 @@ from agentcal_client.async_resources import (
     AsyncInboxNamespace,
 )
 from agentcal_client.models import Booking, FoundHold, Hold, Identity, MeetingTimes, Slot
+from agentcal_client.rate_limits import RateLimit
 from agentcal_client.resources import Approvals, Audit, Bookings, Calendars, Holds, InboxNamespace
 from agentcal_client.sessions import AsyncHoldSession, HoldSession
 
@@ -89,6 +90,12 @@ class AgentCal:
     def base_url(self) -> str:
         return self._transport.settings.base_url
 
+    @property
+    def rate_limit(self) -> RateLimit | None:
+        """The request budget the last answer reported (None before any answer carried one). Once it
+        reaches 0 remaining, the next request waits for a token before it is sent."""
+        return self._transport.pacer.last
+
     def close(self) -> None:
         self._transport.close()
 
@@ -101,7 +108,7 @@ class AgentCal:
         self.close()
 
     def me(self) -> Identity:
-        """Who this key is: its agent (and priorities), workspace, and scopes."""
+        """Who this key is: its agent (and priorities), workspace, scopes, limits, and any pause."""
         return self._transport.run(_calls.me())
 
     def find_free_slot(
@@ -293,6 +300,11 @@ class AsyncAgentCal:
     def base_url(self) -> str:
         return self._transport.settings.base_url
 
+    @property
+    def rate_limit(self) -> RateLimit | None:
+        """See AgentCal.rate_limit."""
+        return self._transport.pacer.last
+
     async def aclose(self) -> None:
         await self._transport.aclose()
 
@@ -305,7 +317,7 @@ class AsyncAgentCal:
         await self.aclose()
 
     async def me(self) -> Identity:
-        """Who this key is: its agent (and priorities), workspace, and scopes."""
+        """Who this key is: its agent (and priorities), workspace, scopes, limits, and any pause."""
         return await self._transport.run(_calls.me())
 
     async def find_free_slot(

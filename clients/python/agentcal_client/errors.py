@@ -20,6 +20,7 @@ T = TypeVar("T")
 
 __all__ = [
     "AgentCalError",
+    "AgentPaused",
     "APIConnectionError",
     "APITimeoutError",
     "ApprovalAlreadyDecided",
@@ -477,21 +478,44 @@ class IdempotencyKeyReused(UnprocessableEntity):
     default_code = "idempotency_key_reused"
 
 
-# --- 429 ---------------------------------------------------------------------------------------------------
+# --- 423 / 429: a person's stop, the rate limits and budgets ---------------------------------------------
+
+
+class AgentPaused(AgentCalError):
+    """A person paused this agent (`paused`: "agent"), or its whole workspace ("workspace"), at
+    `paused_at`: an emergency stop. Nothing was written. Stop acting and tell the agent's owner; only a
+    person can resume it, so the client never retries this. Reads still work meanwhile."""
+
+    default_code = "agent_paused"
+
+    @property
+    def paused(self) -> str | None:
+        return self._member("paused", str)
+
+    @property
+    def paused_at(self) -> datetime | None:
+        return _local_time(self._member("paused_at", str))
 
 
 class RateLimited(AgentCalError):
-    """Too many requests. The client already waited `retry_after` seconds and retried up to its limit;
-    seeing this means the load persists: slow down."""
+    """Too many requests (`limit_name`: "requests" per second, "searches" per minute, or "in_flight": too
+    many at once). The client already waited `retry_after` seconds and retried up to its limit; seeing
+    this means the load persists: slow down (`client.rate_limit` is the budget last reported)."""
 
     default_code = "rate_limited"
 
+    @property
+    def limit_name(self) -> str | None:
+        return self._member("limit_name", str)
+
 
 class QuotaExceeded(RateLimited):
-    """A send quota of this agent's inbox is used up (`quota`: burst, daily_sends or daily_recipients).
-    Not retried automatically: the send would wait `retry_after` seconds (None: waiting cannot help, the
-    limit is 0 or the message has more recipients than a day allows). Decide whether to wait, send fewer
-    messages, or tell a person."""
+    """A budget of this agent is used up (`quota`): live_holds (as many holds at once as it may have:
+    commit or release one first), bookings_per_day, or its inbox's burst, daily_sends or
+    daily_recipients. `limit` is the budget, `window_seconds` the period it counts. Not retried
+    automatically: the same call could succeed after `retry_after` seconds (None: waiting cannot help, the
+    limit is 0 or the message has more recipients than a day allows). Decide whether to wait, do less,
+    or tell a person."""
 
     default_code = "quota_exceeded"
 
@@ -565,8 +589,9 @@ class WebhookVerificationError(AgentCalError):
 
 def is_retryable(error: AgentCalError) -> bool:
     """The one retry rule: no answer, 429 rate_limited, 502/503/504, and an earlier attempt of the same
-    call still running. Never a quota (waiting is the agent's decision), nor any other 4xx: a 409, 412 or
-    422 means the world differs from the agent's plan, and repeating the plan cannot fix that."""
+    call still running. Never a quota (waiting is the agent's decision), nor a pause (423: a person
+    decides), nor any other 4xx: a 409, 412 or 422 means the world differs from the agent's plan, and
+    repeating the plan cannot fix that."""
     if isinstance(error, QuotaExceeded):
         return False
     if isinstance(error, APIConnectionError | RateLimited | IdempotencyInProgress):

@@ -36,6 +36,8 @@ __all__ = [
     "Identity",
     "IdentityAgent",
     "IdentityKey",
+    "IdentityLimits",
+    "IdentityPause",
     "IdentityWorkspace",
     "Inbox",
     "InviteAttendee",
@@ -354,12 +356,35 @@ class IdentityKey(Model):
 
 
 @dataclass(frozen=True, kw_only=True)
+class IdentityLimits(Model):
+    """How much the agent may do: its request rate and burst, and its budgets (None: no limit)."""
+
+    requests_per_second: float
+    request_burst: int
+    live_holds: int | None = None
+    bookings_per_day: int | None = None
+    searches_per_minute: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class IdentityPause(Model):
+    """An emergency stop in force: on the agent alone or its whole workspace."""
+
+    scope: str  # "agent" or "workspace"
+    paused_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True)
 class Identity(Model):
-    """Who the API key is (`client.me()`): its agent, workspace and what the key may do."""
+    """Who the API key is (`client.me()`): its agent, workspace, what the key may do, the agent's limits,
+    and whether a person has paused it (`paused`, None when not; while paused, its writes raise
+    AgentPaused)."""
 
     agent: IdentityAgent
     workspace: IdentityWorkspace
     key: IdentityKey
+    limits: IdentityLimits
+    paused: IdentityPause | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -7,6 +7,7 @@ from typing import Any
 
 from agentcal_client.errors import (
     AgentCalError,
+    AgentPaused,
     ApprovalAlreadyDecided,
     ApprovalExists,
     ApprovalExpired,
@@ -74,6 +75,7 @@ _BY_CODE: dict[str, type[AgentCalError]] = {
         OutsideWorkingHours,
         InsufficientNotice,
         IdempotencyKeyReused,
+        AgentPaused,
         RateLimited,
         QuotaExceeded,
         ServiceUnavailable,
@@ -88,6 +90,7 @@ _BY_STATUS: dict[int, type[AgentCalError]] = {
     412: PreconditionFailed,
     413: PayloadTooLarge,
     422: UnprocessableEntity,
+    423: AgentPaused,
     429: RateLimited,
     503: ServiceUnavailable,
 }
