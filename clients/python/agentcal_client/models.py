@@ -357,13 +357,13 @@ class IdentityKey(Model):
 
 @dataclass(frozen=True, kw_only=True)
 class IdentityLimits(Model):
-    """How much the agent may do: its request rate and burst, and its budgets (None: no limit)."""
+    """How much the agent may do: its request rate and burst, and its budgets."""
 
     requests_per_second: float
     request_burst: int
-    live_holds: int | None = None
-    bookings_per_day: int | None = None
-    searches_per_minute: int | None = None
+    live_holds: int
+    bookings_per_day: int
+    searches_per_minute: int
 
 
 @dataclass(frozen=True, kw_only=True)
