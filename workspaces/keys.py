@@ -250,7 +250,7 @@ def _verify_secret(key: ApiKey, raw: str, digest: bytes, *, peer: str) -> None:
 
 
 # The limits and the pause, on agents and workspaces alike (workspaces/limits.py reads them).
-_GUARDRAIL_COLUMNS = tuple(field.column for field in LimitFields._meta.local_fields)
+_GUARDRAIL_COLUMNS = tuple(str(field.column) for field in LimitFields._meta.local_fields)
 _KEY_COLUMNS = {
     ApiKey: (
         "id",
@@ -283,7 +283,7 @@ _KEY_COLUMNS = {
 # Model.from_db() takes a row's values in the model's field order (the limit fields, from an abstract base,
 # come first).
 _KEY_COLUMNS = {
-    model: tuple(f.column for f in model._meta.concrete_fields if f.column in columns)
+    model: tuple(str(f.column) for f in model._meta.concrete_fields if f.column in columns)
     for model, columns in _KEY_COLUMNS.items()
 }
 _KEY_SQL = (
