@@ -1,15 +1,10 @@
 """Token buckets shared by every web process, in Redis: one atomic script call per request checks (and
-spends from) all the buckets that request draws on, and marks the first refusal of a window and of a
-day. The clock is Redis's own, so web workers whose clocks drift still share one bucket.
+spends from) all the buckets the request draws on, by Redis's clock, and marks the first refusal of a
+window and of a UTC day. Each bucket is a GCRA (one key: when the bucket is full again).
 
-Each bucket is a GCRA (the "virtual scheduling" form of a token bucket): one key holding the time at
-which the bucket will be full again. A request passes when that time, plus one emission interval, is
-no more than `burst` intervals ahead of now; it then moves the time on by one interval. Nothing ever
-needs a refill timer, and an idle bucket's key expires when the bucket is full.
-
-If Redis does not answer within SHARED_BUCKETS_TIMEOUT_SECONDS the check fails open (the request
-passes, `agentcal_rate_limit_failed_open_total` counts it) and Redis is left alone for
-SHARED_BUCKETS_BACKOFF_SECONDS: a limit must never turn a Redis outage into an outage of the API.
+Without an answer from Redis within SHARED_BUCKETS_TIMEOUT_SECONDS the check fails open (counted in
+`agentcal_rate_limit_failed_open_total`) and Redis is left alone for SHARED_BUCKETS_BACKOFF_SECONDS: a
+limit must never turn a Redis outage into an outage of the API. Design: docs/architecture.md, "Guardrails".
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
-"""An agent's budgets that must be exact: live holds at once and bookings per UTC day. Checked in the
-write's own transaction, by the statement that writes (the one-statement path) or by the first
-statement of the general path's transaction, before any calendar lock.
+"""An agent's budgets that must be exact: live holds at once and bookings per UTC day, checked and
+counted in the write's own transaction on the agent's usage row, once the write holds its calendars'
+locks (the one-statement path's CTE, or a statement of the general path's transaction). Never
+exceeded; near a budget, under contention, a write that would just have fit may be refused.
 
-How it stays exact without a lock of its own: each agent has a usage row (workspaces.AgentUsage), and
-every budgeted write updates it once it holds its calendars' locks. The UPDATE locks the row, so one
-agent's budgeted writes take turns at it, and when it had to wait it re-reads the row as the write
-before it left it (PostgreSQL re-checks an UPDATE's condition on the newest row version). Live holds
-are counted in the statement's snapshot, which may miss holds made by writes that committed after the
-snapshot was taken; those writes all moved `holds_made` on, so `holds_made` now minus `holds_made` in
-the snapshot is how many to add. The sum can only over-count (a hold released meanwhile is still
-counted), never under-count: a budget is never exceeded, and near it, under contention, a write that
-would just have fit may be refused.
-
-The usage row is always taken after the calendar locks and is the last lock a write takes, so nothing
-waits for a calendar lock while holding a usage row: the two kinds of lock cannot deadlock. A write is
-counted only once it holds its locks, i.e. only a write that then happens.
+Why that is exact and cannot deadlock: docs/architecture.md, "Guardrails".
 """
 
 from __future__ import annotations
