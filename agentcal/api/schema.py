@@ -27,12 +27,14 @@ from agentcal.api.fields import (
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 
 # What any operation of the agent API may answer, whatever it does: a malformed query (400), no or a
-# bad key (401), a missing scope (403), too many wrong secrets for a key from this address (429), a
-# database or broker that did not answer (503).
+# bad key (401), a missing scope (403), over the agent's request rate, its requests in flight or a
+# budget, or too many wrong secrets for a key from this address (429), a database or broker that did
+# not answer (503).
 ALWAYS = (400, 401, 403, 429, 503)
 # What any write may answer besides: an Idempotency-Key still running (409) or reused with another
-# request (422), a chunked body the server cannot read (411), too large a body (413), not JSON (415).
-WRITES = (409, 411, 413, 415, 422)
+# request (422), a chunked body the server cannot read (411), too large a body (413), not JSON (415),
+# an agent its owners paused (423).
+WRITES = (409, 411, 413, 415, 422, 423)
 MUTATING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
