@@ -1,9 +1,8 @@
 """Agents and their API keys: who may book at what priority, and with which credentials.
 
-Everyone in the workspace can read these pages; only owners and admins change anything (each change
-is audited by the service it calls): create, rename, disable and enable agents, set priorities, inbox and
-request limits, create, rotate and revoke keys. Only owners pause and resume agents (the emergency stop),
-after a confirm step that offers to release the agent's live holds too.
+Everyone in the workspace reads these pages; owners and admins create, rename, disable and enable
+agents, set priorities, inbox and request limits, create, rotate and revoke keys; owners alone pause and
+resume agents, after a confirm step that offers to release live holds too (each change audited).
 
 A new raw key is shown once, post/redirect/get (dashboard.one_time): the POST that makes it keeps it
 sealed in the person's session and answers 303 to the key's own page, which takes it out as it renders

@@ -137,6 +137,7 @@ def seed_tour() -> Tour:
         ("agent-inbox", f"/w/{slug}/agents/{sdr.public_id}/inbox"),
         ("inbox-thread", f"/w/{slug}/agents/{sdr.public_id}/inbox/{first.thread.public_id}"),
         ("mail-setup", f"/w/{slug}/settings/mail"),
+        ("limit-defaults", f"/w/{slug}/settings/limits"),
         ("passkeys", "/auth/passkeys"),
         ("team", f"/w/{slug}/team"),
     ]
