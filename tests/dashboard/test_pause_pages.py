@@ -132,6 +132,8 @@ def test_an_owner_resumes_a_paused_agent(team):
     owner = signed_in(team.owner)
     owner.post(f"{page(team.sdr)}/pause")
     assert api_write(raw) == 423
+    # A paused agent offers Resume, not another pause.
+    assert 'data-testid="pause-confirm"' not in text(owner.get(page(team.sdr) + "?confirm=pause"))
 
     response = owner.post(f"{page(team.sdr)}/resume", follow=True)
 
