@@ -108,7 +108,6 @@ def agent_limits_context(agent: Agent, workspace: Workspace, form: LimitsForm | 
             Meter("Live holds now", usage.live_holds, in_force["live_holds"]),
             Meter("Bookings today (UTC)", usage.bookings_today, in_force["bookings_per_day"]),
         ],
-        "limits_form": form,
         "notices": notice_lines(open_notices(workspace, agent=agent)),
         "live_holds": usage.live_holds,
     }
@@ -116,10 +115,7 @@ def agent_limits_context(agent: Agent, workspace: Workspace, form: LimitsForm | 
 
 def workspace_limits_context(workspace: Workspace, form: LimitsForm | None) -> dict[str, Any]:
     settings = workspace_limit_settings(workspace)
-    return {
-        "limit_rows": limit_rows(settings, form or LimitsForm.of(settings), WORKSPACE_ORIGINS),
-        "limits_form": form,
-    }
+    return {"limit_rows": limit_rows(settings, form or LimitsForm.of(settings), WORKSPACE_ORIGINS)}
 
 
 @dataclass
