@@ -65,3 +65,8 @@ def number_text(value: float) -> str:
 def number_words(value: float) -> str:
     """A limit as read on a page: 2,000 or 2.5."""
     return f"{int(value):,}" if float(value).is_integer() else str(value)
+
+
+def holds_released(count: int) -> str:
+    """What a pause that released live holds adds to its message: " 2 live holds released." (or nothing)."""
+    return f" {count} live hold{'' if count == 1 else 's'} released." if count else ""

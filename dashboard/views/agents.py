@@ -20,7 +20,6 @@ from django.conf import settings
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.template.defaultfilters import pluralize
 from django.urls import reverse
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_http_methods, require_POST
@@ -35,6 +34,7 @@ from dashboard.lookups import agent_in
 from dashboard.one_time import keep_for_display, see_other, take_for_display
 from dashboard.viewmodels.agent_stats import agent_stats, endpoint_status, key_status
 from dashboard.viewmodels.guardrails import agent_limits_context, notice_lines
+from dashboard.wording import holds_released
 from guardrails.selectors import open_notices, workspace_live_holds
 from guardrails.services import agent_limits_update, agent_pause, agent_resume
 from inboxes.quotas import MAX_LIMIT, default_limits, inbox_settings_update
@@ -401,9 +401,7 @@ def _agent_pause(request: DashboardRequest, workspace: Workspace, agent_id: str)
     stopped = agent_pause(
         actor=request.actor, agent=agent, release_holds=request.POST.get("release_holds") == "on"
     )
-    released = (
-        f" {stopped.released} live hold{pluralize(stopped.released)} released." if stopped.released else ""
-    )
+    released = holds_released(stopped.released)
     if stopped.changed:
         messages.success(
             request,

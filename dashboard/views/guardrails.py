@@ -23,6 +23,7 @@ from dashboard.forms import LimitsForm
 from dashboard.http import DashboardRequest
 from dashboard.lookups import agent_in
 from dashboard.viewmodels.guardrails import workspace_limits_context
+from dashboard.wording import holds_released
 from guardrails.services import notices_dismiss, workspace_limits_update, workspace_pause, workspace_resume
 from workspaces.models import Workspace
 
@@ -43,9 +44,7 @@ def _to_pause_confirm(request: DashboardRequest, workspace: Workspace) -> HttpRe
 @workspace_page(needs=Permission.PAUSE_AGENTS)
 def _pause(request: DashboardRequest, workspace: Workspace) -> HttpResponse:
     stopped = workspace_pause(actor=request.actor, release_holds=request.POST.get("release_holds") == "on")
-    released = (
-        f" {stopped.released} live hold{pluralize(stopped.released)} released." if stopped.released else ""
-    )
+    released = holds_released(stopped.released)
     if stopped.changed:
         messages.success(
             request,
