@@ -1,10 +1,11 @@
 """Roles in a workspace and what each may do: the one table every page, service and explainer reads.
 
 Four roles, each a superset of the next: a viewer reads, an approver also decides agents' requests, an
-admin also runs the agents (keys, webhooks, inbox settings, calendar links, mail setup) and reads their
-mail, and an owner also manages the team. Only owners manage the team, admins included: a role decides
-who holds the agents' keys and reads their mail, so handing one out is the owner's call. Owners alone
-are emailed when an approval waits (accounts.owner_mail).
+admin also runs the agents (keys, webhooks, inbox settings, limits, calendar links, mail setup) and reads
+their mail, and an owner also manages the team and holds the emergency stop. Only owners manage the team,
+admins included: a role decides who holds the agents' keys and reads their mail, so handing one out is
+the owner's call; so is stopping every agent's writes at once. Owners alone are emailed when an approval
+waits (accounts.owner_mail).
 """
 
 from __future__ import annotations
@@ -27,15 +28,16 @@ class Permission(models.TextChoices):
     READ_INBOXES = "read_inboxes", "Read agents' inboxes"
     MANAGE_WORKSPACE = (
         "manage_workspace",
-        "Manage agents, API keys, webhooks, inbox settings, calendar connections and mail setup",
+        "Manage agents, API keys, limits, webhooks, inbox settings, calendar connections and mail setup",
     )
+    PAUSE_AGENTS = "pause_agents", "Pause and resume agents, one or all (the emergency stop)"
     MANAGE_TEAM = "manage_team", "Invite people, change roles, remove members"
 
 
 _VIEWER = frozenset({Permission.READ})
 _APPROVER = _VIEWER | {Permission.DECIDE_APPROVALS}
 _ADMIN = _APPROVER | {Permission.READ_INBOXES, Permission.MANAGE_WORKSPACE}
-_OWNER = _ADMIN | {Permission.MANAGE_TEAM}
+_OWNER = _ADMIN | {Permission.PAUSE_AGENTS, Permission.MANAGE_TEAM}
 
 GRANTS: dict[str, frozenset[Permission]] = {
     Role.OWNER: _OWNER,
@@ -45,8 +47,8 @@ GRANTS: dict[str, frozenset[Permission]] = {
 }
 
 ROLE_SUMMARIES: dict[str, str] = {
-    Role.OWNER: "Everything, including the team. Emailed when an approval waits.",
-    Role.ADMIN: "Runs the agents and reads their mail; cannot change the team.",
+    Role.OWNER: "Everything, including the team and pausing agents. Emailed when an approval waits.",
+    Role.ADMIN: "Runs the agents and reads their mail; cannot change the team or pause agents.",
     Role.APPROVER: "Decides agents' requests and reads everything else.",
     Role.VIEWER: "Reads: approvals, calendars, audit trail, metrics, agents.",
 }

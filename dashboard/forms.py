@@ -1,8 +1,9 @@
 """The dashboard's forms: parsing only. The rules are the services' own (the agent API's CalendarInput,
-sync's connection_create), so a page cannot set up what the API would refuse."""
+sync's connection_create, guardrails' limits), so a page cannot set up what the API would refuse."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django import forms
@@ -11,6 +12,8 @@ from rest_framework import serializers
 
 from bookings.api.calendars import CalendarInput
 from bookings.models import Calendar
+from dashboard.wording import number_text
+from guardrails.selectors import Setting
 
 # How the settings form names each number, in what unit, and what it does (its bounds are CalendarInput's).
 SETTING_FIELDS = {
@@ -115,3 +118,28 @@ class ConnectForm(forms.Form):
     url = forms.URLField(max_length=2048, assume_scheme="https")
     username = forms.CharField(max_length=320)
     password = forms.CharField(max_length=1024, strip=False)
+
+
+class LimitsForm(forms.Form):
+    """An agent's own limits, or the workspace's defaults, as typed: blank inherits the level above. Kept
+    as text, so a refused value comes back as typed beside the words guardrails.services refused it with."""
+
+    requests_per_second = forms.CharField(required=False, max_length=32, strip=True)
+    request_burst = forms.CharField(required=False, max_length=32, strip=True)
+    searches_per_minute = forms.CharField(required=False, max_length=32, strip=True)
+    live_holds = forms.CharField(required=False, max_length=32, strip=True)
+    bookings_per_day = forms.CharField(required=False, max_length=32, strip=True)
+
+    @classmethod
+    def of(cls, settings: Sequence[Setting]) -> LimitsForm:
+        return cls(initial={s.name: "" if s.own is None else number_text(s.own) for s in settings})
+
+    def limits(self) -> dict[str, str] | None:
+        """Every limit as typed (blank: inherit), or None with the form's errors."""
+        return {name: self.cleaned_data[name] for name in self.fields} if self.is_valid() else None
+
+    def refused(self, errors: Mapping[str, Sequence[str]]) -> None:
+        """Show the service's refusal (InvalidRequest's `errors`, by limit) beside each field."""
+        for name, problems in errors.items():
+            for problem in problems:
+                self.add_error(name if name in self.fields else None, problem)

@@ -9,6 +9,7 @@ from dashboard.views import (
     audit,
     calendars,
     connections,
+    guardrails,
     home,
     inbox,
     mail_settings,
@@ -72,6 +73,18 @@ urlpatterns += [
     path(
         f"{W}/agents/<str:agent_id>/keys/<str:key_prefix>/rotate", agents.key_rotate, name="agent_key_rotate"
     ),
+]
+
+# Guardrails: owners pause and resume one agent or all (GET on a pause leads to its confirm step); owners
+# and admins set limits, the workspace's defaults (everyone reads them) and dismiss notices of limits met.
+urlpatterns += [
+    path(f"{W}/agents/<str:agent_id>/pause", agents.agent_pause_view, name="agent_pause"),
+    path(f"{W}/agents/<str:agent_id>/resume", agents.agent_resume_view, name="agent_resume"),
+    path(f"{W}/agents/<str:agent_id>/limits", agents.agent_limits_edit, name="agent_limits"),
+    path(f"{W}/pause", guardrails.pause, name="workspace_pause"),
+    path(f"{W}/resume", guardrails.resume, name="workspace_resume"),
+    path(f"{W}/notices/dismiss", guardrails.notices_dismiss_view, name="notices_dismiss"),
+    path(f"{W}/settings/limits", guardrails.limit_defaults, name="limit_defaults"),
 ]
 
 # Upstream calendars: POST actions for owners and admins, from the calendar's page.

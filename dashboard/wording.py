@@ -55,3 +55,18 @@ def attendee_text(value: Any) -> str:
         if isinstance(email, str) and email:
             return email
     return json.dumps(value, ensure_ascii=False)
+
+
+def number_text(value: float) -> str:
+    """A limit as typed into a field: 20, 2.5, 0.01 (whole numbers without a point, no exponents)."""
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def number_words(value: float) -> str:
+    """A limit as read on a page: 2,000 or 2.5."""
+    return f"{int(value):,}" if float(value).is_integer() else str(value)
+
+
+def holds_released(count: int) -> str:
+    """What a pause that released live holds adds to its message: " 2 live holds released." (or nothing)."""
+    return f" {count} live hold{'' if count == 1 else 's'} released." if count else ""

@@ -6,6 +6,16 @@ from django.db import models
 
 from workspaces.models import Agent, Workspace
 
+# Each limit a notice names (a 429's limit name), as people read it: "sdr reached its request rate" (the
+# owners' email, the dashboard's notices).
+LIMIT_WORDS = {
+    "requests": "its request rate",
+    "searches": "its searches per minute",
+    "in_flight": "its requests in progress at once",
+    "live_holds": "its live holds at once",
+    "bookings_per_day": "its bookings per day",
+}
+
 
 class LimitNotice(models.Model):
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="+")

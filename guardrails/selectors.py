@@ -1,19 +1,69 @@
-"""Reads behind the dashboard's guardrail views: what an agent uses of its budgets now, and the notices
-the owners have not dismissed."""
+"""Reads behind the dashboard's guardrail views: each limit in force and where it comes from, what an
+agent uses of its budgets now, and the notices the owners have not dismissed."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 
+from django.conf import settings
 from django.db.models import QuerySet
 
 from bookings.models import Reservation, ReservationStatus
 from guardrails.models import LimitNotice
+from workspaces.limits import LIMIT_NAMES, agent_limits, workspace_limits
 from workspaces.models import Agent, AgentUsage, Workspace
 
 # Notices older than this are history (the audit trail keeps the refusals).
 NOTICE_DAYS = 7
+
+
+class Origin(StrEnum):
+    """Who set the limit in force: the agent's own, its workspace's default, or the installation's."""
+
+    AGENT = "agent"
+    WORKSPACE = "workspace"
+    INSTALLATION = "installation"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One limit at one level: what binds, what this level sets itself (None: it inherits), and what it
+    would inherit (the level above's value)."""
+
+    name: str
+    value: float
+    own: float | None
+    inherited: float
+    origin: Origin
+
+
+def agent_limit_settings(agent: Agent, workspace: Workspace) -> list[Setting]:
+    """The agent's limits in force (workspaces.limits.agent_limits), each with where it comes from."""
+    binding, above = agent_limits(agent, workspace), workspace_limits(workspace)
+    rows = []
+    for name in LIMIT_NAMES:
+        own = getattr(agent, f"limit_{name}")
+        if own is not None:
+            origin = Origin.AGENT
+        elif getattr(workspace, f"limit_{name}") is not None:
+            origin = Origin.WORKSPACE
+        else:
+            origin = Origin.INSTALLATION
+        rows.append(Setting(name, getattr(binding, name), own, getattr(above, name), origin))
+    return rows
+
+
+def workspace_limit_settings(workspace: Workspace) -> list[Setting]:
+    """The workspace's defaults for its agents (workspaces.limits.workspace_limits), each with its origin."""
+    binding = workspace_limits(workspace)
+    rows = []
+    for name in LIMIT_NAMES:
+        own = getattr(workspace, f"limit_{name}")
+        origin = Origin.INSTALLATION if own is None else Origin.WORKSPACE
+        rows.append(Setting(name, getattr(binding, name), own, settings.AGENT_LIMIT_DEFAULTS[name], origin))
+    return rows
 
 
 @dataclass(frozen=True)
@@ -23,18 +73,27 @@ class Usage:
 
 
 def agent_usage(agent: Agent) -> Usage:
-    now = datetime.now(UTC)
-    live = (
+    usage = AgentUsage.objects.filter(agent=agent).first()
+    today = datetime.now(UTC).date()
+    bookings = usage.bookings_on_day if usage is not None and usage.day == today else 0
+    return Usage(live_holds=_live_holds(agent=agent), bookings_today=bookings)
+
+
+def workspace_live_holds(workspace: Workspace) -> int:
+    """The live holds of all the workspace's agents: what pausing them all with their holds releases."""
+    return _live_holds(agent__workspace=workspace)
+
+
+def _live_holds(**whose: object) -> int:
+    """Holds not yet committed, released or lapsed, counted once however many calendars each spans."""
+    return (
         Reservation.objects.filter(
-            agent=agent, status=ReservationStatus.HELD, is_primary=True, expires_at__gt=now
+            status=ReservationStatus.HELD, is_primary=True, expires_at__gt=datetime.now(UTC), **whose
         )
         .values("hold_id")
         .distinct()
         .count()
     )
-    usage = AgentUsage.objects.filter(agent=agent).first()
-    today = usage.bookings_on_day if usage is not None and usage.day == now.date() else 0
-    return Usage(live_holds=live, bookings_today=today)
 
 
 def open_notices(workspace: Workspace, *, agent: Agent | None = None) -> QuerySet[LimitNotice]:

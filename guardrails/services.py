@@ -25,7 +25,7 @@ from audit.models import Outcome
 from audit.services import audit_record
 from bookings import engine
 from bookings.models import Reservation, ReservationStatus
-from guardrails.models import LimitNotice
+from guardrails.models import LIMIT_WORDS, LimitNotice
 from webhooks.models import EventType
 from webhooks.outbox import outbox_emit
 from workspaces.actor import Actor
@@ -240,14 +240,6 @@ def workspace_limits_update(*, actor: Actor, limits: Mapping[str, Any]) -> Works
 
 # --- Owners told -----------------------------------------------------------------------------------------
 
-_LIMIT_WORDS = {
-    "requests": "its request rate",
-    "searches": "its searches per minute",
-    "in_flight": "its requests in progress at once",
-    "live_holds": "its live holds at once",
-    "bookings_per_day": "its bookings per day",
-}
-
 
 def limit_reached(*, agent_pk: int, limit: str) -> LimitNotice | None:
     """The first time today the agent met `limit`: a dashboard notice and one email to the owners. None
@@ -263,7 +255,7 @@ def limit_reached(*, agent_pk: int, limit: str) -> LimitNotice | None:
     except IntegrityError:
         return None
     limits = agent_limits(agent, agent.workspace)
-    what = _LIMIT_WORDS.get(limit, limit)
+    what = LIMIT_WORDS.get(limit, limit)
     value = {
         "requests": f"{limits.requests_per_second:g} a second, bursts of {limits.request_burst}",
         "searches": f"{limits.searches_per_minute} a minute",

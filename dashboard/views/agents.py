@@ -1,8 +1,8 @@
 """Agents and their API keys: who may book at what priority, and with which credentials.
 
-Everyone in the workspace can read these pages; only owners and admins change anything (each change
-is audited by the service it calls): create, rename, disable and enable agents, set priorities and inbox
-limits, create, rotate and revoke keys.
+Everyone in the workspace reads these pages; owners and admins create, rename, disable and enable
+agents, set priorities, inbox and request limits, create, rotate and revoke keys; owners alone pause and
+resume agents, after a confirm step that offers to release live holds too (each change audited).
 
 A new raw key is shown once, post/redirect/get (dashboard.one_time): the POST that makes it keeps it
 sealed in the person's session and answers 303 to the key's own page, which takes it out as it renders
@@ -26,11 +26,17 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from accounts.roles import Permission
 from agentcal.clock import server_now
+from agentcal.errors import InvalidRequest
 from dashboard.access import page_context, workspace_page
+from dashboard.forms import LimitsForm
 from dashboard.http import DashboardRequest
 from dashboard.lookups import agent_in
 from dashboard.one_time import keep_for_display, see_other, take_for_display
 from dashboard.viewmodels.agent_stats import agent_stats, endpoint_status, key_status
+from dashboard.viewmodels.guardrails import agent_limits_context, notice_lines
+from dashboard.wording import holds_released
+from guardrails.selectors import open_notices, workspace_live_holds
+from guardrails.services import agent_limits_update, agent_pause, agent_resume
 from inboxes.quotas import MAX_LIMIT, default_limits, inbox_settings_update
 from webhooks.selectors import agent_endpoints, recent_attempts
 from workspaces.models import MAX_PRIORITY, MIN_PRIORITY, Agent, ApiKey, Scope, Workspace
@@ -164,12 +170,17 @@ def _render_agent_list(
 ) -> HttpResponse:
     agents = agents_with_key_counts(workspace, now=server_now())
     stats = agent_stats(workspace, agents)
+    # The confirm step of "Pause all agents" (`?confirm=pause`), for those who may pause.
+    confirm_pause = request.GET.get("confirm") == "pause" and request.membership.may(Permission.PAUSE_AGENTS)
     context = page_context(
         request,
         "agents",
         rows=[{"agent": agent, "stats": stats[agent.pk]} for agent in agents],
         form=form or AgentCreateForm(initial={"priority": DEFAULT_PRIORITY}),
         can_manage=request.membership.may(Permission.MANAGE_WORKSPACE),
+        notices=notice_lines(open_notices(workspace)),
+        confirm_pause=confirm_pause,
+        live_holds=workspace_live_holds(workspace) if confirm_pause else 0,
         min_priority=MIN_PRIORITY,
         max_priority=MAX_PRIORITY,
         retention_days=workspace.audit_retention_days,
@@ -225,6 +236,8 @@ def _render_agent_detail(
     rename_form: RenameForm | None = None,
     key_form: KeyCreateForm | None = None,
     inbox_form: InboxSettingsForm | None = None,
+    limits_form: LimitsForm | None = None,
+    confirm_pause: bool = False,
 ) -> HttpResponse:
     now = server_now()
     defaults = default_limits()  # what a blank limit means, shown as each field's placeholder
@@ -264,13 +277,19 @@ def _render_agent_detail(
         min_priority=MIN_PRIORITY,
         max_priority=MAX_PRIORITY,
         retention_days=workspace.audit_retention_days,
+        confirm_pause=confirm_pause and request.membership.may(Permission.PAUSE_AGENTS),
+        **agent_limits_context(agent, workspace, limits_form),
     )
     return render(request, "dashboard/agents/detail.html", context, status=status)
 
 
 @workspace_page()
 def agent_detail(request: DashboardRequest, workspace: Workspace, agent_id: str) -> HttpResponse:
-    return _render_agent_detail(request, workspace, agent_in(workspace, agent_id))
+    """The agent's page; `?confirm=pause` opens the pause's confirm step (for those who may pause)."""
+    agent = agent_in(workspace, agent_id)
+    return _render_agent_detail(
+        request, workspace, agent, confirm_pause=request.GET.get("confirm") == "pause"
+    )
 
 
 @require_POST
@@ -342,6 +361,67 @@ def agent_inbox_settings(request: DashboardRequest, workspace: Workspace, agent_
     agent = inbox_settings_update(actor=request.actor, agent=agent, **form.settings())
     review = "every send waits for approval" if agent.inbox_review_first else "sends go out directly"
     messages.success(request, f"Inbox settings saved: {review}.")
+    return redirect("dashboard:agent", workspace.slug, agent.public_id)
+
+
+@require_POST
+@workspace_page(needs=Permission.MANAGE_WORKSPACE)
+def agent_limits_edit(request: DashboardRequest, workspace: Workspace, agent_id: str) -> HttpResponse:
+    agent = agent_in(workspace, agent_id)
+    form = LimitsForm(request.POST)
+    limits = form.limits()
+    if limits is not None:
+        try:
+            agent = agent_limits_update(actor=request.actor, agent=agent, limits=limits)
+        except InvalidRequest as exc:
+            form.refused(exc.extra.get("errors", {}))
+        else:
+            messages.success(request, f"Limits of {agent.name} saved: they apply from its next request.")
+            return redirect(reverse("dashboard:agent", args=[workspace.slug, agent.public_id]) + "#limits")
+    return _render_agent_detail(request, workspace, agent, status=400, limits_form=form)
+
+
+@require_http_methods(["GET", "HEAD", "POST"])
+def agent_pause_view(request: HttpRequest, workspace_slug: str, agent_id: str) -> HttpResponse:
+    """POST pauses the agent (owners), from the confirm step; GET leads to that step."""
+    if request.method == "POST":
+        return _agent_pause(request, workspace_slug, agent_id)
+    return _to_pause_confirm(request, workspace_slug, agent_id)
+
+
+@workspace_page()
+def _to_pause_confirm(request: DashboardRequest, workspace: Workspace, agent_id: str) -> HttpResponse:
+    agent = agent_in(workspace, agent_id)
+    return redirect(reverse("dashboard:agent", args=[workspace.slug, agent.public_id]) + "?confirm=pause")
+
+
+@workspace_page(needs=Permission.PAUSE_AGENTS)
+def _agent_pause(request: DashboardRequest, workspace: Workspace, agent_id: str) -> HttpResponse:
+    agent = agent_in(workspace, agent_id)
+    stopped = agent_pause(
+        actor=request.actor, agent=agent, release_holds=request.POST.get("release_holds") == "on"
+    )
+    released = holds_released(stopped.released)
+    if stopped.changed:
+        messages.success(
+            request,
+            f"{agent.name} is paused: its writes are refused from now on; reads still work.{released}",
+        )
+    else:
+        messages.error(request, f"{agent.name} was already paused.{released}")
+    return redirect("dashboard:agent", workspace.slug, agent.public_id)
+
+
+@require_POST
+@workspace_page(needs=Permission.PAUSE_AGENTS)
+def agent_resume_view(request: DashboardRequest, workspace: Workspace, agent_id: str) -> HttpResponse:
+    agent = agent_in(workspace, agent_id)
+    if not agent_resume(actor=request.actor, agent=agent):
+        messages.error(request, f"{agent.name} was not paused.")
+    elif workspace.paused_at is not None:
+        messages.success(request, f"{agent.name} is resumed, but the whole workspace is still paused.")
+    else:
+        messages.success(request, f"{agent.name} is resumed: its writes work again.")
     return redirect("dashboard:agent", workspace.slug, agent.public_id)
 
 

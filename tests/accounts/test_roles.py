@@ -23,6 +23,7 @@ def test_each_role_may_what_the_next_may_and_more():
     ladder = [GRANTS[role] for role in (Role.VIEWER, Role.APPROVER, Role.ADMIN, Role.OWNER)]
     assert all(lower < higher for lower, higher in zip(ladder, ladder[1:], strict=False))
     assert roles_that_may(Permission.MANAGE_TEAM) == ["owner"]
+    assert roles_that_may(Permission.PAUSE_AGENTS) == ["owner"]
     assert roles_that_may(Permission.MANAGE_WORKSPACE) == ["owner", "admin"]
     assert roles_that_may(Permission.READ_INBOXES) == ["owner", "admin"]
     assert roles_that_may(Permission.DECIDE_APPROVALS) == ["owner", "admin", "approver"]

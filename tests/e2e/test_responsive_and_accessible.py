@@ -50,7 +50,11 @@ def seed_tour() -> Tour:
     """A workspace with a little of everything: agents with keys, calendars with holds, bookings, a
     release and a conflict (so the audit trail and metrics have rows), approvals (one gating a hold),
     mail in an inbox and a passkey."""
-    workspace = Workspace.objects.create(slug="acme", name="Acme Inc.")
+    # Defaults of the workspace's own for the request rate (the tests' installation default is far above a
+    # real one), and a limit of the sales agent's own: the agent's page shows all three origins.
+    workspace = Workspace.objects.create(
+        slug="acme", name="Acme Inc.", limit_requests_per_second=20, limit_request_burst=60
+    )
     owner = get_user_model().objects.create_user(username="olivia@acme.test", email="olivia@acme.test")
     Membership.objects.create(user=owner, workspace=workspace, role=Role.OWNER)
     Passkey.objects.create(
@@ -61,7 +65,7 @@ def seed_tour() -> Tour:
         transports=["internal"],
     )
     sdr = Agent.objects.create(
-        workspace=workspace, name="SDR bot", slug="sdr", priority=100, max_priority=200
+        workspace=workspace, name="SDR bot", slug="sdr", priority=100, max_priority=200, limit_live_holds=25
     )
     assistant = Agent.objects.create(
         workspace=workspace, name="Exec assistant", slug="exec-assistant", priority=500, max_priority=900
@@ -137,6 +141,7 @@ def seed_tour() -> Tour:
         ("agent-inbox", f"/w/{slug}/agents/{sdr.public_id}/inbox"),
         ("inbox-thread", f"/w/{slug}/agents/{sdr.public_id}/inbox/{first.thread.public_id}"),
         ("mail-setup", f"/w/{slug}/settings/mail"),
+        ("limit-defaults", f"/w/{slug}/settings/limits"),
         ("passkeys", "/auth/passkeys"),
         ("team", f"/w/{slug}/team"),
     ]
