@@ -10,7 +10,7 @@ in-process and through a gunicorn the benchmark starts, and its double-booking c
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -69,6 +69,19 @@ class LocalTarget:
 
     def calendar_create(self, name: str, **settings: Any) -> str:
         return engine.calendar_create(actor=self.actor, name=name, **settings).public_id
+
+    def agent_limits_set(self, index: int, limits: Mapping[str, float]) -> dict[str, float]:
+        """Give agent `index` limits of its own, named as the keys of the AGENT_LIMIT_DEFAULTS setting
+        (`requests_per_second`, `request_burst`, `live_holds`, …); saved through the ORM, so every web
+        process drops its copy of the agent within a second (agentcal.local_cache). Returns the limits
+        set: those the Agent model has a field for."""
+        agent = Agent.objects.get(pk=self.agent_pks[index])
+        known = {name: value for name, value in limits.items() if hasattr(Agent, f"limit_{name}")}
+        for name, value in known.items():
+            setattr(agent, f"limit_{name}", value)
+        if known:
+            agent.save(update_fields=[f"limit_{name}" for name in known])
+        return known
 
     def engine_session(self, index: int) -> EngineSession:
         return EngineSession(agent_pk=self.agent_pks[index % len(self.agent_pks)])
