@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -22,7 +21,7 @@ from typing import TYPE_CHECKING
 from bench.config import HTTP, RUNAWAY_CALM, RUNAWAY_FLOOD, RUNAWAY_LIMITS_OFF
 from bench.scenarios import TimedRun, flood, run_threads
 from bench.stats import ScenarioResult
-from bench.targets import LocalTarget
+from bench.targets import GENEROUS_LIMITS, LocalTarget
 from bookings.spans import Span
 
 if TYPE_CHECKING:
@@ -31,18 +30,6 @@ if TYPE_CHECKING:
 SLOT = timedelta(minutes=5)
 RATE_CHECK_SWITCH = "AGENT_RATE_LIMITS_ENABLED"
 FLOOD_VARIANT = "flood"
-# Far above what a well-behaved agent here sends (tens of requests a second, one at a time), so only the
-# flooding agent meets a limit.
-GENEROUS_LIMITS: dict[str, float] = {
-    "requests_per_second": 100_000.0,
-    "request_burst": 100_000,
-    "live_holds": 100_000,
-    "bookings_per_day": 100_000_000,
-    "searches_per_minute": 100_000,
-}
-# A saved agent reaches every web process within a second (agentcal.local_cache); the servers are started
-# after the limits are set anyway, so this only covers a process that read the agent just before.
-LIMITS_SETTLE_SECONDS = 1.5
 # The flood stops when the well-behaved run ends; this bounds it should that run never end.
 FLOOD_TIME_SLACK_SECONDS = 5.0
 
@@ -55,19 +42,19 @@ def runaway(phases: Phases) -> None:
             "database and the rate check's switch in the servers' environment)"
         )
         return
-    well_behaved = list(range(config.concurrency))
-    given = {index: target.agent_limits_set(index, GENEROUS_LIMITS) for index in well_behaved}
-    flood_limits = target.agent_limits_set(
-        config.runaway_agent,
-        {"requests_per_second": config.runaway_flood_rate, "request_burst": config.runaway_flood_burst},
-    )
-    time.sleep(LIMITS_SETTLE_SECONDS)
+    # The well-behaved agents keep the workspace's limits (bench.targets.GENEROUS_LIMITS). Set before the
+    # scenario's servers start, so each of their processes reads the flooding agent's limits fresh.
+    flood_limits = {
+        "requests_per_second": config.runaway_flood_rate,
+        "request_burst": config.runaway_flood_burst,
+    }
+    target.agent_limits_set(config.runaway_agent, flood_limits)
     context = {
         "flood_threads": config.runaway_flood_threads,
         "flood_limits": flood_limits,
-        "well_behaved_limits": given[0] if given else {},
+        "well_behaved_limits": GENEROUS_LIMITS.as_dict(),
     }
-    agents = [*well_behaved, config.runaway_agent]
+    agents = [*range(config.concurrency), config.runaway_agent]
     for position, threads in enumerate(config.runaway_worker_threads):
         with contextlib.ExitStack() as servers:
             url = servers.enter_context(

@@ -40,17 +40,16 @@ def runaway_summary(results: list[ScenarioResult]) -> dict[str, Any] | None:
         flood = _run(results, RUNAWAY_FLOOD, "flood", threads)
         assert alone is not None and beside is not None and flood is not None
         limits = flood.extra["flood_limits"]
-        budget = None
-        if {"requests_per_second", "request_burst"} <= set(limits):
-            budget = limits["request_burst"] + limits["requests_per_second"] * flood.wall_seconds
+        # At most what a full bucket holds, and what refills while the flood lasts.
+        budget = limits["request_burst"] + limits["requests_per_second"] * flood.wall_seconds
         counts = [r.double_bookings for r in (alone, beside, flood)]
         runs.append(
             {
                 "worker_threads": threads,
                 "workers": worker_kind(threads),
-                "alone_writes_per_second": alone.ops_per_second,
-                "beside_flood_writes_per_second": beside.ops_per_second,
-                "throughput_ratio": ratio(beside.ops_per_second, alone.ops_per_second),
+                "alone_writes_per_second": _writes_per_second(alone),
+                "beside_flood_writes_per_second": _writes_per_second(beside),
+                "throughput_ratio": ratio(_writes_per_second(beside), _writes_per_second(alone)),
                 "alone_p99_ms": alone.latency()["p99"],
                 "beside_flood_p99_ms": beside.latency()["p99"],
                 "p99_ratio": ratio(beside.latency()["p99"], alone.latency()["p99"]),
@@ -75,9 +74,9 @@ def runaway_summary(results: list[ScenarioResult]) -> dict[str, Any] | None:
     if on is not None and off is not None:
         cost = {
             "workers": worker_kind(on.extra["worker_threads"]),
-            "on_writes_per_second": on.ops_per_second,
-            "off_writes_per_second": off.ops_per_second,
-            "ratio": ratio(on.ops_per_second, off.ops_per_second),
+            "on_writes_per_second": _writes_per_second(on),
+            "off_writes_per_second": _writes_per_second(off),
+            "ratio": ratio(_writes_per_second(on), _writes_per_second(off)),
             "on_p99_ms": on.latency()["p99"],
             "off_p99_ms": off.latency()["p99"],
             "on_web_cpu_ms_per_write": on.extra.get("web_cpu_ms_per_write"),
@@ -85,6 +84,11 @@ def runaway_summary(results: list[ScenarioResult]) -> dict[str, Any] | None:
             "errors": on.errors + off.errors,
         }
     return {"runs": runs, "rate_check_cost": cost}
+
+
+def _writes_per_second(result: ScenarioResult) -> float | None:
+    """Writes that succeeded, per second: a refused request is cheap and must not count as throughput."""
+    return ratio(result.successes, result.wall_seconds)
 
 
 def _answers(flood: ScenarioResult) -> dict[str, int]:
@@ -111,8 +115,6 @@ def _flood_said(run: dict[str, Any]) -> str:
     budget = (
         f"its budget {num(limits['requests_per_second'], 0)}/s, burst {limits['request_burst']}: at most "
         f"{num(run['flood_budget'], 0)} in {run['flood_seconds']:.1f} s"
-        if run["flood_budget"] is not None
-        else "no limits set: the Agent model has no limit fields"
     )
     answers = ", ".join(f"{name} ×{n:,}" for name, n in run["flood_answers"].items()) or "none"
     return (
@@ -186,11 +188,7 @@ def runaway_markdown(summary: dict[str, Any] | None) -> list[str]:
         return []
     first = summary["runs"][0]
     limits = first["flood_limits"]
-    given = (
-        f"{num(limits['requests_per_second'], 0)} requests/s, burst {limits['request_burst']}"
-        if {"requests_per_second", "request_burst"} <= set(limits)
-        else "none (the Agent model has no limit fields)"
-    )
+    given = f"{num(limits['requests_per_second'], 0)} requests/s, burst {limits['request_burst']}"
     lines = [
         "",
         "**A runaway agent** (the well-behaved agents book disjoint slots through HTTP alone, then while "
