@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from bench.config import HTTP, RUNAWAY_CALM, RUNAWAY_FLOOD, RUNAWAY_LIMITS_OFF
-from bench.scenarios import TimedRun, flood, run_threads
+from bench.scenarios import flood
 from bench.stats import ScenarioResult
 from bench.targets import GENEROUS_LIMITS, LocalTarget
 from bookings.spans import Span
@@ -148,10 +148,9 @@ class Runaway:
         title = f"{RUNAWAY_FLOOD} · {self.extra['worker_threads']} thread(s)"
         calendars, flood_calendars = self._calendars(title), self._calendars(f"{title} · flood")
         stop = threading.Event()
-        done: dict[str, ScenarioResult | TimedRun] = {}
-
-        def flooding() -> None:
-            done["flood"] = flood(
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="bench-flood") as pool:
+            flooding = pool.submit(
+                flood,
                 self.phases.engine_opener(HTTP, flood_calendars, url=self.url, as_agent=config.runaway_agent),
                 threads=config.runaway_flood_threads,
                 calendars=config.calendars,
@@ -160,19 +159,13 @@ class Runaway:
                 max_ops=config.max_ops,
                 span_for=self.span_for,
             )
-
-        def booking() -> None:
             try:
-                done["well_behaved"] = self._well_behaved(
+                well_behaved = self._well_behaved(
                     RUNAWAY_FLOOD, self.url, calendars, duration=config.duration, title=title
                 )
             finally:
                 stop.set()
-
-        parts: list[Callable[[], None]] = [flooding, booking]
-        run_threads(len(parts), lambda i: parts[i]())
-        well_behaved, run = done["well_behaved"], done["flood"]
-        assert isinstance(well_behaved, ScenarioResult) and isinstance(run, TimedRun)
+            run = flooding.result()
         self._checked(well_behaved, calendars, well_behaved.extra.pop("slots_used"))
         flooded = ScenarioResult(
             RUNAWAY_FLOOD,
