@@ -2,7 +2,7 @@
 per-agent request-rate check cost a request when nobody floods?
 
 Through HTTP only, on gunicorns of its own (the switch AGENT_RATE_LIMITS_ENABLED is set in their
-environment) and with agent limits set in this run's database. For each kind of web worker in
+environment), the runaway agent's limits set in this run's database. For each kind of web worker in
 `runaway_worker_threads` (1 thread: sync workers; more: gthread): the well-behaved agents
 (--concurrency, the disjoint workload) alone, then beside the flood — one agent holding and releasing
 from `runaway_flood_threads` threads on calendars of its own. On the first kind, the run alone is split
@@ -38,8 +38,8 @@ def runaway(phases: Phases) -> None:
     config, target, deployment = phases.config, phases.target, phases.deployment
     if not phases.http or not isinstance(target, LocalTarget) or not deployment.starts_servers:
         phases.progress.note(
-            "runaway: skipped (HTTP only, on servers this run starts: it sets agents' limits in this "
-            "database and the rate check's switch in the servers' environment)"
+            "runaway: skipped (HTTP only, on servers this run starts: it sets the runaway agent's limits in "
+            "this database and the rate check's switch in the servers' environment)"
         )
         return
     # The well-behaved agents keep the workspace's limits (bench.targets.GENEROUS_LIMITS). Set before the
@@ -54,13 +54,15 @@ def runaway(phases: Phases) -> None:
         "flood_limits": flood_limits,
         "well_behaved_limits": GENEROUS_LIMITS.as_dict(),
     }
-    agents = [*range(config.concurrency), config.runaway_agent]
+    # The runaway agent is not warmed up: that would spend its own budget. Its first request on each web
+    # worker pays argon2 (tens of ms), as a freshly started agent's does, mostly before the others start.
+    well_behaved = list(range(config.concurrency))
     for position, threads in enumerate(config.runaway_worker_threads):
         with contextlib.ExitStack() as servers:
             url = servers.enter_context(
                 deployment.app_server(f"runaway-{threads}t", threads=threads, env={RATE_CHECK_SWITCH: "true"})
             )
-            deployment.warm_up(url, agents)
+            deployment.warm_up(url, well_behaved)
             run = Runaway(phases, url=url, threads=threads, context=context)
             if position == 0:
                 off_url = servers.enter_context(
@@ -68,7 +70,7 @@ def runaway(phases: Phases) -> None:
                         "runaway-check-off", threads=threads, env={RATE_CHECK_SWITCH: "false"}
                     )
                 )
-                deployment.warm_up(off_url, agents)
+                deployment.warm_up(off_url, well_behaved)
                 phases.results += run.alone_against_check_off(off_url)
             else:
                 phases.results.append(run.alone(RUNAWAY_CALM, url, duration=config.duration))
