@@ -10,7 +10,8 @@ from bench.scenarios import MixPlan
 from bench.server import default_workers
 
 IN_PROCESS, HTTP = "in-process", "http"
-# The runaway scenario runs last: it gives its flooding agent low limits, and the others generous ones.
+# The runaway scenario runs last: it gives its flooding agent (the last agent; the big herd's racers, more
+# than the agents, speak as it too) limits of its own, low ones.
 SCENARIOS = ("herd", "disjoint", "mix", "nodes", "herd500", "meeting", "runaway")
 UNCONGESTED = "herd-uncongested"  # the herd with as many racers as gunicorn workers (HTTP only)
 NODES_DISJOINT, NODES_HERD = "nodes-disjoint", "nodes-herd"  # the scale-out scenario's two workloads
@@ -53,7 +54,7 @@ class BenchConfig:
     runaway_flood_rate: float = 20.0  # runaway: the flooding agent's own requests per second …
     runaway_flood_burst: int = 40  # … and burst
     # runaway: threads per gunicorn worker it is measured with (1: sync workers; more: gthread), each on a
-    # server of its own unless it is --threads (the run's web node).
+    # server of its own.
     runaway_worker_threads: tuple[int, ...] = (1, 4)
     warmup_requests: int = 20  # per agent, before HTTP phases: every worker verifies every key once
     idempotency_keys: bool = False
