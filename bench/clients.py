@@ -194,7 +194,7 @@ class HttpSession:
                 op,
                 response.status_code,
                 seconds,
-                code=str(payload.get("error", "")),
+                code=_problem_code(payload),
                 alternatives=len(alternatives),
             ), payload
         return Outcome(op, response.status_code, seconds), payload
@@ -236,6 +236,14 @@ class HttpSession:
 
     def close(self) -> None:
         self.client.close()
+
+
+def _problem_code(problem: dict[str, Any]) -> str:
+    """The problem's machine code; for a refused budget, with which one (`rate_limited:requests`,
+    `quota_exceeded:live_holds`), so the report can tell the limits apart."""
+    code = str(problem.get("error", ""))
+    which = problem.get("limit_name") or problem.get("quota")
+    return f"{code}:{which}" if which else code
 
 
 # --- Workers: what herd and disjoint call -----------------------------------------------------------------

@@ -140,6 +140,18 @@ class Command(BaseCommand):
             default=50,
             help="meeting-search: in-process searches timed (50; 0 skips)",
         )
+        what.add_argument(
+            "--runaway-flood-threads",
+            type=int,
+            default=16,
+            help="runaway: threads the flooding agent sends from (16)",
+        )
+        what.add_argument(
+            "--runaway-worker-threads",
+            type=_ints,
+            default=(1, 4),
+            help="runaway: threads per gunicorn worker to measure it with; 1 is sync workers (1,4)",
+        )
         what.add_argument("--seed", type=int, default=1)
         remote = parser.add_argument_group("against a running server")
         remote.add_argument(
@@ -180,9 +192,12 @@ class Command(BaseCommand):
             "herd_racers_nodes",
             "meeting_agents",
             "meeting_tries",
+            "runaway_flood_threads",
         ):
             if options[name] < 1:
                 raise CommandError(f"--{name.replace('_', '-')} must be at least 1")
+        if not options["runaway_worker_threads"] or 0 in options["runaway_worker_threads"]:
+            raise CommandError("--runaway-worker-threads needs one or more counts, each at least 1")
         if options["duration"] <= 0 or options["mix_ttl"] < 1 or options["cost_bookings"] < 0:
             raise CommandError("--duration must be positive, --mix-ttl at least 1, --cost-bookings ≥ 0")
         modes = options["modes"] or ((HTTP,) if options["url"] else MODES)
@@ -216,6 +231,8 @@ class Command(BaseCommand):
             meeting_agents=options["meeting_agents"],
             meeting_tries=options["meeting_tries"],
             meeting_search_calls=max(options["meeting_search_calls"], 0),
+            runaway_flood_threads=options["runaway_flood_threads"],
+            runaway_worker_threads=options["runaway_worker_threads"],
             warmup_requests=options["warmup_requests"],
             idempotency_keys=options["idempotency_keys"],
             seed=options["seed"],

@@ -10,10 +10,15 @@ from bench.scenarios import MixPlan
 from bench.server import default_workers
 
 IN_PROCESS, HTTP = "in-process", "http"
-SCENARIOS = ("herd", "disjoint", "mix", "nodes", "herd500", "meeting")
+# The runaway scenario runs last: it gives its flooding agent (the last agent; the big herd's racers, more
+# than the agents, speak as it too) limits of its own, low ones.
+SCENARIOS = ("herd", "disjoint", "mix", "nodes", "herd500", "meeting", "runaway")
 UNCONGESTED = "herd-uncongested"  # the herd with as many racers as gunicorn workers (HTTP only)
 NODES_DISJOINT, NODES_HERD = "nodes-disjoint", "nodes-herd"  # the scale-out scenario's two workloads
 BIG_HERD = "herd500"
+# The runaway scenario's rows: the well-behaved agents alone, beside a flooding agent, and alone on a
+# server whose per-agent request-rate check is off; the flooding agent's own requests.
+RUNAWAY_CALM, RUNAWAY_FLOOD, RUNAWAY_LIMITS_OFF = "runaway-calm", "runaway-flood", "runaway-limits-off"
 
 
 @dataclass
@@ -45,6 +50,12 @@ class BenchConfig:
     meeting_agents: int = 50  # meeting: agents after a meeting of the same three people at once
     meeting_tries: int = 20  # meeting, read-intersect-hold strategy: hold attempts before giving up
     meeting_search_calls: int = 50  # meeting-search: find_common_time calls timed (0 skips)
+    runaway_flood_threads: int = 16  # runaway: the flooding agent's concurrent requests
+    runaway_flood_rate: float = 20.0  # runaway: the flooding agent's own requests per second …
+    runaway_flood_burst: int = 40  # … and burst
+    # runaway: threads per gunicorn worker it is measured with (1: sync workers; more: gthread), each on a
+    # server of its own.
+    runaway_worker_threads: tuple[int, ...] = (1, 4)
     warmup_requests: int = 20  # per agent, before HTTP phases: every worker verifies every key once
     idempotency_keys: bool = False
     seed: int = 1
@@ -64,6 +75,13 @@ class BenchConfig:
 
     @property
     def agent_count(self) -> int:
-        """Agents (each with its own API key) the run creates: enough for every scenario chosen."""
+        """Agents (each with its own API key) the run creates: enough for every scenario chosen, and the
+        runaway scenario's flooding agent after them all."""
         meeting = self.meeting_agents if "meeting" in self.scenarios else 0
-        return max(self.agents, self.concurrency, meeting)
+        runaway = 1 if "runaway" in self.scenarios else 0
+        return max(self.agents, self.concurrency, meeting) + runaway
+
+    @property
+    def runaway_agent(self) -> int:
+        """The flooding agent's index: the last one, after every agent the other scenarios count on."""
+        return self.agent_count - 1

@@ -43,19 +43,24 @@ class Deployment:
     def start(self, stack: contextlib.ExitStack[bool | None]) -> None:
         """Start (or take as given) every server, each stopped when `stack` closes; then warm them up."""
         config = self.config
-        self.app_url = config.url or config.server_url or stack.enter_context(self._app_server())
+        self.app_url = config.url or config.server_url or stack.enter_context(self.app_server("node0"))
         self.node_urls = [self.app_url]
         for index in range(1, self._nodes_wanted()):
-            self.node_urls.append(stack.enter_context(self._app_server(node=index)))
+            self.node_urls.append(stack.enter_context(self.app_server(f"node{index}")))
         if config.baselines:
             self.baseline_url = config.baseline_server_url or stack.enter_context(self._baseline_server())
         for url in self.node_urls:
-            self._warm_up(url)
+            self.warm_up(url)
+
+    @property
+    def starts_servers(self) -> bool:
+        """Whether this run starts its own gunicorns (not with --url, nor with a test's server)."""
+        return not (self.config.url or self.config.server_url)
 
     def _nodes_wanted(self) -> int:
         """Web nodes to start: only with servers of our own (with --url or a test's server there is one)."""
         config = self.config
-        if config.url or config.server_url:
+        if not self.starts_servers:
             return 1
         wanted = 1
         if "nodes" in config.scenarios:
@@ -65,20 +70,25 @@ class Deployment:
         return wanted
 
     @contextlib.contextmanager
-    def _app_server(self, *, node: int = 0) -> Iterator[str]:
+    def app_server(
+        self, name: str, *, threads: int | None = None, env: dict[str, str] | None = None
+    ) -> Iterator[str]:
         """One web node: a gunicorn master of its own, on a port of its own. Nodes share nothing but the
-        database and Redis, as separate machines would."""
+        database and Redis, as separate machines would. `threads` (else --threads) and `env` (added to
+        the run's server environment) are for a scenario's own server."""
+        threads = threads or self.config.threads
         self.progress.note(
-            f"starting web node {node}: gunicorn agentcal.wsgi:application with {self.config.workers} workers"
+            f"starting {name}: gunicorn agentcal.wsgi:application with {self.config.workers} "
+            f"workers × {threads} threads"
         )
         server = GunicornServer(
             "agentcal.wsgi:application",
             workers=self.config.workers,
-            threads=self.config.threads,
+            threads=threads,
             health_path="/v1/health",
-            env=self.config.server_env,
+            env={**self.config.server_env, **(env or {})},
             log_dir=self.config.log_dir,
-            name=f"node{node}",
+            name=name,
         )
         with server as url:
             self._servers[url] = server
@@ -110,16 +120,19 @@ class Deployment:
             self._servers[url] = server
             yield url
 
-    def _warm_up(self, url: str) -> None:
+    def warm_up(self, url: str, agents: Sequence[int] | None = None) -> None:
         """Not measured: each gunicorn worker pays argon2 once per key (tens of ms) on first use. Many
-        concurrent requests per key make it very likely every worker has seen every key before timing."""
-        agents, per_agent = self.config.agent_count, self.config.warmup_requests
+        concurrent requests per key make it very likely every worker has seen every key before timing.
+        Every agent's key, or only those of `agents` (indices)."""
+        chosen = list(agents) if agents is not None else list(range(self.config.agent_count))
+        per_agent = self.config.warmup_requests
         if per_agent <= 0:
             return
         failures: list[int] = []
-        with self.progress.phase(f"warm-up (keys x workers) {url}", total=agents, unit="agents") as bar:
+        with self.progress.phase(f"warm-up (keys x workers) {url}", total=len(chosen), unit="agents") as bar:
 
-            def warm(index: int) -> None:
+            def warm(thread: int) -> None:
+                index = chosen[thread]
                 with http_client(
                     f"{url}/v1",
                     headers={"Authorization": f"Bearer {self.target.key(index)}", **self.config.http_headers},
@@ -136,6 +149,6 @@ class Deployment:
                             client.get("/health")
                 bar.advance()
 
-            run_threads(agents, warm)
+            run_threads(len(chosen), warm)
         if failures:
             raise RuntimeError(f"warm-up requests failed ({len(failures)}, e.g. HTTP {failures[0]})")

@@ -7,6 +7,7 @@ from typing import Any
 
 from bench.formatting import fmt_ms, fmt_ratio, num
 from bench.meeting_report import meeting_goals
+from bench.runaway_report import runaway_goals
 from bench.stats import ScenarioResult, find, ratio
 
 # The seed product's published headline, which the big herd is set against.
@@ -124,6 +125,7 @@ def goals_table(
             )
         )
     goals += meeting_goals(results)
+    goals += runaway_goals(results)
     goals += _cost_goals(cost)
     if key_verify:
         latency = key_verify["latency_ms"]

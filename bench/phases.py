@@ -19,6 +19,7 @@ from bench.config import BIG_HERD, HTTP, IN_PROCESS, NODES_DISJOINT, NODES_HERD,
 from bench.deployment import Deployment, prepare_baselines
 from bench.meeting import meeting_results
 from bench.progress import Progress
+from bench.runaway import runaway
 from bench.scenarios import TimedRun, disjoint, herd, mix
 from bench.search_probe import search_probe
 from bench.stats import ScenarioResult, ratio
@@ -62,24 +63,34 @@ class Phases:
             "nodes": self._nodes,
             "herd500": self._big_herd,
             "meeting": self._meeting,
+            "runaway": lambda: runaway(self),
         }[scenario]()
 
     # --- workers ---------------------------------------------------------------------------------------
 
     def engine_opener(
-        self, mode: str, calendars: Sequence[str], *, nodes: int = 1
+        self,
+        mode: str,
+        calendars: Sequence[str],
+        *,
+        nodes: int = 1,
+        url: str | None = None,
+        as_agent: int | None = None,
     ) -> Callable[[int], EngineWorker]:
-        """Agent i's worker; through HTTP, agent i talks to web node i mod `nodes`."""
+        """Agent i's worker; through HTTP, agent i talks to web node i mod `nodes` (or to the server at
+        `url`). With `as_agent`, every thread speaks as that one agent."""
         if mode == IN_PROCESS:
             target = self.target
             assert isinstance(target, LocalTarget)
-            return lambda i: EngineWorker(target.engine_session(i), calendars)
+            return lambda i: EngineWorker(
+                target.engine_session(i if as_agent is None else as_agent), calendars
+            )
         assert self.deployment.app_url is not None
-        urls = self.deployment.node_urls[:nodes] or [self.deployment.app_url]
+        urls = [url] if url else self.deployment.node_urls[:nodes] or [self.deployment.app_url]
         return lambda i: EngineWorker(
             HttpSession(
                 base_url=urls[i % len(urls)],
-                raw_key=self.target.key(i),
+                raw_key=self.target.key(i if as_agent is None else as_agent),
                 timeout=self.config.http_timeout,
                 idempotency_keys=self.config.idempotency_keys,
                 headers=self.config.http_headers,
@@ -234,7 +245,7 @@ class Phases:
                 self.target.calendar_create(f"bench nodes {count} disjoint {k}", slot_minutes=5)
                 for k in range(config.calendars)
             ]
-            result = self._timed_phase(
+            result = self.timed_phase(
                 NODES_DISJOINT,
                 "engine",
                 HTTP,
@@ -305,7 +316,7 @@ class Phases:
                 self.target.calendar_create(f"bench disjoint {k} ({mode})", slot_minutes=5)
                 for k in range(config.calendars)
             ]
-            result = self._timed_phase(
+            result = self.timed_phase(
                 "disjoint", "engine", mode, self.engine_opener(mode, calendars), span_for
             )
             window = Span(self.base, span_for(max(result.extra.pop("slots_used"), default=0) + 1).end)
@@ -313,7 +324,7 @@ class Phases:
             self.results.append(result)
         for variant, mode in self._baseline_variants("disjoint"):
             ids = self._new_baseline_calendars(config.calendars)
-            result = self._timed_phase(
+            result = self.timed_phase(
                 "disjoint", variant, mode, self._baseline_opener(variant, mode, ids), span_for
             )
             result.extra.pop("slots_used")
@@ -322,7 +333,7 @@ class Phases:
             )
             self.results.append(result)
 
-    def _timed_phase(
+    def timed_phase(
         self,
         scenario: str,
         variant: str,
@@ -332,23 +343,29 @@ class Phases:
         *,
         title: str | None = None,
         nodes: int = 1,
+        url: str | None = None,
+        duration: float | None = None,
     ) -> ScenarioResult:
+        """The disjoint workload through these workers for `duration` (else --duration) seconds; `url`:
+        the engine's server when it is not the run's web nodes (for the web CPU per write)."""
         config = self.config
+        duration = duration or config.duration
         title = title or f"{scenario} · {variant} · {mode}"
         web: list[str] = []
         if mode == HTTP:
             baseline = [self.deployment.baseline_url] if self.deployment.baseline_url else []
-            web = self.deployment.node_urls[:nodes] if variant == "engine" else baseline
+            engine = [url] if url else self.deployment.node_urls[:nodes]
+            web = engine if variant == "engine" else baseline
         web_cpu_before = self.deployment.web_cpu(web) if web else None
         # In-process and psycopg phases do all their client-side work in this process, so its CPU time
         # (every thread's) is what a write costs outside PostgreSQL.
         process_cpu_before = time.process_time()
-        with self.progress.phase(title, total=config.duration, unit="s") as bar:
+        with self.progress.phase(title, total=duration, unit="s") as bar:
             run: TimedRun = disjoint(
                 open_worker,
                 threads=config.concurrency,
                 calendars=config.calendars,
-                duration=config.duration,
+                duration=duration,
                 max_ops=config.max_ops,
                 span_for=span_for,
                 bar=bar,

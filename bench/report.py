@@ -12,6 +12,7 @@ from typing import Any
 
 from bench.config import BenchConfig
 from bench.goals import goals_table
+from bench.runaway_report import runaway_summary
 from bench.sections import markdown
 from bench.stats import ScenarioResult, find, ratio
 
@@ -60,6 +61,7 @@ def build(
         "history": history,
         "cost": cost,
         "nodes": _nodes_summary(results),
+        "runaway": runaway_summary(results),
     }
     data["goals"] = goals_table(results, ratios, key_verify, machine=machine, cost=cost)
     return Report(data=data, results=results)

@@ -1,8 +1,8 @@
-"""The three workloads, each run by real threads against whatever a worker talks to.
+"""The workloads, each run by real threads against whatever a worker talks to.
 
 A scenario knows nothing about HTTP, psycopg or Django: it calls `open_worker(i)` inside thread `i`
-(so each thread has its own connection), then `worker.reserve(...)` or, for the mix, the engine
-client's hold / commit / release. Every loop is bounded in count and in time.
+(so each thread has its own connection), then `worker.reserve(...)` or, for the mix and the flood, the
+engine client's hold / commit / release. Every loop is bounded in count and in time.
 """
 
 from __future__ import annotations
@@ -304,3 +304,42 @@ def mix(
     run_threads(threads, agent)
     wall = max(ends) - start[0] if start and ends else 0.0
     return MixRun(recorder, wall, slots_used=[plan.slots] * plan.calendars, tally=tally)
+
+
+# --- 4. A runaway agent's flood ----------------------------------------------------------------------------
+
+
+def flood(
+    open_worker: Callable[[int], EngineWorker],
+    *,
+    threads: int,
+    calendars: int,
+    stop: threading.Event,
+    time_limit: float,
+    max_ops: int,
+    span_for: Callable[[int], Span],
+) -> TimedRun:
+    """One agent's `threads` threads hold a fresh slot on calendar i % calendars and release it, as fast
+    as answers come back and whatever the answers say (a runaway agent reads no Retry-After), until
+    `stop` is set, `time_limit` seconds have passed or `max_ops` requests were sent."""
+    recorder = Recorder()
+    counters = [itertools.count() for _ in range(calendars)]
+    started = time.monotonic()
+    ends: list[float] = []
+
+    def flooder(index: int) -> None:
+        calendar = index % calendars
+        worker = open_worker(index)
+        client, calendar_id = worker.client, worker.calendars[calendar]
+        try:
+            while not stop.is_set() and time.monotonic() - started < time_limit and len(recorder) < max_ops:
+                held = client.hold(calendar_id, span_for(next(counters[calendar])))
+                recorder.add(held)
+                if held.ok:
+                    recorder.add(client.release(held))
+        finally:
+            ends.append(time.monotonic())
+            worker.close()
+
+    run_threads(threads, flooder)
+    return TimedRun(recorder, max(ends, default=started) - started, slots_used=[next(c) for c in counters])

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from bench.formatting import fmt_ms, fmt_ratio, met, num, pct, variant_label
 from bench.goals import SEED_HEADLINE
 from bench.meeting_report import meeting_markdown
+from bench.runaway_report import runaway_markdown
 from bench.stats import scenario_label
 
 if TYPE_CHECKING:
@@ -122,6 +123,7 @@ def markdown(report: Report) -> str:
                 states = ", ".join(f"{k} {v}" for k, v in row["final_states"].items())
                 lines.append(f"\nFinal states in the database ({row['mode']}, primary rows): {states}.")
     lines += meeting_markdown(data["results"])
+    lines += runaway_markdown(data.get("runaway"))
     key_verify = data.get("key_verify")
     if key_verify:
         latency = key_verify["latency_ms"]

@@ -164,11 +164,20 @@ def find(results: list[ScenarioResult], scenario: str, variant: str, mode: str) 
 
 
 def scenario_label(scenario: str, extra: dict[str, Any]) -> str:
-    """The scenario's name, with the number of web nodes where the scenario varies it."""
+    """The scenario's name, with the number of web nodes or the kind of web worker where the scenario
+    varies it."""
     nodes = extra.get("nodes")
     if nodes and scenario.startswith("nodes-"):
         return f"{scenario} ×{nodes}"
+    threads = extra.get("worker_threads")
+    if threads and scenario.startswith("runaway-"):
+        return f"{scenario} ({worker_kind(threads)})"
     return scenario
+
+
+def worker_kind(threads: int) -> str:
+    """Gunicorn's worker class for this many threads per worker."""
+    return "sync workers" if threads == 1 else f"gthread ×{threads}"
 
 
 VARIANT_LABELS = {
@@ -180,6 +189,7 @@ VARIANT_LABELS = {
     "find_and_hold": "(i) find-and-hold",
     "client_side": "(ii) read, intersect, hold, retry",
     "search": "find_common_time",
+    "flood": "the runaway agent",
 }
 
 

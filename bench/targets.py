@@ -10,7 +10,7 @@ in-process and through a gunicorn the benchmark starts, and its double-booking c
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -24,12 +24,23 @@ from bookings.models import Calendar
 from bookings.selectors import MAX_AVAILABILITY_WINDOW
 from bookings.spans import Span
 from workspaces.actor import Actor
+from workspaces.limits import LIMIT_NAMES, Limits
 from workspaces.models import Agent, Scope
 from workspaces.services import agent_key_bootstrap
 
 BENCH_SCOPES = [Scope.CALENDARS_READ, Scope.CALENDARS_WRITE, Scope.BOOKINGS_READ, Scope.BOOKINGS_WRITE]
 AGENT_PRIORITY = 100
 AGENT_MAX_PRIORITY = 900
+# The benchmark measures the engine, not the guardrails: its workspace's default limits are far above what
+# any scenario sends, so the request-rate check runs on every request (its cost is measured) but never
+# refuses. The runaway scenario gives its flooding agent limits of its own.
+GENEROUS_LIMITS = Limits(
+    requests_per_second=10_000.0,
+    request_burst=100_000,
+    live_holds=1_000_000,
+    bookings_per_day=10_000_000,
+    searches_per_minute=100_000,
+)
 
 
 # Of two overlapping live reservations, the later-starting one starts inside the other: joining each row
@@ -65,10 +76,23 @@ class LocalTarget:
             self.agent_pks.append(agent.pk)
             self.raw_keys.append(raw)
         first = Agent.objects.select_related("workspace").get(pk=self.agent_pks[0])
-        self.actor = Actor(workspace=first.workspace, agent=first)
+        workspace = first.workspace
+        for name, value in GENEROUS_LIMITS.as_dict().items():
+            setattr(workspace, f"limit_{name}", value)
+        workspace.save(update_fields=[f"limit_{name}" for name in LIMIT_NAMES])
+        self.actor = Actor(workspace=workspace, agent=first)
 
     def calendar_create(self, name: str, **settings: Any) -> str:
         return engine.calendar_create(actor=self.actor, name=name, **settings).public_id
+
+    def agent_limits_set(self, index: int, limits: Mapping[str, float]) -> None:
+        """Give agent `index` limits of its own over the workspace's (named as workspaces.limits.Limits's
+        fields); saved through the ORM, so every web process drops its copy of the agent within a second
+        (agentcal.local_cache)."""
+        agent = Agent.objects.get(pk=self.agent_pks[index])
+        for name, value in limits.items():
+            setattr(agent, f"limit_{name}", value)
+        agent.save(update_fields=[f"limit_{name}" for name in limits])
 
     def engine_session(self, index: int) -> EngineSession:
         return EngineSession(agent_pk=self.agent_pks[index % len(self.agent_pks)])
