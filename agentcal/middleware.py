@@ -69,3 +69,25 @@ class UnstorableQueryMiddleware:
             if not all(map(is_storable, texts)):
                 return HttpResponseBadRequest("The address holds characters no page can take.")
         return self.get_response(request)
+
+
+class RefusedKeysMiddleware:
+    """An agent API request whose key this process just saw over its request rate is refused here, before
+    the rest of the stack runs (workspaces.limits.RefusedKeys): a flood costs an HMAC per request."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if request.path.startswith("/v1/"):
+            from workspaces.limits import REFUSED_KEYS
+
+            refused = REFUSED_KEYS.refusal(request.META.get("HTTP_AUTHORIZATION", ""))
+            if refused is not None:
+                from agentcal.api.problems import problem_json_response
+
+                response = problem_json_response(refused)
+                for name, value in refused.rate_headers.items():  # type: ignore[attr-defined]
+                    response[name] = value
+                return response
+        return self.get_response(request)

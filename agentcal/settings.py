@@ -102,6 +102,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "agentcal.middleware.RequestIdMiddleware",
+    "agentcal.middleware.RefusedKeysMiddleware",
     "agentcal.middleware.ChunkedBodyMiddleware",
     "agentcal.middleware.UnstorableQueryMiddleware",
     "django.middleware.security.SecurityMiddleware",

@@ -13,14 +13,15 @@ load falls on both sides of the on/off ratio alike.
 from __future__ import annotations
 
 import contextlib
-import threading
-from concurrent.futures import ThreadPoolExecutor
+import multiprocessing
+import os
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING, Any
 
 from bench.config import HTTP, RUNAWAY_CALM, RUNAWAY_FLOOD, RUNAWAY_LIMITS_OFF
-from bench.scenarios import flood
-from bench.stats import ScenarioResult
+from bench.scenarios import TimedRun, flood
+from bench.stats import Recorder, ScenarioResult
 from bench.targets import GENEROUS_LIMITS, LocalTarget
 from bookings.spans import Span
 
@@ -149,25 +150,37 @@ class Runaway:
         config = self.config
         title = f"{RUNAWAY_FLOOD} · {self.extra['worker_threads']} thread(s)"
         calendars, flood_calendars = self._calendars(title), self._calendars(f"{title} · flood")
-        stop = threading.Event()
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="bench-flood") as pool:
-            flooding = pool.submit(
-                flood,
-                self.phases.engine_opener(HTTP, flood_calendars, url=self.url, as_agent=config.runaway_agent),
-                threads=config.runaway_flood_threads,
-                calendars=config.calendars,
-                stop=stop,
-                time_limit=config.duration + FLOOD_TIME_SLACK_SECONDS,
-                max_ops=config.max_ops,
-                span_for=self.span_for,
+        # The flood runs in a process of its own: as threads of this one it would take the well-behaved
+        # clients' share of this process's interpreter lock, and their latency would measure the client.
+        context = multiprocessing.get_context("fork")
+        stop = context.Event()
+        receiving, sending = context.Pipe(duplex=False)
+        flooder = context.Process(
+            target=_flood_in_child,
+            args=(sending, stop),
+            kwargs={
+                "open_worker": self.phases.engine_opener(
+                    HTTP, flood_calendars, url=self.url, as_agent=config.runaway_agent
+                ),
+                "threads": config.runaway_flood_threads,
+                "calendars": config.calendars,
+                "time_limit": config.duration + FLOOD_TIME_SLACK_SECONDS,
+                "max_ops": config.max_ops,
+                "span_for": self.span_for,
+            },
+            name="bench-flood",
+        )
+        flooder.start()
+        sending.close()
+        try:
+            well_behaved = self._well_behaved(
+                RUNAWAY_FLOOD, self.url, calendars, duration=config.duration, title=title
             )
-            try:
-                well_behaved = self._well_behaved(
-                    RUNAWAY_FLOOD, self.url, calendars, duration=config.duration, title=title
-                )
-            finally:
-                stop.set()
-            run = flooding.result()
+        finally:
+            stop.set()
+        outcomes, wall_seconds, slots_used = receiving.recv()
+        flooder.join()
+        run = TimedRun(Recorder(outcomes=outcomes), wall_seconds, slots_used=slots_used)
         self._checked(well_behaved, calendars, well_behaved.extra.pop("slots_used"))
         flooded = ScenarioResult(
             RUNAWAY_FLOOD,
@@ -180,6 +193,17 @@ class Runaway:
         self._checked(flooded, flood_calendars, run.slots_used)
         flooded.extra = {**self.extra, "rate_check": True, "threads": config.runaway_flood_threads}
         return [well_behaved, flooded]
+
+
+def _flood_in_child(sending: Connection, stop: Any, **flood_options: Any) -> None:
+    """The flood, in the forked process: HTTP only (nothing of the parent's database connections or
+    threads is used), its outcomes sent back whole; then out without the parent's exit handlers."""
+    try:
+        run = flood(stop=stop, **flood_options)
+        sending.send((run.recorder.outcomes, run.wall_seconds, run.slots_used))
+    finally:
+        sending.close()
+        os._exit(0)
 
 
 def merged(parts: list[ScenarioResult]) -> ScenarioResult:

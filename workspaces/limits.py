@@ -9,8 +9,10 @@ Design: docs/architecture.md, "Guardrails".
 
 from __future__ import annotations
 
+import hmac
 import math
 import threading
+import time
 from collections import Counter
 from dataclasses import asdict, dataclass
 from datetime import datetime
@@ -22,6 +24,7 @@ from agentcal.clock import isoformat_z
 from agentcal.errors import AgentCalError, AgentPaused, RateLimited
 from agentcal.metrics import LIMIT_REFUSALS
 from workspaces.actor import Actor
+from workspaces.keys import lookup_prefix, verified_keys
 from workspaces.models import Agent, Workspace
 
 # Refusals by one agent's one limit leave one audit row per this many seconds; the rest are counted.
@@ -159,6 +162,80 @@ def rate_limit_headers(decision: shared_buckets.Decision | None) -> dict[str, st
         "RateLimit-Reset": str(math.ceil(state.full_in_seconds)),
         "RateLimit-Policy": f"{bucket.burst};w={math.ceil(bucket.burst / bucket.per_second)}",
     }
+
+
+# --- Refusing again, at once ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Refused:
+    digest: bytes  # HMAC of the raw key (workspaces.keys.verified_keys.digest): a prefix alone is not it
+    until: float  # time.monotonic() when the bucket lets a request through again
+    agent_public_id: str
+    burst: int
+
+
+class RefusedKeys:
+    """Keys whose request bucket this process saw empty, until it lets a request through again: a
+    runaway agent's next requests are refused by the first middleware, for the cost of an HMAC, before
+    anything else runs. Exact: until then the shared bucket refuses them too (others only empty it
+    further). Bounded: at most MAX_KEYS, the oldest forgotten first."""
+
+    MAX_KEYS = 10_000
+
+    def __init__(self) -> None:
+        self._refused: dict[str, _Refused] = {}
+        self._lock = threading.Lock()
+
+    def remember(self, raw_key: str, *, agent: Agent, decision: shared_buckets.Decision) -> None:
+        refused = decision.refused
+        prefix = lookup_prefix(raw_key)
+        if refused is None or prefix is None:
+            return
+        entry = _Refused(
+            digest=verified_keys.digest(raw_key),
+            until=time.monotonic() + refused.passes_in_seconds,
+            agent_public_id=agent.public_id,
+            burst=refused.bucket.burst,
+        )
+        with self._lock:
+            self._refused.pop(prefix, None)
+            if len(self._refused) >= self.MAX_KEYS:
+                del self._refused[next(iter(self._refused))]
+            self._refused[prefix] = entry
+
+    def refusal(self, authorization: str) -> RateLimited | None:
+        """The refusal for a request with this Authorization header, if its key is still refused here."""
+        scheme, _, raw = authorization.partition(" ")
+        prefix = lookup_prefix(raw.strip()) if scheme.lower() == "bearer" else None
+        entry = self._refused.get(prefix) if prefix else None
+        if entry is None:
+            return None
+        wait = entry.until - time.monotonic()
+        if wait <= 0 or not hmac.compare_digest(entry.digest, verified_keys.digest(raw.strip())):
+            return None
+        LIMIT_REFUSALS.labels(entry.agent_public_id, "requests").inc()
+        retry_after = max(1, math.ceil(wait))
+        error = RateLimited(
+            f"Over this agent's request rate. Retry after {retry_after} s; the RateLimit-* headers of every "
+            "answer say how much is left.",
+            limit_name="requests",
+            retry_after_seconds=retry_after,
+        )
+        error.agent_limit = "requests"
+        error.rate_headers = {  # type: ignore[attr-defined]
+            "Retry-After": str(retry_after),
+            "RateLimit-Limit": str(entry.burst),
+            "RateLimit-Remaining": "0",
+        }
+        return error
+
+    def clear(self) -> None:
+        with self._lock:
+            self._refused.clear()
+
+
+REFUSED_KEYS = RefusedKeys()
 
 
 # --- Requests in flight in this process ------------------------------------------------------------------

@@ -18,13 +18,14 @@ from agentcal.api.idempotency import (
     idempotency_release,
     request_fingerprint,
 )
-from agentcal.errors import InvalidRequest, NotFound
+from agentcal.errors import InvalidRequest, NotFound, RateLimited
 from agentcal.ids import is_public_id
 from agentcal.metrics import IDEMPOTENT_REPLAYS
 from agentcal.shared_buckets import Decision
 from agentcal.text import is_storable, storable_text
 from workspaces.actor import Actor
 from workspaces.limits import (
+    REFUSED_KEYS,
     check_request_rate,
     enter_in_flight,
     leave_in_flight,
@@ -98,7 +99,15 @@ class AgentAPIView(APIView):
             self.required_scopes.get(request.method, "")
         ).endswith(":read"):
             refuse_if_paused(actor)
-        self._rate = check_request_rate(actor, search=self.counts_as_search)
+        try:
+            self._rate = check_request_rate(actor, search=self.counts_as_search)
+        except RateLimited as refused:
+            if refused.agent_limit == "requests":
+                # Its next requests are refused by the first middleware until the bucket has room.
+                raw_key = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")[2].strip()
+                assert actor.agent is not None
+                REFUSED_KEYS.remember(raw_key, agent=actor.agent, decision=refused.rate_decision)  # type: ignore[attr-defined]
+            raise
 
     def handle_exception(self, exc: Exception) -> Response:
         refused_by = getattr(exc, "rate_decision", None)

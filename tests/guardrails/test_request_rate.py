@@ -111,3 +111,19 @@ def test_without_redis_requests_are_served_and_the_metric_says_so(sdr: Persona, 
     assert time.monotonic() - started < 5, (
         "after a failure Redis is left alone for a while, not retried each time"
     )
+
+
+def test_a_refused_key_is_refused_again_at_once_but_not_a_forged_one_with_its_prefix(
+    sdr: Persona, anonymous: httpx.Client
+) -> None:
+    set_limits(sdr, requests_per_second=0.01, request_burst=1)
+    assert sdr.client.get("/calendars").status_code == 200
+    assert sdr.client.get("/calendars").status_code == 429
+    again = sdr.client.get("/calendars")  # refused by the first middleware, from memory
+    assert again.status_code == 429 and again.json()["limit_name"] == "requests"
+    assert again.headers["RateLimit-Remaining"] == "0" and int(again.headers["Retry-After"]) >= 1
+    assert again.headers["X-Request-ID"]
+    forged = sdr.raw_key[:-4] + ("AAAA" if not sdr.raw_key.endswith("AAAA") else "BBBB")
+    answer = anonymous.get("/calendars", headers={"Authorization": f"Bearer {forged}"})
+    assert answer.status_code == 401, "the prefix alone is not the key"
+    assert refusals_counted(sdr, "requests") == 2
