@@ -72,8 +72,9 @@ class UnstorableQueryMiddleware:
 
 
 class RefusedKeysMiddleware:
-    """An agent API request whose key this process just saw over its request rate is refused here, before
-    the rest of the stack runs (workspaces.limits.RefusedKeys): a flood costs an HMAC per request."""
+    """An agent API request whose key this process refused for its rate, sent before the Retry-After it
+    was told, is refused here, before the rest of the stack runs (workspaces.limits.RefusedKeys): a
+    flood that ignores Retry-After costs an HMAC per request."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response

@@ -170,16 +170,16 @@ def rate_limit_headers(decision: shared_buckets.Decision | None) -> dict[str, st
 @dataclass(frozen=True)
 class _Refused:
     digest: bytes  # HMAC of the raw key (workspaces.keys.verified_keys.digest): a prefix alone is not it
-    until: float  # time.monotonic() when the bucket lets a request through again
+    until: float  # time.monotonic() when the Retry-After the agent was told has passed
     agent_public_id: str
     burst: int
 
 
 class RefusedKeys:
-    """Keys whose request bucket this process saw empty, until it lets a request through again: a
-    runaway agent's next requests are refused by the first middleware, for the cost of an HMAC, before
-    anything else runs. Exact: until then the shared bucket refuses them too (others only empty it
-    further). Bounded: at most MAX_KEYS, the oldest forgotten first."""
+    """Keys this process refused for their request rate, until the Retry-After they were told has
+    passed: a runaway agent's next requests are refused by the first middleware, for the cost of an
+    HMAC, before anything else runs. An agent that honours Retry-After (or paces itself by the
+    RateLimit-* headers) never meets it. Bounded: at most MAX_KEYS, the oldest forgotten first."""
 
     MAX_KEYS = 10_000
 
@@ -194,7 +194,7 @@ class RefusedKeys:
             return
         entry = _Refused(
             digest=verified_keys.digest(raw_key),
-            until=time.monotonic() + refused.passes_in_seconds,
+            until=time.monotonic() + decision.retry_after_seconds,
             agent_public_id=agent.public_id,
             burst=refused.bucket.burst,
         )
