@@ -1,9 +1,10 @@
 """Bringing links up to date before a decision that asked for fresh upstream data.
 
 A stale link is synced in the request (one delta sync, the same run the schedule makes). Its lease
-lets one run at a time: a request that finds the link being synced waits for that run instead of
-starting its own, so concurrent requests share one sync. A link that is still stale by the deadline —
-the upstream server down, a sync that failed — refuses the request with `503 upstream_stale`.
+lets one run at a time, and is taken only if no run synced the link since the oldest time the request
+accepts: a request that finds the link being synced (or synced since it looked) waits for that run
+instead of starting its own, so concurrent requests share one sync. A link that is still stale by the
+deadline — the upstream server down, a sync that failed — refuses the request with `503 upstream_stale`.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def ensure_fresh(sender: Any, *, calendar_ids: Sequence[int], max_staleness_seco
     stale = [link for link in links if _older(link.last_synced_at, oldest_accepted)]
     deadline = time.monotonic() + settings.SYNC_FRESHNESS_SECONDS
     for link in stale:
-        if connection_sync(link.pk).outcome == "busy":
+        if connection_sync(link.pk, unless_synced_since=oldest_accepted).outcome == "busy":
             FRESHNESS_SYNCS.labels("shared").inc()
             _wait_for_the_run(link.pk, deadline)
         else:

@@ -269,12 +269,14 @@ class _Lease:
     connection_id: int
     token: str = field(default_factory=lambda: secrets.token_hex(8))
 
-    def take(self) -> bool:
-        return bool(
-            Connection.objects.filter(
-                Q(pk=self.connection_id), Q(lease_until__isnull=True) | Q(lease_until__lt=Now())
-            ).update(lease_until=self._until(), lease_token=self.token)
+    def take(self, *, unless_synced_since: datetime | None = None) -> bool:
+        free = Connection.objects.filter(
+            Q(pk=self.connection_id), Q(lease_until__isnull=True) | Q(lease_until__lt=Now())
         )
+        if unless_synced_since is not None:
+            # Decided in the same UPDATE as the lease: a run that ended after the caller's look counts.
+            free = free.filter(Q(last_synced_at__isnull=True) | Q(last_synced_at__lt=unless_synced_since))
+        return bool(free.update(lease_until=self._until(), lease_token=self.token))
 
     def renew(self) -> None:
         if not Connection.objects.filter(pk=self.connection_id, lease_token=self.token).update(
@@ -292,11 +294,12 @@ class _Lease:
         return server_now() + timedelta(seconds=settings.SYNC_LEASE_SECONDS)
 
 
-def connection_sync(connection_id: int) -> SyncRun:
+def connection_sync(connection_id: int, *, unless_synced_since: datetime | None = None) -> SyncRun:
     """One sync: process what a crashed run left in the log, fetch the changes into the log, process
-    them, re-expand if the horizon has moved on, and write our bookings upstream."""
+    them, re-expand if the horizon has moved on, and write our bookings upstream. With
+    `unless_synced_since`, none ("busy") if a run that ended since has synced it already."""
     lease = _Lease(connection_id)
-    if not lease.take():
+    if not lease.take(unless_synced_since=unless_synced_since):
         return SyncRun("busy")
     try:
         return _sync_leased(connection_id, lease)
