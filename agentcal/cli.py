@@ -57,6 +57,8 @@ def run(args: argparse.Namespace) -> int:
             bind,
             "--workers",
             workers,
+            "--threads",
+            str(max(1, args.threads)),
             "--access-logfile",
             "-",
             "--graceful-timeout",
@@ -139,6 +141,13 @@ def main(argv: list[str] | None = None) -> int:
     run_parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
     run_parser.add_argument(
         "--workers", type=int, default=None, help="gunicorn workers (default 2 x cores + 1)"
+    )
+    run_parser.add_argument(
+        "--threads",
+        type=int,
+        default=int(os.environ.get("WEB_THREADS", "1")),
+        help="threads per gunicorn worker (default 1: sync workers, which measured best here; more: "
+        "gthread, where AGENT_MAX_IN_FLIGHT_PER_PROCESS caps one agent's share of them)",
     )
     run_parser.add_argument("--celery-concurrency", type=int, default=2)
     run_parser.add_argument(
