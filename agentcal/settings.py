@@ -234,6 +234,8 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "SCHEMA_PATH_PREFIX": r"/v1",
+    # Paths are absolute (`/v1/...`) on whichever host serves the schema.
+    "SERVERS": [{"url": "/", "description": "This server"}],
 }
 
 # Request bodies larger than this are refused with 413 before they are parsed.

@@ -72,6 +72,7 @@ class ApprovalListQuery(PageQuery):
 
 
 class ApprovalListView(AgentAPIView):
+    summaries = {"GET": "List approval requests", "POST": "Ask a person to approve an action"}
     required_scopes = {"GET": Scope.APPROVALS_READ, "POST": Scope.APPROVALS_WRITE}
     audit_action = "approval"
 
@@ -120,6 +121,7 @@ class ApprovalListView(AgentAPIView):
 
 
 class ApprovalDetailView(AgentAPIView):
+    summaries = {"GET": "Get an approval request"}
     required_scopes = {"GET": Scope.APPROVALS_READ}
     audit_action = "approval"
 
@@ -130,6 +132,7 @@ class ApprovalDetailView(AgentAPIView):
 
 
 class ApprovalCancelView(AgentAPIView):
+    summaries = {"POST": "Withdraw an approval request"}
     required_scopes = {"POST": Scope.APPROVALS_WRITE}
     audit_action = "approval.cancel"
 

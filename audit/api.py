@@ -63,6 +63,7 @@ class AuditRecordOutput(serializers.Serializer):
 
 
 class AuditListView(AgentAPIView):
+    summaries = {"GET": "List the workspace's audit trail"}
     required_scopes = {"GET": Scope.AUDIT_READ}
     audit_action = "audit.read"
 

@@ -247,6 +247,7 @@ def message_for(agent: Agent, public_id: str) -> Message:
 
 
 class InboxView(AgentAPIView):
+    summaries = {"GET": "Get the agent's inbox address and quotas"}
     required_scopes = {"GET": Scope.INBOX_READ}
     audit_action = "inbox"
 
@@ -262,6 +263,7 @@ class InboxView(AgentAPIView):
 
 
 class ThreadListView(AgentAPIView):
+    summaries = {"GET": "List mail threads"}
     required_scopes = {"GET": Scope.INBOX_READ}
     audit_action = "inbox"
 
@@ -280,6 +282,7 @@ class ThreadListView(AgentAPIView):
 
 
 class ThreadDetailView(AgentAPIView):
+    summaries = {"GET": "Get a mail thread"}
     required_scopes = {"GET": Scope.INBOX_READ}
     audit_action = "inbox"
 
@@ -292,6 +295,7 @@ class ThreadDetailView(AgentAPIView):
 
 
 class MessageListView(AgentAPIView):
+    summaries = {"GET": "List messages"}
     required_scopes = {"GET": Scope.INBOX_READ}
     audit_action = "inbox"
 
@@ -317,6 +321,7 @@ class MessageListView(AgentAPIView):
 
 
 class MessageDetailView(AgentAPIView):
+    summaries = {"GET": "Get a message"}
     required_scopes = {"GET": Scope.INBOX_READ}
     audit_action = "inbox"
 
@@ -330,6 +335,7 @@ class MessageDetailView(AgentAPIView):
 
 
 class MessageRawView(AgentAPIView):
+    summaries = {"GET": "Download a message as received"}
     required_scopes = {"GET": Scope.INBOX_READ}
     audit_action = "inbox"
 
@@ -346,6 +352,7 @@ class MessageRawView(AgentAPIView):
 
 
 class AttachmentDownloadView(AgentAPIView):
+    summaries = {"GET": "Download an attachment"}
     required_scopes = {"GET": Scope.INBOX_READ}
     audit_action = "inbox"
 
@@ -401,6 +408,7 @@ class SendInput(StrictSerializer):
 
 
 class MessageReplyView(AgentAPIView):
+    summaries = {"POST": "Reply to a message"}
     required_scopes = {"POST": Scope.INBOX_SEND}
     audit_action = "inbox.message"
 
@@ -422,6 +430,7 @@ class MessageReplyView(AgentAPIView):
 
 
 class SendView(AgentAPIView):
+    summaries = {"POST": "Send an email"}
     required_scopes = {"POST": Scope.INBOX_SEND}
     audit_action = "inbox.message"
 

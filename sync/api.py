@@ -91,6 +91,7 @@ def connection_for(actor: Actor, public_id: str) -> Connection:
 
 
 class ConnectionListView(AgentAPIView):
+    summaries = {"GET": "List a calendar's upstream links", "POST": "Link a calendar to an upstream calendar"}
     required_scopes = {"GET": Scope.CALENDARS_READ, "POST": Scope.CALENDARS_WRITE}
     audit_action = "sync.connection"
 
@@ -113,6 +114,7 @@ class ConnectionListView(AgentAPIView):
 
 
 class ConnectionDetailView(AgentAPIView):
+    summaries = {"GET": "Get an upstream link", "DELETE": "Remove an upstream link"}
     required_scopes = {"GET": Scope.CALENDARS_READ, "DELETE": Scope.CALENDARS_WRITE}
     audit_action = "sync.connection"
 
@@ -132,6 +134,7 @@ class ConnectionDetailView(AgentAPIView):
 
 
 class ConnectionSyncView(AgentAPIView):
+    summaries = {"POST": "Sync an upstream link now"}
     required_scopes = {"POST": Scope.CALENDARS_WRITE}
     audit_action = "sync.connection"
 

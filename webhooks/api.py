@@ -151,6 +151,7 @@ def _page(query: dict[str, Any], queryset: Any, *, scope: str) -> tuple[list[Any
 
 
 class EndpointListView(AgentAPIView):
+    summaries = {"GET": "List webhook endpoints", "POST": "Register a webhook endpoint"}
     required_scopes = {"GET": Scope.WEBHOOKS_WRITE, "POST": Scope.WEBHOOKS_WRITE}
     audit_action = "webhook.endpoint"
 
@@ -172,6 +173,7 @@ class EndpointListView(AgentAPIView):
 
 
 class EndpointDetailView(AgentAPIView):
+    summaries = {"GET": "Get a webhook endpoint", "DELETE": "Disable a webhook endpoint"}
     required_scopes = {"GET": Scope.WEBHOOKS_WRITE, "DELETE": Scope.WEBHOOKS_WRITE}
     audit_action = "webhook.endpoint"
 
@@ -188,6 +190,7 @@ class EndpointDetailView(AgentAPIView):
 
 
 class EndpointDeliveriesView(AgentAPIView):
+    summaries = {"GET": "List an endpoint's deliveries"}
     required_scopes = {"GET": Scope.WEBHOOKS_WRITE}
     audit_action = "webhook.delivery"
 
@@ -204,6 +207,7 @@ class EndpointDeliveriesView(AgentAPIView):
 
 
 class DeliveryDetailView(AgentAPIView):
+    summaries = {"GET": "Get a webhook delivery"}
     required_scopes = {"GET": Scope.WEBHOOKS_WRITE}
     audit_action = "webhook.delivery"
 
@@ -213,6 +217,7 @@ class DeliveryDetailView(AgentAPIView):
 
 
 class DeliveryReplayView(AgentAPIView):
+    summaries = {"POST": "Send a webhook delivery again"}
     required_scopes = {"POST": Scope.WEBHOOKS_WRITE}
     audit_action = "webhook.delivery.replay"
 
@@ -225,6 +230,7 @@ class DeliveryReplayView(AgentAPIView):
 
 
 class EventListView(AgentAPIView):
+    summaries = {"GET": "List the events addressed to the agent"}
     required_scopes = {"GET": Scope.WEBHOOKS_WRITE}
     audit_action = "webhook.events"
 

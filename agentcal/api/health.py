@@ -13,6 +13,8 @@ from rest_framework.views import APIView
 class HealthView(APIView):
     """Liveness and dependencies: 200 when PostgreSQL and Redis answer, 503 otherwise. No auth."""
 
+    summaries = {"GET": "Check the server and its dependencies"}
+
     authentication_classes: list = []
     permission_classes = [AllowAny]
 

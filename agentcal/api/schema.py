@@ -12,6 +12,7 @@ from typing import Any
 from zoneinfo import available_timezones
 
 from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.utils import OpenApiParameter
 from rest_framework import serializers
 
 from agentcal.api.fields import (
@@ -69,7 +70,91 @@ def page_of(item: type[serializers.Serializer]) -> type[serializers.Serializer]:
     )
 
 
+# Headers every keyed answer carries (workspaces.limits.rate_limit_headers), and the request id.
+_RATE_LIMIT_HEADERS = {
+    "RateLimit-Limit": "Requests the agent's bucket holds (its burst).",
+    "RateLimit-Remaining": "Requests left in the bucket now.",
+    "RateLimit-Reset": "Seconds until the bucket is full again.",
+}
+_HEADER_SCHEMAS: dict[str, dict[str, Any]] = {
+    **{
+        name: {"schema": {"type": "integer", "minimum": 0}, "description": description}
+        for name, description in _RATE_LIMIT_HEADERS.items()
+    },
+    "RateLimit-Policy": {
+        "schema": {"type": "string"},
+        "description": "The burst and the seconds the bucket takes to refill from empty, e.g. `60;w=3`.",
+    },
+    "X-Request-ID": {"schema": {"type": "string"}, "description": "This request's id, as audited."},
+    "Retry-After": {
+        "schema": {"type": "integer", "minimum": 0},
+        "description": "Whole seconds to wait before trying again; waiting this long is enough.",
+    },
+    "Idempotent-Replayed": {
+        "schema": {"type": "string", "enum": ["true"]},
+        "description": "Present on the stored answer of an Idempotency-Key already used with this request.",
+    },
+    "ETag": {
+        "schema": {"type": "string", "pattern": r'^"[0-9]+"$'},
+        "description": "The calendar's version (or the hold's fencing token): send it back as If-Match.",
+    },
+}
+# Answers that say when to try again.
+_RETRY_STATUSES = frozenset({"409", "429", "503"})
+IDEMPOTENCY_KEY_PATTERN = r"^[!-~]{1,255}$"
+
+
 class AgentAPISchema(AutoSchema):
+    def get_summary(self) -> str | None:
+        """The view's `summaries[method]`: a short verb phrase a generated client can name things by."""
+        return super().get_summary() or getattr(self.view, "summaries", {}).get(self.method)
+
+    def get_description(self) -> str:  # type: ignore[override]
+        return str(super().get_description() or "") or f"{self.get_summary()}."
+
+    def get_override_parameters(self) -> list[Any]:
+        parameters: list[Any] = list(super().get_override_parameters())
+        if self.view.authentication_classes == [] or self.method not in MUTATING_METHODS:
+            return parameters
+        parameters.append(
+            OpenApiParameter(
+                "Idempotency-Key",
+                str,
+                OpenApiParameter.HEADER,
+                description="Any unique string per logical call (1-255 printable ASCII, no spaces): a retry "
+                "with the same key, agent and request gets the first answer again (for 24 h).",
+                pattern=IDEMPOTENCY_KEY_PATTERN,
+            )
+        )
+        if getattr(self.view, "honours_if_match", False):
+            parameters.append(
+                OpenApiParameter(
+                    "If-Match",
+                    str,
+                    OpenApiParameter.HEADER,
+                    description='The calendar version read with availability (its ETag, e.g. `"42"`): the '
+                    "write happens only if the calendar has not changed since, else 412.",
+                    pattern=r'^"[0-9]+"$',
+                )
+            )
+        return parameters
+
+    def _get_response_headers_for_code(self, status_code: Any, direction: Any = "response") -> dict[str, Any]:
+        headers: dict[str, Any] = dict(super()._get_response_headers_for_code(status_code, direction))
+        if self.view.authentication_classes == []:
+            return headers
+        status = str(status_code)
+        names = ["X-Request-ID"]
+        if status not in ("401", "403"):  # no key proved: no bucket to speak of
+            names += [*_RATE_LIMIT_HEADERS, "RateLimit-Policy"]
+        if status in _RETRY_STATUSES:
+            names.append("Retry-After")
+        if self.method in MUTATING_METHODS and status.startswith("2"):
+            names.append("Idempotent-Replayed")
+        if getattr(self.view, "answers_etag", False) and status.startswith("2"):
+            names.append("ETag")
+        return {**headers, **{name: _HEADER_SCHEMAS[name] for name in names}}
+
     def get_operation_id(self) -> str:
         operation_id: str = super().get_operation_id()
         declared = self.get_response_serializers()

@@ -49,6 +49,11 @@ class AgentAPIView(APIView):
     audit_action: ClassVar[str | None] = None
     # A search across calendars: it also spends from the agent's searches-per-minute bucket.
     counts_as_search: ClassVar[bool] = False
+    # For the schema: each method's summary ("Hold a span on a calendar").
+    summaries: ClassVar[dict[str, str]] = {}
+    # For the schema: the write takes If-Match (a calendar version); the success answer carries an ETag.
+    honours_if_match: ClassVar[bool] = False
+    answers_etag: ClassVar[bool] = False
 
     # The claimed record's id and the raw key (which seals the stored response), while the request runs.
     _idempotency: tuple[int, str] | None = None
@@ -76,8 +81,8 @@ class AgentAPIView(APIView):
                     errors={storable_text(name, 64): ["Unstorable characters."]},
                 )
         key = request.headers.get("Idempotency-Key")
-        if key is None or request.method not in MUTATING_METHODS:
-            return
+        if key is None or request.method not in MUTATING_METHODS or not hasattr(self, request.method.lower()):
+            return  # a method the view lacks is answered 405 by DRF, whatever its headers
         fingerprint = request_fingerprint(
             method=request.method,
             path=request.path,

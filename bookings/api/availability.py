@@ -69,8 +69,10 @@ class AvailabilityOutput(OutputSerializer):
 
 
 class AvailabilityView(AgentAPIView):
+    summaries = {"GET": "Read a calendar's busy time and version"}
     required_scopes = {"GET": Scope.BOOKINGS_READ}
     audit_action = "calendar.availability"
+    answers_etag = True
 
     @extend_schema(parameters=[AvailabilityQuery], responses={200: AvailabilityOutput})
     def get(self, request: Request, calendar_id: str) -> Response:
@@ -198,6 +200,7 @@ class AvailabilitySearchOutput(OutputSerializer):
 
 
 class AvailabilitySearchView(AgentAPIView):
+    summaries = {"POST": "Find times free on every required calendar"}
     required_scopes = {"POST": Scope.BOOKINGS_READ}
     audit_action = "calendar.availability"
     counts_as_search = True

@@ -56,6 +56,7 @@ class CalendarInput(StrictSerializer):
 
 
 class CalendarListView(AgentAPIView):
+    summaries = {"GET": "List calendars", "POST": "Create a calendar"}
     required_scopes = {"GET": Scope.CALENDARS_READ, "POST": Scope.CALENDARS_WRITE}
     audit_action = "calendar"
 
@@ -87,6 +88,7 @@ class CalendarListView(AgentAPIView):
 
 
 class CalendarDetailView(AgentAPIView):
+    summaries = {"GET": "Get a calendar", "PATCH": "Change a calendar's settings and rules"}
     required_scopes = {"GET": Scope.CALENDARS_READ, "PATCH": Scope.CALENDARS_WRITE}
     audit_action = "calendar"
 

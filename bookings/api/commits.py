@@ -75,8 +75,10 @@ class CommitInput(ReservationInput):
 
 
 class CommitCreateView(AgentAPIView):
+    summaries = {"POST": "Commit a hold, or book a span directly"}
     required_scopes = {"POST": Scope.BOOKINGS_WRITE}
     audit_action = "calendar.commit"
+    honours_if_match = True
 
     @extend_schema(request=CommitInput, responses={201: BookingOutput, **problems(412)})
     def post(self, request: Request, calendar_id: str) -> Response:
@@ -112,6 +114,7 @@ class BookingListQuery(PageQuery):
 
 
 class BookingListView(AgentAPIView):
+    summaries = {"GET": "List a calendar's bookings"}
     required_scopes = {"GET": Scope.BOOKINGS_READ}
     audit_action = "calendar.bookings"
 
@@ -146,6 +149,7 @@ class BookingListView(AgentAPIView):
 
 
 class BookingDetailView(AgentAPIView):
+    summaries = {"GET": "Get a booking", "DELETE": "Cancel a booking"}
     required_scopes = {"GET": Scope.BOOKINGS_READ, "DELETE": Scope.BOOKINGS_WRITE}
     audit_action = "calendar.booking"
 
@@ -202,8 +206,10 @@ class BookingMoveInput(StrictSerializer):
 
 
 class BookingMoveView(AgentAPIView):
+    summaries = {"POST": "Move a booking to another span"}
     required_scopes = {"POST": Scope.BOOKINGS_WRITE}
     audit_action = "calendar.booking.move"
+    honours_if_match = True
 
     @extend_schema(request=BookingMoveInput, responses={200: BookingOutput, **problems(412)})
     def post(self, request: Request, booking_id: str) -> Response:

@@ -69,8 +69,11 @@ def reservation_kwargs(actor: Actor, data: dict[str, Any]) -> dict[str, Any]:
 
 
 class HoldCreateView(AgentAPIView):
+    summaries = {"POST": "Hold a span on a calendar"}
     required_scopes = {"POST": Scope.BOOKINGS_WRITE}
     audit_action = "calendar.hold"
+    honours_if_match = True
+    answers_etag = True
 
     @extend_schema(request=HoldInput, responses={201: HoldOutput, **problems(412)})
     def post(self, request: Request, calendar_id: str) -> Response:
@@ -111,9 +114,11 @@ class FoundHoldOutput(HoldOutput):
 
 
 class FindAndHoldView(AgentAPIView):
+    summaries = {"POST": "Find the best time and hold it in one write"}
     required_scopes = {"POST": Scope.BOOKINGS_WRITE}
     audit_action = "calendar.hold"
     counts_as_search = True
+    answers_etag = True
 
     @extend_schema(request=FindAndHoldInput, responses={201: FoundHoldOutput, **problems(404)})
     def post(self, request: Request) -> Response:
@@ -152,6 +157,7 @@ class HoldExtendInput(HoldTokenInput):
 
 
 class HoldDetailView(AgentAPIView):
+    summaries = {"GET": "Get a hold", "DELETE": "Release a hold"}
     required_scopes = {"GET": Scope.BOOKINGS_READ, "DELETE": Scope.BOOKINGS_WRITE}
     audit_action = "calendar.hold"
 
@@ -184,6 +190,7 @@ class HoldDetailView(AgentAPIView):
 
 
 class HoldExtendView(AgentAPIView):
+    summaries = {"POST": "Extend a hold's expiry (heartbeat)"}
     required_scopes = {"POST": Scope.BOOKINGS_WRITE}
     audit_action = "calendar.hold.extend"
 

@@ -347,3 +347,10 @@ def backend_pid(conn) -> int:
     with conn.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         return int(cursor.fetchone()[0])
+
+
+def test_a_method_the_endpoint_lacks_is_405_whatever_its_idempotency_key(sdr):
+    for key in ("reused-key", "not a valid key"):
+        answer = sdr.client.delete("/calendars", headers={"Idempotency-Key": key})
+        assert answer.status_code == 405, answer.text
+        assert answer.json()["error"] == "method_not_allowed"

@@ -92,6 +92,10 @@ enabled = false
 WAIVED_REFUSALS: dict[tuple[str, str | None], str] = {
     ("invalid_range", None): "end after start, not in the past, an availability window of at most 62 days",
     ("booking_too_long", None): "the calendar's own max_booking_minutes and bucket count",
+    ("outside_working_hours", None): "the calendar's working hours and date overrides (set by a PATCH)",
+    ("insufficient_notice", None): "the calendar's min_notice_minutes, at the database's clock",
+    ("idempotency_key_reused", None): "an Idempotency-Key names one logical call: sent again with another "
+    "request it is refused (the generator reuses its example keys across operations)",
     ("unsafe_webhook_url", None): "the SSRF guard resolves the URL's host when the endpoint is created",
     ("unsafe_upstream_url", None): "the SSRF guard resolves the URL's host, and upstream URLs must be https",
     ("invalid_request", "cursor"): "cursors are opaque and signed by the server",

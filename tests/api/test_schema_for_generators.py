@@ -1,0 +1,98 @@
+"""What code generators need from /v1/schema beyond shapes: a name and a sentence for every operation, a
+server, and the headers agents send and read (Idempotency-Key, If-Match; ETag, Retry-After, RateLimit-*),
+each declared where the server really takes or sends it."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import httpx
+import yaml
+
+from tests.guardrails.helpers import set_limits
+from tests.helpers import Persona, create_calendar, slot
+
+MUTATING = {"post", "put", "patch", "delete"}
+
+
+def _schema(anonymous: httpx.Client) -> dict[str, Any]:
+    response = anonymous.get("/schema")
+    assert response.status_code == 200
+    document: dict[str, Any] = yaml.safe_load(response.text)
+    return document
+
+
+def _operations(document: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    return [(path, method, op) for path, ops in document["paths"].items() for method, op in ops.items()]
+
+
+def test_every_operation_has_a_unique_id_a_summary_and_a_description(anonymous: httpx.Client) -> None:
+    document = _schema(anonymous)
+    assert document["servers"] == [{"url": "/", "description": "This server"}]
+    operations = _operations(document)
+    ids = [op["operationId"] for _, _, op in operations]
+    assert len(ids) == len(set(ids))
+    for path, method, op in operations:
+        assert re.fullmatch(r"[A-Z][^.]{3,80}", op.get("summary", "")), (method, path, op.get("summary"))
+        assert op.get("description"), (method, path)
+
+
+def test_writes_declare_idempotency_key_and_the_writes_that_take_if_match_declare_it(
+    anonymous: httpx.Client,
+) -> None:
+    document = _schema(anonymous)
+    if_match = set()
+    for path, method, op in _operations(document):
+        headers = {p["name"]: p for p in op.get("parameters", []) if p["in"] == "header"}
+        if method in MUTATING and path != "/v1/health":
+            assert "Idempotency-Key" in headers, (method, path)
+            assert (
+                not headers["Idempotency-Key"]["required"]
+                if "required" in headers["Idempotency-Key"]
+                else True
+            )
+        if "If-Match" in headers:
+            if_match.add((method, path))
+    assert if_match == {
+        ("post", "/v1/calendars/{calendar_id}/holds"),
+        ("post", "/v1/calendars/{calendar_id}/commits"),
+        ("post", "/v1/bookings/{booking_id}/move"),
+    }
+
+
+def test_the_declared_response_headers_are_the_ones_the_server_sends(
+    anonymous: httpx.Client, sdr: Persona
+) -> None:
+    document = _schema(anonymous)
+    hold_op = document["paths"]["/v1/calendars/{calendar_id}/holds"]["post"]
+    declared_201 = set(hold_op["responses"]["201"]["headers"])
+    assert {
+        "ETag",
+        "RateLimit-Limit",
+        "RateLimit-Remaining",
+        "RateLimit-Reset",
+        "RateLimit-Policy",
+    } <= declared_201
+    assert "Retry-After" in hold_op["responses"]["429"]["headers"]
+
+    calendar = create_calendar(sdr)
+    made = sdr.client.post(
+        f"/calendars/{calendar['id']}/holds", json=slot(hours_ahead=30), headers={"Idempotency-Key": "k-1"}
+    )
+    assert made.status_code == 201
+    sent = {name for name in declared_201 if name in made.headers}  # httpx: case-insensitive
+    assert sent == declared_201 - {"Idempotent-Replayed"}
+    replayed = sdr.client.post(
+        f"/calendars/{calendar['id']}/holds", json=slot(hours_ahead=30), headers={"Idempotency-Key": "k-1"}
+    )
+    assert replayed.headers["Idempotent-Replayed"] == "true"
+
+    set_limits(sdr, requests_per_second=0.01, request_burst=1)
+    sdr.client.get("/calendars")
+    refused = sdr.client.get("/calendars")
+    assert refused.status_code == 429
+    declared_429 = set(document["paths"]["/v1/calendars"]["get"]["responses"]["429"]["headers"])
+    # A refusal from memory (the first middleware) knows no reset or policy; one from the bucket does.
+    sent_429 = {name for name in declared_429 if name in refused.headers}
+    assert declared_429 - sent_429 <= {"RateLimit-Reset", "RateLimit-Policy"}
