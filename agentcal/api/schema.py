@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from functools import cache
 from typing import Any
-from zoneinfo import available_timezones
 
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiParameter
@@ -102,6 +101,7 @@ _HEADER_SCHEMAS: dict[str, dict[str, Any]] = {
 # Answers that say when to try again.
 _RETRY_STATUSES = frozenset({"409", "429", "503"})
 IDEMPOTENCY_KEY_PATTERN = r"^[!-~]{1,255}$"
+TIMEZONE_PATTERN = r"^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+)*$"
 
 
 class AgentAPISchema(AutoSchema):
@@ -199,10 +199,20 @@ class AgentAPISchema(AutoSchema):
             schema = {"type": "object" if field.expect is dict else "array", **schema}
             if field.expect is list:
                 schema.setdefault("items", {})
+            else:
+                schema.setdefault("additionalProperties", True)  # free-form: any keys, any JSON values
         elif isinstance(field, OffsetDateTimeField):
             schema = {**schema, "pattern": DATE_TIME_PATTERN}
         elif isinstance(field, TimezoneField):
-            schema = {**schema, "enum": sorted(available_timezones())}
+            # A name, not an enum: ~600 zone names collide once generators turn them into identifiers
+            # (Etc/GMT0, GMT0), and each tz database update would change the contract. The server checks
+            # the name against its own tz database.
+            schema = {
+                **schema,
+                "pattern": TIMEZONE_PATTERN,
+                "description": "An IANA time zone name, e.g. `Europe/Berlin` or `America/New_York`.",
+                "examples": ["Europe/Berlin"],
+            }
         elif direction == "request" and isinstance(field, serializers.CharField) and isinstance(schema, dict):
             patterns = [getattr(field, "PATTERN", None)]
             if not field.allow_blank:

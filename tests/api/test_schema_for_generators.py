@@ -96,3 +96,14 @@ def test_the_declared_response_headers_are_the_ones_the_server_sends(
     # A refusal from memory (the first middleware) knows no reset or policy; one from the bucket does.
     sent_429 = {name for name in declared_429 if name in refused.headers}
     assert declared_429 - sent_429 <= {"RateLimit-Reset", "RateLimit-Policy"}
+
+
+def test_zones_are_named_not_enumerated_and_metadata_is_free_form(anonymous: httpx.Client) -> None:
+    schemas = _schema(anonymous)["components"]["schemas"]
+    zone = schemas["CalendarInput"]["properties"]["timezone"]
+    assert "enum" not in zone and zone["type"] == "string" and re.fullmatch(zone["pattern"], "Europe/Berlin")
+    assert re.fullmatch(zone["pattern"], "Etc/GMT+5") and not re.fullmatch(zone["pattern"], "Berlin time")
+    for name, schema in schemas.items():
+        metadata = schema.get("properties", {}).get("metadata")
+        if metadata is not None and metadata.get("type") == "object":
+            assert metadata.get("additionalProperties") is True, name
