@@ -236,6 +236,8 @@ SPECTACULAR_SETTINGS = {
     "SCHEMA_PATH_PREFIX": r"/v1",
     # Paths are absolute (`/v1/...`) on whichever host serves the schema.
     "SERVERS": [{"url": "/", "description": "This server"}],
+    # One name for a choice set used by several schemas (a generator would make two types of it).
+    "ENUM_NAME_OVERRIDES": {"PauseScopeEnum": ["agent", "workspace"]},
 }
 
 # Request bodies larger than this are refused with 413 before they are parsed.

@@ -47,9 +47,85 @@ class ProblemOutput(serializers.Serializer):
     error = serializers.CharField(help_text="Machine-readable code, e.g. slot_conflict.")
 
 
+# Problems by status, each family with the members its errors add (none required: which members come
+# depends on the `error`), so a generated client reads `alternatives` of a 409 without a cast.
+class InvalidRequestProblemOutput(ProblemOutput):
+    errors = serializers.JSONField(required=False, help_text="The fields at fault, each with its messages.")
+
+
+class ForbiddenProblemOutput(ProblemOutput):
+    required_scope = serializers.CharField(required=False, help_text="The scope the key lacks.")
+
+
+class FreeSpanOutput(serializers.Serializer):
+    start_time = serializers.DateTimeField()
+    end_time = serializers.DateTimeField()
+
+
+class ConflictProblemOutput(ProblemOutput):
+    alternatives = FreeSpanOutput(
+        many=True, required=False, help_text="Free spans near the one asked for, best first (slot_conflict)."
+    )
+    conflicting = serializers.JSONField(required=False, help_text="What is in the way (slot_conflict).")
+    conflicting_bucket = serializers.CharField(required=False)
+    held_by_priority = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        help_text="Null: the person's own calendar or a buffer is in the way.",
+    )
+    caller_priority = serializers.IntegerField(required=False)
+    retryable = serializers.BooleanField(
+        required=False, help_text="Whether the same request may succeed later."
+    )
+
+
+class PreconditionFailedProblemOutput(ProblemOutput):
+    current_version = serializers.IntegerField(required=False, help_text="The calendar's version now.")
+
+
+class PausedProblemOutput(ProblemOutput):
+    paused = serializers.ChoiceField(choices=["agent", "workspace"], required=False)
+    paused_at = serializers.DateTimeField(required=False)
+    retryable = serializers.BooleanField(required=False)
+
+
+class TooManyRequestsProblemOutput(ProblemOutput):
+    limit_name = serializers.CharField(
+        required=False, help_text="rate_limited: requests, searches, in_flight or api_key_wrong_secrets."
+    )
+    quota = serializers.CharField(required=False, help_text="quota_exceeded: the budget used up.")
+    limit = serializers.IntegerField(required=False)
+    window_seconds = serializers.IntegerField(required=False)
+    retry_after = serializers.IntegerField(
+        required=False, allow_null=True, help_text="Seconds to wait; null when waiting cannot help."
+    )
+
+
+class UnavailableProblemOutput(ProblemOutput):
+    retryable = serializers.BooleanField(required=False)
+    calendars = serializers.JSONField(
+        required=False, help_text="upstream_stale: each stale link's calendar and last_synced_at."
+    )
+
+
+PROBLEM_FAMILIES: dict[int, type[ProblemOutput]] = {
+    400: InvalidRequestProblemOutput,
+    403: ForbiddenProblemOutput,
+    409: ConflictProblemOutput,
+    412: PreconditionFailedProblemOutput,
+    423: PausedProblemOutput,
+    429: TooManyRequestsProblemOutput,
+    503: UnavailableProblemOutput,
+}
+
+
+def problem_schema(status: int) -> type[ProblemOutput]:
+    return PROBLEM_FAMILIES.get(status, ProblemOutput)
+
+
 def problems(*statuses: int) -> dict[Any, Any]:
     """The problem responses an endpoint adds to the ones every operation has (ALWAYS, WRITES)."""
-    return {(status, PROBLEM_MEDIA_TYPE): ProblemOutput for status in statuses}
+    return {(status, PROBLEM_MEDIA_TYPE): problem_schema(status) for status in statuses}
 
 
 @cache
@@ -173,7 +249,7 @@ class AgentAPISchema(AutoSchema):
             implied.add(404)  # a path id that names nothing in the caller's workspace
         for status in sorted(implied - {int(code) for code in bodies}):
             bodies[str(status)] = self._get_response_for_code(
-                ProblemOutput, str(status), [PROBLEM_MEDIA_TYPE], direction
+                problem_schema(status), str(status), [PROBLEM_MEDIA_TYPE], direction
             )
         return dict(sorted(bodies.items()))
 
@@ -211,7 +287,7 @@ class AgentAPISchema(AutoSchema):
                 **schema,
                 "pattern": TIMEZONE_PATTERN,
                 "description": "An IANA time zone name, e.g. `Europe/Berlin` or `America/New_York`.",
-                "examples": ["Europe/Berlin"],
+                "example": "Europe/Berlin",
             }
         elif direction == "request" and isinstance(field, serializers.CharField) and isinstance(schema, dict):
             patterns = [getattr(field, "PATTERN", None)]

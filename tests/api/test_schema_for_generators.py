@@ -107,3 +107,28 @@ def test_zones_are_named_not_enumerated_and_metadata_is_free_form(anonymous: htt
         metadata = schema.get("properties", {}).get("metadata")
         if metadata is not None and metadata.get("type") == "object":
             assert metadata.get("additionalProperties") is True, name
+
+
+def test_the_schema_is_valid_openapi_and_generates_without_a_warning(tmp_path: Any) -> None:
+    from django.core.management import call_command
+
+    call_command("spectacular", "--validate", "--fail-on-warn", "--file", str(tmp_path / "schema.yaml"))
+
+
+def test_each_problem_family_is_typed_with_its_members(anonymous: httpx.Client, sdr: Persona) -> None:
+    document = _schema(anonymous)
+    responses = document["paths"]["/v1/calendars/{calendar_id}/holds"]["post"]["responses"]
+    family = {
+        status: answer["content"]["application/problem+json"]["schema"]["$ref"].rsplit("/", 1)[1]
+        for status, answer in responses.items()
+        if "application/problem+json" in answer.get("content", {})
+    }
+    assert family["409"] == "ConflictProblemOutput" and family["429"] == "TooManyRequestsProblemOutput"
+    conflict = document["components"]["schemas"]["ConflictProblemOutput"]["properties"]
+    span = document["components"]["schemas"]["FreeSpanOutput"]["properties"]
+    # What a real 409 carries is what the family declares.
+    calendar = create_calendar(sdr)
+    assert sdr.client.post(f"/calendars/{calendar['id']}/holds", json=slot(hours_ahead=30)).status_code == 201
+    refused = sdr.client.post(f"/calendars/{calendar['id']}/holds", json=slot(hours_ahead=30)).json()
+    assert set(refused) <= set(conflict)
+    assert refused["alternatives"] and all(set(a) == set(span) for a in refused["alternatives"])
