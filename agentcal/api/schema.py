@@ -50,7 +50,13 @@ class ProblemOutput(serializers.Serializer):
 # Problems by status, each family with the members its errors add (none required: which members come
 # depends on the `error`), so a generated client reads `alternatives` of a 409 without a cast.
 class InvalidRequestProblemOutput(ProblemOutput):
-    errors = serializers.JSONField(required=False, help_text="The fields at fault, each with its messages.")
+    def get_fields(self) -> dict[str, serializers.Field]:
+        # Declared here: a class attribute `errors` would shadow Serializer.errors.
+        fields: dict[str, serializers.Field] = super().get_fields()
+        fields["errors"] = serializers.JSONField(
+            required=False, help_text="The fields at fault, each with its messages."
+        )
+        return fields
 
 
 class ForbiddenProblemOutput(ProblemOutput):
