@@ -545,3 +545,16 @@ def test_tool_calls_wait_for_the_agents_rate_limit(
     assert all(later - earlier >= 1.0 for earlier, later in zip(arrivals, arrivals[1:], strict=False)), (
         arrivals
     )
+
+
+def test_arguments_that_do_not_fit_get_a_structured_invalid_request(sdr: Persona, mcp_url: str) -> None:
+    async def act() -> CallToolResult:
+        async with http_session(mcp_url, sdr.raw_key) as session:
+            return await session.call_tool("hold_slot", {"calendar": 42, "start_time": "soon"})
+
+    result = asyncio.run(act())
+    refused = content(result)
+    assert result.is_error and refused["outcome"] == "error" and refused["error"] == "invalid_request"
+    assert {"calendar", "start_time", "end_time"} <= set(refused["errors"]), refused["errors"]
+    assert "calendar" in refused["next_step"] and "hold_slot" in refused["next_step"]
+    assert "soon" not in str(refused), "the caller's values are not echoed"

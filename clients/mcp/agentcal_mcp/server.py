@@ -13,9 +13,11 @@ from typing import Any, Literal
 from agentcal_client import AgentCalError, AuthenticationError
 from mcp.server.caching import CacheHint
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.shared.exceptions import MCPError
-from mcp.types import INTERNAL_ERROR, INVALID_REQUEST
+from mcp.types import INTERNAL_ERROR, INVALID_REQUEST, CallToolResult, InputRequiredResult
+from pydantic import ValidationError
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -23,6 +25,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from agentcal_mcp import __version__
 from agentcal_mcp.gateway import Gateway, MissingKey, bearer_key
 from agentcal_mcp.registry import GatewayHolder
+from agentcal_mcp.results import error_result
 from agentcal_mcp.tools import TOOLS
 
 INSTRUCTIONS = """\
@@ -61,6 +64,29 @@ class AgentCalMCP(MCPServer[Any], GatewayHolder):
                 annotations=tool.annotations,
             )
         self.middleware.append(self.only_tools_the_key_may_use)
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
+    ) -> CallToolResult | InputRequiredResult:
+        """Arguments that do not fit a tool's input schema get the result every refusal has (`outcome`
+        "error", `error` "invalid_request", the fields at fault in `errors`, a `next_step`), not the
+        validator's raw text. The values the caller sent are not echoed: they may be the caller's data."""
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as refused:
+            invalid = refused.__cause__
+            if isinstance(refused, UnexpectedToolError) or not isinstance(invalid, ValidationError):
+                raise
+            errors: dict[str, list[str]] = {}
+            for problem in invalid.errors():
+                field = ".".join(str(part) for part in problem["loc"]) or "arguments"
+                errors.setdefault(field, []).append(str(problem["msg"]))
+            return error_result(
+                code="invalid_request",
+                detail=f"The arguments of {name} do not fit its input schema; see `errors`.",
+                next_step=f"Fix {', '.join(sorted(errors))} as `errors` says and call {name} again.",
+                errors=errors,
+            )
 
     async def only_tools_the_key_may_use(
         self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
