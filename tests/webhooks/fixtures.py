@@ -56,12 +56,12 @@ def webhook_settings(settings: Any) -> Any:
 
 @pytest.fixture
 def celery_worker(webhook_settings: Any, transactional_db: None) -> Iterator[Any]:
-    _purge_queue()
+    purge_queue()
     with start_worker(celery_app, pool="solo", perform_ping_check=False, shutdown_timeout=10) as worker:
         yield worker
 
 
-def _purge_queue() -> None:
+def purge_queue() -> None:
     # Messages left by an earlier test (e.g. retries scheduled for deliveries of a flushed database)
     # must not reach this test's worker, nor those this test's fixtures sent (a linked calendar's first
     # sync): the test decides when its worker gets work. The broker publishes from its own thread, so

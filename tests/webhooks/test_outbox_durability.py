@@ -14,6 +14,7 @@ from agentcal.celery import app as celery_app
 from agentcal.sealing import seal_secret
 from bookings.models import Reservation
 from tests.helpers import create_calendar, slot
+from tests.webhooks.fixtures import purge_queue
 from webhooks.models import EventType, OutboxEvent, WebhookDelivery
 from webhooks.outbox import outbox_emit
 from webhooks.tasks import catch_up
@@ -62,8 +63,10 @@ def test_state_changes_commit_while_the_broker_is_down_and_catch_up_delivers_eac
     )
     assert receiver.requests == []
 
-    # The broker comes back; the periodic catch-up runs (twice, as beat would) on a real worker.
+    # The broker comes back; the periodic catch-up runs (twice, as beat would) on a real worker, which
+    # starts on an empty queue: messages earlier tests left (nudges, retries) are not this test's.
     broker_outage()
+    purge_queue()
     with start_worker(celery_app, pool="solo", perform_ping_check=False):
         catch_up.delay()
         catch_up.delay()
