@@ -10,7 +10,7 @@ from enum import StrEnum
 from django.conf import settings
 from django.db.models import QuerySet
 
-from bookings.models import Reservation, ReservationStatus
+from bookings.models import Reservation
 from guardrails.models import LimitNotice
 from workspaces.limits import LIMIT_NAMES, agent_limits, workspace_limits
 from workspaces.models import Agent, AgentUsage, Workspace
@@ -74,8 +74,7 @@ class Usage:
 
 def agent_usage(agent: Agent) -> Usage:
     usage = AgentUsage.objects.filter(agent=agent).first()
-    today = datetime.now(UTC).date()
-    bookings = usage.bookings_on_day if usage is not None and usage.day == today else 0
+    bookings = usage.bookings_on(datetime.now(UTC).date()) if usage is not None else 0
     return Usage(live_holds=_live_holds(agent=agent), bookings_today=bookings)
 
 
@@ -87,12 +86,7 @@ def workspace_live_holds(workspace: Workspace) -> int:
 def _live_holds(**whose: object) -> int:
     """Holds not yet committed, released or lapsed, counted once however many calendars each spans."""
     return (
-        Reservation.objects.filter(
-            status=ReservationStatus.HELD, is_primary=True, expires_at__gt=datetime.now(UTC), **whose
-        )
-        .values("hold_id")
-        .distinct()
-        .count()
+        Reservation.objects.filter(is_primary=True, **whose).live_holds().values("hold_id").distinct().count()
     )
 
 

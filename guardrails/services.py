@@ -24,7 +24,7 @@ from audit.events import AuditEvent
 from audit.models import Outcome
 from audit.services import audit_record
 from bookings import engine
-from bookings.models import Reservation, ReservationStatus
+from bookings.models import Reservation
 from guardrails.models import LIMIT_WORDS, LimitNotice
 from webhooks.models import EventType
 from webhooks.outbox import outbox_emit
@@ -142,9 +142,8 @@ def _release_live_holds(actor: Actor, agents: list[Agent]) -> int:
     """Release the agents' live holds as the person who paused them, each in its own transaction (a
     hold committed or released meanwhile is simply skipped)."""
     hold_ids = (
-        Reservation.objects.filter(
-            agent__in=agents, status=ReservationStatus.HELD, is_primary=True, expires_at__gt=datetime.now(UTC)
-        )
+        Reservation.objects.filter(agent__in=agents, is_primary=True)
+        .live_holds()
         .values_list("hold_id", flat=True)
         .distinct()
     )
@@ -190,27 +189,32 @@ def _clean_limits(values: Mapping[str, Any]) -> dict[str, Any]:
     return cleaned
 
 
+def _set_limits(row: Agent | Workspace, cleaned: Mapping[str, Any]) -> dict[str, list[Any]]:
+    """Save the (cleaned) limits that differ on the locked row; returns them as {name: [before, after]}."""
+    changes = {
+        name: [getattr(row, f"limit_{name}"), value]
+        for name, value in cleaned.items()
+        if getattr(row, f"limit_{name}") != value
+    }
+    for name, (_, value) in changes.items():
+        setattr(row, f"limit_{name}", value)
+    if changes:
+        row.save(update_fields=[f"limit_{name}" for name in changes])
+    return changes
+
+
 def agent_limits_update(*, actor: Actor, agent: Agent, limits: Mapping[str, Any]) -> Agent:
     """Set the agent's own limits (None: inherit the workspace's default); audited with before/after."""
-    cleaned = _clean_limits(limits)
+    cleaned = _clean_limits(limits)  # refused before any lock is taken
     with transaction.atomic(durable=True):
         current = Agent.objects.select_for_update().get(pk=agent.pk, workspace=actor.workspace)
-        changes = {
-            name: [getattr(current, f"limit_{name}"), value]
-            for name, value in cleaned.items()
-            if getattr(current, f"limit_{name}") != value
-        }
-        if not changes:
-            return current
-        for name, (_, value) in changes.items():
-            setattr(current, f"limit_{name}", value)
-        current.save(update_fields=[f"limit_{name}" for name in changes])
-        audit_record(
-            event_type=AuditEvent.AGENT_LIMITS_UPDATED,
-            outcome=Outcome.SUCCESS,
-            actor=actor,
-            details={"agent_id": current.public_id, "changes": changes},
-        )
+        if changes := _set_limits(current, cleaned):
+            audit_record(
+                event_type=AuditEvent.AGENT_LIMITS_UPDATED,
+                outcome=Outcome.SUCCESS,
+                actor=actor,
+                details={"agent_id": current.public_id, "changes": changes},
+            )
     return current
 
 
@@ -219,22 +223,13 @@ def workspace_limits_update(*, actor: Actor, limits: Mapping[str, Any]) -> Works
     cleaned = _clean_limits(limits)
     with transaction.atomic(durable=True):
         workspace = Workspace.objects.select_for_update().get(pk=actor.workspace.pk)
-        changes = {
-            name: [getattr(workspace, f"limit_{name}"), value]
-            for name, value in cleaned.items()
-            if getattr(workspace, f"limit_{name}") != value
-        }
-        if not changes:
-            return workspace
-        for name, (_, value) in changes.items():
-            setattr(workspace, f"limit_{name}", value)
-        workspace.save(update_fields=[f"limit_{name}" for name in changes])
-        audit_record(
-            event_type=AuditEvent.WORKSPACE_LIMITS_UPDATED,
-            outcome=Outcome.SUCCESS,
-            actor=actor,
-            details={"changes": changes},
-        )
+        if changes := _set_limits(workspace, cleaned):
+            audit_record(
+                event_type=AuditEvent.WORKSPACE_LIMITS_UPDATED,
+                outcome=Outcome.SUCCESS,
+                actor=actor,
+                details={"changes": changes},
+            )
     return workspace
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import date
 from functools import partial
 
 from django.contrib.postgres.fields import ArrayField
@@ -188,3 +189,7 @@ class AgentUsage(models.Model):
 
     def __str__(self) -> str:
         return f"usage of agent {self.agent_id}"
+
+    def bookings_on(self, day: date) -> int:
+        """Bookings made on `day` (UTC): the count is kept for one day at a time."""
+        return self.bookings_on_day if self.day == day else 0

@@ -81,9 +81,7 @@ def over_budget(actor: Actor, *, holds: int) -> QuotaExceeded:
     limits = agent_limits(agent, actor.workspace)
     now = datetime.now(UTC)
     if holds:
-        live = Reservation.objects.filter(
-            agent=agent, is_primary=True, status=ReservationStatus.HELD, expires_at__gt=now
-        )
+        live = Reservation.objects.filter(agent=agent, is_primary=True).live_holds()
         first = live.order_by("expires_at").values_list("expires_at", flat=True).first()
         # A hold released by a concurrent write may still have been counted: then one second is enough.
         wait = math.ceil((first - now).total_seconds()) if first is not None else 1
@@ -98,7 +96,7 @@ def over_budget(actor: Actor, *, holds: int) -> QuotaExceeded:
         error.agent_limit = "live_holds"
         return error
     usage = AgentUsage.objects.filter(agent=agent).first()
-    made = usage.bookings_on_day if usage is not None and usage.day == now.date() else 0
+    made = usage.bookings_on(now.date()) if usage is not None else 0
     midnight = datetime.combine(now.date() + timedelta(days=1), datetime.min.time(), tzinfo=UTC)
     error = QuotaExceeded(
         f"This agent made {made} bookings today (UTC), its limit is {limits.bookings_per_day}.",
