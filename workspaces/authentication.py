@@ -11,7 +11,7 @@ from rest_framework.request import Request
 
 from agentcal.errors import InsufficientScope, InvalidKey, Unauthenticated
 from workspaces.actor import Actor
-from workspaces.keys import api_key_verify, lookup_prefix
+from workspaces.keys import api_key_verify, bearer_key, lookup_prefix
 
 logger = logging.getLogger(__name__)
 
@@ -19,9 +19,8 @@ logger = logging.getLogger(__name__)
 class ApiKeyAuthentication(BaseAuthentication):
     def authenticate(self, request: Request) -> tuple[Actor, Any]:
         header = request.META.get("HTTP_AUTHORIZATION", "")
-        scheme, _, raw = header.partition(" ")
-        raw = raw.strip()
-        if scheme.lower() != "bearer" or not raw:
+        raw = bearer_key(header)
+        if not raw:
             raise Unauthenticated("Send `Authorization: Bearer avs_live_…`.")
         try:
             key = api_key_verify(raw, peer=request.META.get("REMOTE_ADDR", ""))

@@ -64,6 +64,12 @@ def api_key_create(*, agent: Agent, scopes: list[str], name: str = "") -> tuple[
     return key, raw
 
 
+def bearer_key(authorization: str) -> str:
+    """The raw key of an `Authorization: Bearer …` header; empty when the header is anything else."""
+    scheme, _, raw = authorization.partition(" ")
+    return raw.strip() if scheme.lower() == "bearer" else ""
+
+
 def lookup_prefix(raw: str) -> str | None:
     if not raw.startswith(KEY_PREFIX) or len(raw) < len(KEY_PREFIX) + LOOKUP_PREFIX_LENGTH + 32:
         return None

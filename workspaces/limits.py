@@ -24,7 +24,7 @@ from agentcal.clock import isoformat_z
 from agentcal.errors import AgentCalError, AgentPaused, RateLimited
 from agentcal.metrics import LIMIT_REFUSALS
 from workspaces.actor import Actor
-from workspaces.keys import lookup_prefix, verified_keys
+from workspaces.keys import bearer_key, lookup_prefix, verified_keys
 from workspaces.models import Agent, Workspace
 
 # Refusals by one agent's one limit leave one audit row per this many seconds; the rest are counted.
@@ -206,13 +206,13 @@ class RefusedKeys:
 
     def refusal(self, authorization: str) -> RateLimited | None:
         """The refusal for a request with this Authorization header, if its key is still refused here."""
-        scheme, _, raw = authorization.partition(" ")
-        prefix = lookup_prefix(raw.strip()) if scheme.lower() == "bearer" else None
+        raw = bearer_key(authorization)
+        prefix = lookup_prefix(raw) if raw else None
         entry = self._refused.get(prefix) if prefix else None
         if entry is None:
             return None
         wait = entry.until - time.monotonic()
-        if wait <= 0 or not hmac.compare_digest(entry.digest, verified_keys.digest(raw.strip())):
+        if wait <= 0 or not hmac.compare_digest(entry.digest, verified_keys.digest(raw)):
             return None
         LIMIT_REFUSALS.labels(entry.agent_public_id, "requests").inc()
         retry_after = max(1, math.ceil(wait))

@@ -24,6 +24,7 @@ from agentcal.metrics import IDEMPOTENT_REPLAYS
 from agentcal.shared_buckets import Decision
 from agentcal.text import is_storable, storable_text
 from workspaces.actor import Actor
+from workspaces.keys import bearer_key
 from workspaces.limits import (
     REFUSED_KEYS,
     check_request_rate,
@@ -109,7 +110,7 @@ class AgentAPIView(APIView):
         except RateLimited as refused:
             if refused.agent_limit == "requests":
                 # Its next requests are refused by the first middleware until the bucket has room.
-                raw_key = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")[2].strip()
+                raw_key = bearer_key(request.META.get("HTTP_AUTHORIZATION", ""))
                 assert actor.agent is not None
                 REFUSED_KEYS.remember(raw_key, agent=actor.agent, decision=refused.rate_decision)  # type: ignore[attr-defined]
             raise
