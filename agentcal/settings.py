@@ -237,7 +237,19 @@ SPECTACULAR_SETTINGS = {
     # Paths are absolute (`/v1/...`) on whichever host serves the schema.
     "SERVERS": [{"url": "/", "description": "This server"}],
     # One name for a choice set used by several schemas (a generator would make two types of it).
-    "ENUM_NAME_OVERRIDES": {"PauseScopeEnum": ["agent", "workspace"]},
+    "ENUM_NAME_OVERRIDES": {
+        "PauseScopeEnum": ["agent", "workspace"],
+        "ReservationStatusEnum": "bookings.models.ReservationStatus",
+        "BookingStatusEnum": "bookings.models.BOOKING_STATUSES",
+        "BookingListStatusEnum": ["committed", "bumped", "cancelled", "all"],
+        "BusyStatusEnum": ["held", "committed", "busy"],
+        "ApprovalStatusEnum": "approvals.models.ApprovalStatus",
+        "ConnectionStatusEnum": "sync.models.ConnectionStatus",
+        "MessageStatusEnum": "inboxes.models.MessageStatus",
+        "QueuedStatusEnum": ["queued", "awaiting_approval"],
+        "DeliveryStatusEnum": "webhooks.models.DeliveryStatus",
+        "EndpointStatusEnum": ["active", "disabled"],
+    },
 }
 
 # Request bodies larger than this are refused with 413 before they are parsed.

@@ -34,7 +34,7 @@ class AuditRecordOutput(serializers.Serializer):
     id = serializers.CharField(source="public_id")
     timestamp = serializers.DateTimeField()
     event_type = serializers.CharField()
-    outcome = serializers.CharField()
+    outcome = serializers.ChoiceField(choices=Outcome.choices)
     workspace_id = serializers.SerializerMethodField()
     agent_id = serializers.CharField(source="agent_public_id")
     actor_user = serializers.CharField()

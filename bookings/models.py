@@ -127,6 +127,12 @@ class ReservationStatus(models.TextChoices):
 
 
 LIVE_STATUSES = (ReservationStatus.HELD, ReservationStatus.COMMITTED)
+# What a booking (a row with a booking id) can read as: it was committed, and may have ended since.
+BOOKING_STATUSES = (
+    ReservationStatus.COMMITTED.value,
+    ReservationStatus.BUMPED.value,
+    ReservationStatus.CANCELLED.value,
+)
 
 # No reservation is longer than this (max_booking_minutes is capped at 7 days by the calendar's check
 # constraint). Overlap queries use it as a lower bound on start_time, so the (calendar, start_time)

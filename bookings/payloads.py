@@ -12,7 +12,7 @@ from rest_framework import serializers
 from agentcal.api.fields import OutputSerializer
 from agentcal.clock import isoformat_z
 from bookings import engine
-from bookings.models import Reservation
+from bookings.models import BOOKING_STATUSES, Reservation, ReservationStatus
 from bookings.rules import MAX_DATE_OVERRIDES, MAX_INTERVALS_PER_DAY, WEEKDAYS
 
 _CLOCK_TIME = {"type": "string", "pattern": "^(([01][0-9]|2[0-3]):[0-5][0-9]|24:00)$", "example": "09:00"}
@@ -78,7 +78,7 @@ class CalendarShareOutput(OutputSerializer):
 
 class DisplacedOutput(OutputSerializer):
     id = serializers.CharField()
-    status = serializers.CharField()
+    status = serializers.ChoiceField(choices=ReservationStatus.choices, help_text="Its status now.")
     agent_id = serializers.CharField()
     priority = serializers.IntegerField()
 
@@ -87,7 +87,7 @@ class ReservationOutput(OutputSerializer):
     """Fields common to holds and bookings."""
 
     id = serializers.CharField()
-    status = serializers.CharField()
+    status = serializers.ChoiceField(choices=ReservationStatus.choices)
     calendar = serializers.CharField()
     also_calendars = serializers.ListField(child=serializers.CharField())
     calendars = CalendarShareOutput(many=True)
@@ -112,7 +112,14 @@ class HoldOutput(ReservationOutput):
     displaced = DisplacedOutput(many=True, required=False)
 
 
+class HoldCreatedOutput(HoldOutput):
+    hold_token = serializers.CharField(
+        help_text="The hold's secret: heartbeat, release and commit with it. Only in this answer."
+    )
+
+
 class BookingOutput(ReservationOutput):
+    status = serializers.ChoiceField(choices=BOOKING_STATUSES)
     hold_id = serializers.CharField()
     committed_at = serializers.DateTimeField()
     bump_window_ends_at = serializers.DateTimeField()

@@ -31,7 +31,7 @@ from inboxes.attachments import attachment_response, download_response
 from inboxes.composing import MAX_RECIPIENTS, message_reply, message_send
 from inboxes.html import sanitize_html
 from inboxes.invites import InviteFlag
-from inboxes.models import Attachment, Direction, Message, Thread
+from inboxes.models import Attachment, Direction, Message, MessageStatus, Thread
 from inboxes.quotas import quota_usage
 from workspaces.models import Agent, Scope
 
@@ -148,11 +148,12 @@ class CalendarEventOutput(OutputSerializer):
 class _MessageFields(OutputSerializer):
     id = serializers.CharField(source="public_id")
     thread_id = serializers.CharField(source="thread.public_id")
-    direction = serializers.CharField()
-    status = serializers.CharField(
+    direction = serializers.ChoiceField(choices=Direction.choices)
+    status = serializers.ChoiceField(
+        choices=MessageStatus.choices,
         help_text="`received` (inbound); outbound: `queued`, `sent`, `failed`, `not_sent_no_relay`, "
         "`awaiting_approval` (review first: a person has not decided yet) or `discarded` (the person denied "
-        "it, or the approval expired: never sent)."
+        "it, or the approval expired: never sent).",
     )
     approval_id = serializers.CharField(
         allow_null=True, help_text="Review first: the approval this message waits (or waited) for."
@@ -367,8 +368,9 @@ class AttachmentDownloadView(AgentAPIView):
 
 class QueuedOutput(OutputSerializer):
     id = serializers.CharField(source="public_id")
-    status = serializers.CharField(
-        help_text="`queued`, or `awaiting_approval` when the agent's mail is reviewed first."
+    status = serializers.ChoiceField(
+        choices=[MessageStatus.QUEUED.value, MessageStatus.AWAITING_APPROVAL.value],
+        help_text="`awaiting_approval` when the agent's mail is reviewed first.",
     )
     approval_id = serializers.CharField(
         allow_null=True, help_text="The approval a review-first message waits for (GET /v1/approvals/{id})."

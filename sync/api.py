@@ -13,7 +13,7 @@ from agentcal.api.schema import page_of
 from agentcal.api.views import AgentAPIView
 from agentcal.errors import NotFound
 from bookings.api.common import calendar_for
-from sync.models import Connection, Provider
+from sync.models import Connection, ConnectionStatus, Provider
 from sync.services import connection_create, connection_delete, request_sync
 from workspaces.actor import Actor
 from workspaces.models import Scope
@@ -54,7 +54,11 @@ class ConnectionOutput(OutputSerializer):
     remote_calendar_name = serializers.CharField(
         help_text="OAuth providers: the calendar picked in the account."
     )
-    status = serializers.CharField(help_text="`pending` (first sync not done), `active`, or `failing`.")
+    status = serializers.ChoiceField(
+        choices=ConnectionStatus.choices,
+        help_text="`pending` (first sync not done), `active`, `failing` (retrying with backoff) or `revoked` "
+        "(the provider no longer honours the grant: connect again).",
+    )
     last_synced_at = serializers.DateTimeField(allow_null=True)
     sync_lag_seconds = serializers.FloatField(
         allow_null=True, help_text="Of the latest change seen: from its upstream modification to enforcement."

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -57,6 +57,7 @@ class EndpointOutput(serializers.Serializer):
     disabled_at = serializers.DateTimeField(allow_null=True)
     failing_since = serializers.DateTimeField(allow_null=True)
 
+    @extend_schema_field({"type": "string", "enum": ["active", "disabled"]})
     def get_status(self, endpoint: WebhookEndpoint) -> str:
         return "disabled" if endpoint.disabled_at else "active"
 
@@ -79,7 +80,7 @@ class DeliveryOutput(serializers.Serializer):
     endpoint_id = serializers.CharField(source="endpoint.public_id")
     event_id = serializers.CharField(source="event.public_id", help_text="Also the webhook-id header.")
     event_type = serializers.CharField(source="event.event_type")
-    status = serializers.CharField()
+    status = serializers.ChoiceField(choices=DeliveryStatus.choices)
     attempt_count = serializers.IntegerField()
     next_attempt_at = serializers.DateTimeField(allow_null=True)
     created_at = serializers.DateTimeField()

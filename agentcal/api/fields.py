@@ -92,10 +92,13 @@ class StrictSerializer(FieldsBoundOnce):
                 field.trim_whitespace = False
         return fields
 
+    def unknown_field_message(self, name: str) -> str:
+        return "Unknown field."
+
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, dict):
             errors: dict[str, list[str]] = {
-                name: ["Unknown field."] for name in sorted(set(data) - set(self.fields))
+                name: [self.unknown_field_message(name)] for name in sorted(set(data) - set(self.fields))
             }
             for name, field in self.fields.items():
                 if name in data and data[name] is not None:

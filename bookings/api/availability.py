@@ -38,7 +38,9 @@ class AvailabilityQuery(serializers.Serializer):
 class BusyOutput(OutputSerializer):
     start_time = serializers.DateTimeField()
     end_time = serializers.DateTimeField()
-    status = serializers.CharField(help_text="`held` or `committed`; `busy` for upstream busy time.")
+    status = serializers.ChoiceField(
+        choices=["held", "committed", "busy"], help_text="`busy` for upstream busy time."
+    )
     priority = serializers.IntegerField(allow_null=True, help_text="null for upstream busy time.")
     agent_id = serializers.CharField(allow_null=True, help_text="null for upstream busy time.")
     id = serializers.CharField(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -27,7 +27,7 @@ from bookings.api.common import (
     staleness_field,
 )
 from bookings.models import CalendarBounds
-from bookings.payloads import HoldOutput, hold_payload
+from bookings.payloads import HoldCreatedOutput, HoldOutput, hold_payload
 from bookings.selectors import reservation_group
 from workspaces.actor import Actor
 from workspaces.models import MAX_PRIORITY, MIN_PRIORITY, Scope
@@ -75,7 +75,7 @@ class HoldCreateView(AgentAPIView):
     honours_if_match = True
     answers_etag = True
 
-    @extend_schema(request=HoldInput, responses={201: HoldOutput, **problems(412)})
+    @extend_schema(request=HoldInput, responses={201: HoldCreatedOutput, **problems(412)})
     def post(self, request: Request, calendar_id: str) -> Response:
         calendar = calendar_for(self.actor, calendar_id, to_write=True)
         data = validated(HoldInput, request.data)
@@ -105,7 +105,7 @@ class FindAndHoldInput(StrictSerializer):
     metadata = BoundedJSONField(expect=dict, required=False)
 
 
-class FoundHoldOutput(HoldOutput):
+class FoundHoldOutput(HoldCreatedOutput):
     candidate_rank = serializers.IntegerField(
         help_text="Which of the search's candidates was held: 1 is the best; n means n - 1 better ones "
         "were taken by other writes between the search and the lock."
@@ -160,6 +160,7 @@ class HoldDetailView(AgentAPIView):
     summaries = {"GET": "Get a hold", "DELETE": "Release a hold"}
     required_scopes = {"GET": Scope.BOOKINGS_READ, "DELETE": Scope.BOOKINGS_WRITE}
     audit_action = "calendar.hold"
+    delete_takes_body = True
 
     @extend_schema(responses={200: HoldOutput})
     def get(self, request: Request, hold_id: str) -> Response:
@@ -168,19 +169,10 @@ class HoldDetailView(AgentAPIView):
             raise NotFound(f"No hold {hold_id} in this workspace.")
         return Response(hold_payload(engine.ReservationGroup(rows=rows), now=server_now()))
 
-    @extend_schema(
-        request=HoldTokenInput,
-        responses={200: HoldOutput},
-        # Documented as the query parameter: OpenAPI describes no body on DELETE, and many clients
-        # cannot send one. A JSON body {"hold_token": ...} is accepted too.
-        parameters=[
-            OpenApiParameter(
-                "hold_token", {"type": "string", "minLength": 1, "maxLength": 100}, required=True
-            )
-        ],
-    )
+    # The token goes in the body, as the schema says: a secret in a URL ends up in access logs. The query
+    # form (`?hold_token=`) is still taken from clients that cannot send a DELETE body.
+    @extend_schema(request=HoldTokenInput, responses={200: HoldOutput})
     def delete(self, request: Request, hold_id: str) -> Response:
-        # The token may come in the body or, for clients that cannot send a DELETE body, the query.
         body = request.data
         if not body and "hold_token" in request.query_params:
             body = {"hold_token": request.query_params["hold_token"]}

@@ -276,6 +276,7 @@ class FoundHold(Hold):
     when n - 1 better ones were taken by other writes between the search and the lock) and the window
     the search looked in."""
 
+    hold_token: str = field()  # always: this is the answer that made the hold (no inherited default)
     candidate_rank: int
     searched: SearchedWindow
 
