@@ -233,6 +233,15 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Race-safe holds and commits on shared calendars for AI agents.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # 3.1: JSON Schema 2020-12 (null as a type) and the `webhooks` section, where each event is published.
+    "OAS_VERSION": "3.1.0",
+    "WEBHOOKS": "agentcal.api.event_catalog.WEBHOOKS",
+    # An enum's values are its documentation; "* `held` - Held" lines would only repeat them.
+    "ENUM_GENERATE_CHOICE_DESCRIPTION": False,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "agentcal.api.schema.null_is_any_json",
+    ],
     "SCHEMA_PATH_PREFIX": r"/v1",
     # Paths are absolute (`/v1/...`) on whichever host serves the schema.
     "SERVERS": [{"url": "/", "description": "This server"}],
@@ -249,6 +258,8 @@ SPECTACULAR_SETTINGS = {
         "QueuedStatusEnum": ["queued", "awaiting_approval"],
         "DeliveryStatusEnum": "webhooks.models.DeliveryStatus",
         "EndpointStatusEnum": ["active", "disabled"],
+        "UpstreamProviderEnum": "bookings.models.UpstreamSource",
+        "ConnectableProviderEnum": ["caldav"],
     },
 }
 

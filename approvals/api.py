@@ -12,7 +12,7 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from agentcal.api.fields import BoundedJSONField, OneLineField, StrictSerializer, validated
+from agentcal.api.fields import BoundedJSONField, OneLineField, OutputSerializer, StrictSerializer, validated
 from agentcal.api.pagination import PageQuery
 from agentcal.api.schema import page_of, problems
 from agentcal.api.views import AgentAPIView
@@ -140,3 +140,26 @@ class ApprovalCancelView(AgentAPIView):
     def post(self, request: Request, approval_id: str) -> Response:
         approval = services.approval_cancel(actor=self.actor, approval_id=approval_id)
         return Response(ApprovalOutput(approval_payload(approval, server_now())).data)
+
+
+# --- What approval events carry (approvals.events.approval_data; agentcal.api.event_catalog publishes) ---
+
+
+class ApprovalEventFields(OutputSerializer):
+    id = serializers.CharField()
+    status = serializers.ChoiceField(choices=ApprovalStatus.choices)
+    summary = serializers.CharField()
+    state = serializers.JSONField(allow_null=True, help_text="The agent's own data, echoed back.")
+    hold_id = serializers.CharField(allow_null=True)
+    booking_id = serializers.CharField(allow_null=True)
+    booking_error = serializers.CharField(allow_blank=True)
+    agent_id = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    expires_at = serializers.DateTimeField()
+    decided_by = serializers.CharField(allow_null=True, help_text="Email of the person who decided.")
+    decided_at = serializers.DateTimeField(allow_null=True)
+    note = serializers.CharField(allow_blank=True, help_text="What the person wrote with the decision.")
+
+
+class ApprovalEventOutput(OutputSerializer):
+    approval = ApprovalEventFields()

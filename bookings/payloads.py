@@ -9,10 +9,10 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from agentcal.api.fields import OutputSerializer
+from agentcal.api.fields import FreeFormObjectField, OutputSerializer
 from agentcal.clock import isoformat_z
 from bookings import engine
-from bookings.models import BOOKING_STATUSES, Reservation, ReservationStatus
+from bookings.models import BOOKING_STATUSES, Reservation, ReservationStatus, UpstreamSource
 from bookings.rules import MAX_DATE_OVERRIDES, MAX_INTERVALS_PER_DAY, WEEKDAYS
 
 _CLOCK_TIME = {"type": "string", "pattern": "^(([01][0-9]|2[0-3]):[0-5][0-9]|24:00)$", "example": "09:00"}
@@ -98,7 +98,7 @@ class ReservationOutput(OutputSerializer):
     agent_id = serializers.CharField()
     title = serializers.CharField()
     attendees = serializers.JSONField()
-    metadata = serializers.JSONField()
+    metadata = FreeFormObjectField(help_text="The agent's own data, as it was sent.")
     created_at = serializers.DateTimeField()
     ended_at = serializers.DateTimeField(allow_null=True)
 
@@ -205,3 +205,85 @@ def booking_payload(group: engine.ReservationGroup, now: datetime | None = None)
     if group.displaced:
         payload["displaced"] = _displaced(group)
     return payload
+
+
+# --- What reservation events carry (bookings.events builds them; agentcal.api.event_catalog publishes) ---
+
+
+class ReservationEventOutput(OutputSerializer):
+    id = serializers.CharField(help_text="The booking id once committed, else the hold id.")
+    hold_id = serializers.CharField()
+    booking_id = serializers.CharField(allow_null=True)
+    status = serializers.ChoiceField(choices=ReservationStatus.choices)
+    calendar = serializers.CharField()
+    also_calendars = serializers.ListField(child=serializers.CharField())
+    start_time = serializers.DateTimeField()
+    end_time = serializers.DateTimeField()
+    priority = serializers.IntegerField()
+    fencing_token = serializers.IntegerField()
+    agent_id = serializers.CharField()
+    title = serializers.CharField()
+    metadata = FreeFormObjectField(help_text="The agent's own data, as it was sent.")
+    expires_at = serializers.DateTimeField(allow_null=True)
+    committed_at = serializers.DateTimeField(allow_null=True)
+    bump_window_ends_at = serializers.DateTimeField(allow_null=True)
+    ended_at = serializers.DateTimeField(allow_null=True)
+    upstream_conflict = serializers.BooleanField()
+
+
+class SpanOutput(OutputSerializer):
+    start_time = serializers.DateTimeField()
+    end_time = serializers.DateTimeField()
+
+
+class DisplacerOutput(OutputSerializer):
+    id = serializers.CharField(help_text="The hold or booking that took the span.")
+    agent_id = serializers.CharField()
+    priority = serializers.IntegerField()
+
+
+class UpstreamBusyOutput(OutputSerializer):
+    calendar = serializers.CharField()
+    start_time = serializers.DateTimeField()
+    end_time = serializers.DateTimeField()
+    source = serializers.ChoiceField(choices=UpstreamSource.choices)  # type: ignore[assignment]
+
+
+class HoldEventOutput(OutputSerializer):
+    hold = ReservationEventOutput()
+
+
+class BookingEventOutput(OutputSerializer):
+    booking = ReservationEventOutput()
+
+
+class _Displacement(OutputSerializer):
+    reason = serializers.ChoiceField(
+        choices=["priority", "upstream_event"],
+        help_text="`priority`: a strictly higher priority took the span (`displaced_by`); `upstream_event`: "
+        "the person's own calendar did (`upstream`).",
+    )
+    alternatives = SpanOutput(many=True, help_text="Free spans near the lost one, computed when it was lost.")
+    displaced_by = DisplacerOutput(required=False)
+    upstream = UpstreamBusyOutput(required=False)
+
+
+class HoldEvictedOutput(_Displacement, HoldEventOutput):
+    pass
+
+
+class BookingBumpedOutput(_Displacement, BookingEventOutput):
+    pass
+
+
+class BookingMovedOutput(BookingEventOutput):
+    def get_fields(self) -> dict[str, serializers.Field]:
+        # `from` is a Python keyword: declared here rather than as a class attribute.
+        fields: dict[str, serializers.Field] = super().get_fields()
+        fields["from"] = SpanOutput()
+        fields["to"] = SpanOutput()
+        return fields
+
+
+class BookingUpstreamConflictOutput(BookingEventOutput):
+    upstream = UpstreamBusyOutput()

@@ -46,7 +46,7 @@ class RecentErrorOutput(OutputSerializer):
 class ConnectionOutput(OutputSerializer):
     id = serializers.CharField(source="public_id")
     calendar = serializers.CharField(source="calendar.public_id")
-    provider = serializers.CharField()
+    provider = serializers.ChoiceField(choices=Provider.choices)
     url = serializers.CharField(
         help_text="CalDAV: the calendar collection's URL (empty for OAuth providers)."
     )
@@ -148,3 +148,19 @@ class ConnectionSyncView(AgentAPIView):
         request_sync(connection.pk)
         connection.refresh_from_db()
         return Response(connection_payload(connection), status=202)
+
+
+# --- What `connection.failed` carries (built by sync.services.connection_data) ---
+
+
+class ConnectionEventFields(OutputSerializer):
+    id = serializers.CharField()
+    calendar = serializers.CharField()
+    provider = serializers.ChoiceField(choices=Provider.choices)
+    url = serializers.CharField(help_text="CalDAV: the collection's URL (empty for OAuth providers).")
+    status = serializers.ChoiceField(choices=ConnectionStatus.choices)
+
+
+class ConnectionFailedOutput(OutputSerializer):
+    connection = ConnectionEventFields()
+    error = serializers.CharField(help_text="What the provider or the sync said (up to 500 characters).")

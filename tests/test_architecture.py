@@ -57,6 +57,7 @@ COMPOSITION_ROOT = (
     "agentcal.settings",
     "agentcal.urls",
     "agentcal.api.urls",
+    "agentcal.api.event_catalog",
     "agentcal.celery",
     "agentcal.cli",
     "agentcal.wsgi",

@@ -92,6 +92,12 @@ class DeliveryDetailOutput(DeliveryOutput):
     attempts = AttemptOutput(many=True, source="attempts.all")
 
 
+class EventDeliveryOutput(serializers.Serializer):
+    id = serializers.CharField()
+    endpoint_id = serializers.CharField()
+    status = serializers.ChoiceField(choices=DeliveryStatus.choices)
+
+
 class EventOutput(serializers.Serializer):
     id = serializers.CharField(source="public_id")
     type = serializers.CharField(source="event_type")
@@ -101,6 +107,7 @@ class EventOutput(serializers.Serializer):
     data = serializers.JSONField(source="payload")  # type: ignore[assignment]
     deliveries = serializers.SerializerMethodField()
 
+    @extend_schema_field(EventDeliveryOutput(many=True))
     def get_deliveries(self, event: OutboxEvent) -> list[dict[str, Any]]:
         return [
             {"id": d.public_id, "endpoint_id": d.endpoint.public_id, "status": d.status}

@@ -210,6 +210,11 @@ class TimezoneField(serializers.CharField):
         return name
 
 
+@extend_schema_field({"type": "object", "additionalProperties": True})
+class FreeFormObjectField(serializers.JSONField):
+    """An object of the agent's own (e.g. `metadata`), given back as it was sent: any keys, any values."""
+
+
 class BoundedJSONField(serializers.JSONField):
     """Free-form agent data, capped in size so one request cannot bloat a row. `expect` is the JSON
     type it must be (dict: an object, list: an array), or None for any JSON value."""

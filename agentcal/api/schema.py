@@ -187,6 +187,11 @@ TIMEZONE_PATTERN = r"^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+)*$"
 
 
 class AgentAPISchema(AutoSchema):
+    def _keyed(self) -> bool:
+        """An operation of the agent API proper: not the schema or health (no key), nor a webhook (what
+        AgentCal sends, described from the receiver's side)."""
+        return self.view.authentication_classes != [] and self.path.startswith("/v1/")
+
     def get_summary(self) -> str | None:
         """The view's `summaries[method]`: a short verb phrase a generated client can name things by."""
         return super().get_summary() or getattr(self.view, "summaries", {}).get(self.method)
@@ -196,7 +201,7 @@ class AgentAPISchema(AutoSchema):
 
     def get_override_parameters(self) -> list[Any]:
         parameters: list[Any] = list(super().get_override_parameters())
-        if self.view.authentication_classes == [] or self.method not in MUTATING_METHODS:
+        if not self._keyed() or self.method not in MUTATING_METHODS:
             return parameters
         parameters.append(
             OpenApiParameter(
@@ -223,7 +228,7 @@ class AgentAPISchema(AutoSchema):
 
     def _get_response_headers_for_code(self, status_code: Any, direction: Any = "response") -> dict[str, Any]:
         headers: dict[str, Any] = dict(super()._get_response_headers_for_code(status_code, direction))
-        if self.view.authentication_classes == []:
+        if not self._keyed():
             return headers
         status = str(status_code)
         names = ["X-Request-ID"]
@@ -248,8 +253,8 @@ class AgentAPISchema(AutoSchema):
     # Not get_response_serializers: @extend_schema(responses=...) replaces that method wholesale.
     def _get_response_bodies(self, direction: Any = "response") -> dict[str, Any]:
         bodies: dict[str, Any] = super()._get_response_bodies(direction)
-        if self.view.authentication_classes == []:
-            return bodies  # the schema and health endpoints: no key, no problems of that kind
+        if not self._keyed():
+            return bodies  # no key, no problems of that kind
         implied = {*ALWAYS, *(WRITES if self.method in MUTATING_METHODS else ())}
         if "{" in self.path:
             implied.add(404)  # a path id that names nothing in the caller's workspace
@@ -313,3 +318,22 @@ class AgentAPISchema(AutoSchema):
             elif patterns:
                 schema = {**schema, "allOf": [{"pattern": pattern} for pattern in patterns]}
         return schema
+
+
+def null_is_any_json(result: dict[str, Any], **_: Any) -> dict[str, Any]:
+    """A postprocessing hook: drf-spectacular writes a nullable free-form value (`state`, `conflict_details`)
+    as `oneOf: [{}, {type: null}]`, which no null satisfies (it matches both branches). Any JSON value
+    already includes null."""
+
+    def fix(node: Any) -> Any:
+        if isinstance(node, dict):
+            fixed = {key: fix(value) for key, value in node.items()}
+            if fixed.get("oneOf") == [{}, {"type": "null"}]:
+                del fixed["oneOf"]
+            return fixed
+        if isinstance(node, list):
+            return [fix(item) for item in node]
+        return node
+
+    fixed: dict[str, Any] = fix(result)
+    return fixed

@@ -1,6 +1,7 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
+from agentcal.api.event_catalog import EventListView
 from agentcal.api.health import HealthView
 from approvals import api as approvals
 from audit.api import AuditListView
@@ -57,7 +58,7 @@ urlpatterns = [
         webhooks.DeliveryReplayView.as_view(),
         name="webhook-delivery-replay",
     ),
-    path("events", webhooks.EventListView.as_view(), name="events"),
+    path("events", EventListView.as_view(), name="events"),
     path("inbox", inboxes.InboxView.as_view(), name="inbox"),
     path("inbox/threads", inboxes.ThreadListView.as_view(), name="inbox-threads"),
     path("inbox/threads/<str:thread_id>", inboxes.ThreadDetailView.as_view(), name="inbox-thread"),

@@ -79,9 +79,9 @@ def test_model_fields_match_the_schema(model: type[models.Model], components: di
 
     assert sorted(fields) == sorted(properties), "fields missing from or invented beyond the schema"
     for json_name, field in fields.items():
-        spec = properties[json_name]
+        spec, nullable = _without_null(properties[json_name])
         annotation = types_[field.name]
-        may_be_absent = json_name not in required or spec.get("nullable", False)
+        may_be_absent = json_name not in required or nullable
         assert _is_optional(annotation) == may_be_absent, f"{json_name}: optional/nullable differs"
         if may_be_absent:
             assert field.default is None, f"{json_name}: an optional field defaults to None"
@@ -110,20 +110,34 @@ def _assert_type(annotation: Any, spec: dict[str, Any], components: dict[str, An
         return
     kind = spec.get("type")
     if kind is None:  # any JSON value
-        if "oneOf" in spec:  # an enum or null
-            assert annotation is str, where
-        else:
-            assert annotation is Any, f"{where}: the schema allows any JSON here"
+        assert annotation is Any, f"{where}: the schema allows any JSON here"
         return
     if kind == "array":
         assert get_origin(annotation) is tuple, f"{where}: arrays are tuples"
-        _assert_type(get_args(annotation)[0], spec["items"], components, where=f"{where}[]")
+        item, _ = _without_null(spec["items"])
+        _assert_type(get_args(annotation)[0], item, components, where=f"{where}[]")
     elif kind == "object":
         assert get_origin(annotation) is dict or annotation is Any, where
     elif spec.get("format") == "date-time":
         assert annotation is datetime, f"{where}: date-times are datetimes"
     else:
         assert annotation is SCALARS[kind], f"{where}: {kind} is not {annotation}"
+
+
+def _without_null(spec: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """The schema of the value when it is not null (OpenAPI 3.1: `type: [T, "null"]`, or a oneOf with a null
+    branch), and whether null is allowed."""
+    kind = spec.get("type")
+    if isinstance(kind, list) and "null" in kind:
+        (rest,) = [k for k in kind if k != "null"]
+        return {**spec, "type": rest}, True
+    branches = spec.get("oneOf")
+    if branches:
+        nulls = [b for b in branches if b.get("type") == "null" or b.get("$ref", "").endswith("/NullEnum")]
+        if nulls:
+            (rest,) = [b for b in branches if b not in nulls]
+            return {**{k: v for k, v in spec.items() if k != "oneOf"}, **rest}, True
+    return spec, False
 
 
 def _ref(spec: dict[str, Any]) -> str | None:
