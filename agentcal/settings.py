@@ -250,6 +250,12 @@ SPECTACULAR_SETTINGS = {
         "DeliveryStatusEnum": "webhooks.models.DeliveryStatus",
         "EndpointStatusEnum": ["active", "disabled"],
     },
+    "LICENSE": {"name": "Apache-2.0", "url": "https://www.apache.org/licenses/LICENSE-2.0"},
+    # After the enum hook, which adds the null choices the second one types.
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "agentcal.api.schema.typed_nullables",
+    ],
 }
 
 # Request bodies larger than this are refused with 413 before they are parsed.

@@ -313,3 +313,37 @@ class AgentAPISchema(AutoSchema):
             elif patterns:
                 schema = {**schema, "allOf": [{"pattern": pattern} for pattern in patterns]}
         return schema
+
+
+def typed_nullables(result: dict[str, Any], **_: Any) -> dict[str, Any]:
+    """OpenAPI 3.0's `nullable` adds null to the schema's `type` and means nothing without one, yet
+    drf-spectacular writes it bare on nullable references (`allOf`/`oneOf` of components) and on free-form
+    JSON: generators then differ on whether null is allowed. A reference takes the type its components
+    share; free-form JSON has no type to widen and allows null already, so the word goes."""
+    components = result.get("components", {}).get("schemas", {})
+
+    def referenced_type(schema: dict[str, Any]) -> str | None:
+        types = set()
+        for part in [*schema.get("allOf", []), *schema.get("oneOf", []), *schema.get("anyOf", [])]:
+            target = components.get(part.get("$ref", "").removeprefix("#/components/schemas/"), part)
+            if target.get("enum") == [None]:
+                continue  # drf-spectacular's NullEnum: the null itself
+            types.add(target.get("type", "object" if "properties" in target else None))
+        return types.pop() if len(types) == 1 else None
+
+    def visit(node: Any) -> None:
+        if isinstance(node, dict):
+            if node.get("nullable") and "type" not in node:
+                type_ = referenced_type(node)
+                if type_:
+                    node["type"] = type_
+                elif not any(key in node for key in ("allOf", "oneOf", "anyOf", "$ref")):
+                    del node["nullable"]
+            for value in node.values():
+                visit(value)
+        elif isinstance(node, list):
+            for value in node:
+                visit(value)
+
+    visit(result)
+    return result
