@@ -81,7 +81,7 @@ const rehold = await calendarsHoldsCreate({
   headers: { "Idempotency-Key": randomUUID() },
   body: { start_time: alternative.start_time, end_time: alternative.end_time },
 });
-if (!rehold.data?.hold_token) throw new Error(`holding the alternative answered ${rehold.response.status}`);
+if (!rehold.data) throw new Error(`holding the alternative answered ${rehold.response.status}`);
 report("hold", { agent: "rival", id: rehold.data.id, status: rehold.data.status, ...alternative });
 
 const committed = await calendarsCommitsCreate({

@@ -22,9 +22,10 @@ from agentcal_api.models import (
     AvailabilityOutput,
     BookingOutput,
     CalendarPage,
+    CommitHoldInput,
     ConflictProblemOutput,
+    HoldCreatedOutput,
     HoldInput,
-    HoldOutput,
 )
 
 
@@ -76,9 +77,9 @@ def main() -> None:
         if_match=etag,
         idempotency_key=str(uuid.uuid4()),
     ).parsed
-    if not isinstance(held, HoldOutput):
+    if not isinstance(held, HoldCreatedOutput):
         raise SystemExit(f"the hold answered {held}")
-    report("hold", agent="planner", id=held.id, status=held.status, **span)
+    report("hold", agent="planner", id=held.id, status=held.status.value, **span)
 
     refused = calendars_holds_create.sync_detailed(
         calendar_id,
@@ -104,23 +105,26 @@ def main() -> None:
         body=HoldInput(start_time=alternative.start_time, end_time=alternative.end_time),
         idempotency_key=str(uuid.uuid4()),
     ).parsed
-    if not isinstance(rehold, HoldOutput) or not isinstance(rehold.hold_token, str):
+    if not isinstance(rehold, HoldCreatedOutput):
         raise SystemExit(f"holding the alternative answered {rehold}")
-    report("hold", agent="rival", id=rehold.id, status=rehold.status, **alternatives[0])
+    report("hold", agent="rival", id=rehold.id, status=rehold.status.value, **alternatives[0])
 
     committed = calendars_commits_create.sync_detailed(
-        calendar_id, client=rival, body={"hold_token": rehold.hold_token}, idempotency_key=str(uuid.uuid4())
+        calendar_id,
+        client=rival,
+        body=CommitHoldInput(hold_token=rehold.hold_token),
+        idempotency_key=str(uuid.uuid4()),
     ).parsed
     if not isinstance(committed, BookingOutput):
         raise SystemExit(f"the commit answered {committed}")
-    report("commit", agent="rival", booking_id=committed.id, status=committed.status)
+    report("commit", agent="rival", booking_id=committed.id, status=committed.status.value)
 
     cancelled = bookings_destroy.sync_detailed(
         committed.id, client=rival, idempotency_key=str(uuid.uuid4())
     ).parsed
     if not isinstance(cancelled, BookingOutput):
         raise SystemExit(f"the cancel answered {cancelled}")
-    report("cancel", agent="rival", booking_id=cancelled.id, status=cancelled.status)
+    report("cancel", agent="rival", booking_id=cancelled.id, status=cancelled.status.value)
 
 
 if __name__ == "__main__":

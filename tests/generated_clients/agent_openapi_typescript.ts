@@ -72,7 +72,7 @@ const rehold = await rival.POST("/v1/calendars/{calendar_id}/holds", {
   params: { ...onCalendar, header: { "Idempotency-Key": randomUUID() } },
   body: { start_time: alternative.start_time, end_time: alternative.end_time },
 });
-if (!rehold.data?.hold_token) throw new Error(`holding the alternative answered ${rehold.response.status}`);
+if (!rehold.data) throw new Error(`holding the alternative answered ${rehold.response.status}`);
 report("hold", { agent: "rival", id: rehold.data.id, status: rehold.data.status, ...alternative });
 
 const committed = await rival.POST("/v1/calendars/{calendar_id}/commits", {
