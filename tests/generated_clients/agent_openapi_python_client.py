@@ -8,7 +8,6 @@ import json
 import os
 import uuid
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from agentcal_api import AuthenticatedClient
 from agentcal_api.api.bookings import bookings_destroy
@@ -36,7 +35,7 @@ def setting(name: str) -> str:
     return value
 
 
-def report(step: str, **facts: Any) -> None:
+def report(step: str, **facts: object) -> None:
     print(json.dumps({"step": step, **facts}), flush=True)
 
 

@@ -140,6 +140,20 @@ def moment(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
+def test_the_agents_cast_nothing() -> None:
+    """The generated types must carry each agent as they are: no assertion, any, cast or ignore."""
+    forbidden = {
+        ".ts": re.compile(r"\bas\s+\w|\bany\b|@ts-|[\w)\]]!\."),  # `x as T`, any, @ts-ignore, `x!.y`
+        ".py": re.compile(r"\bcast\(|type:\s*ignore|\bAny\b"),
+    }
+    agents = sorted(HERE.glob("agent_*"))
+    assert len(agents) == 3
+    for agent in agents:
+        code = [line for line in agent.read_text().splitlines() if not line.lstrip().startswith(("//", "#"))]
+        found = [line for line in code if forbidden[agent.suffix].search(line)]
+        assert not found, (agent.name, found)
+
+
 def test_redocly_finds_no_error_in_the_schema(schema_file: Path) -> None:
     redocly = node_bin(HERE, "redocly")
     done = subprocess.run(
