@@ -71,6 +71,11 @@ class UnstorableQueryMiddleware:
         return self.get_response(request)
 
 
+# The agent API's paths that take no key: they answer whatever key comes along, a refused one too (a
+# monitor that probes with its agent's key must not read "rate limited" as "down").
+KEYLESS_PATHS = frozenset({"/v1/health", "/v1/schema"})
+
+
 class RefusedKeysMiddleware:
     """An agent API request whose key this process refused for its rate, sent before the Retry-After it
     was told, is refused here, before the rest of the stack runs (workspaces.limits.RefusedKeys): a
@@ -80,7 +85,7 @@ class RefusedKeysMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        if request.path.startswith("/v1/"):
+        if request.path.startswith("/v1/") and request.path not in KEYLESS_PATHS:
             from workspaces.limits import REFUSED_KEYS
 
             refused = REFUSED_KEYS.refusal(request.META.get("HTTP_AUTHORIZATION", ""))

@@ -241,6 +241,7 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "agentcal.api.schema.null_is_any_json",
+        "agentcal.api.event_catalog.webhook_operations",
     ],
     "SCHEMA_PATH_PREFIX": r"/v1",
     # Paths are absolute (`/v1/...`) on whichever host serves the schema.
@@ -261,6 +262,7 @@ SPECTACULAR_SETTINGS = {
         "UpstreamProviderEnum": "bookings.models.UpstreamSource",
         "ConnectableProviderEnum": ["caldav"],
     },
+    "LICENSE": {"name": "Apache-2.0", "url": "https://www.apache.org/licenses/LICENSE-2.0"},
 }
 
 # Request bodies larger than this are refused with 413 before they are parsed.

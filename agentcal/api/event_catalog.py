@@ -9,6 +9,8 @@ above every app.
 
 from __future__ import annotations
 
+from typing import Any
+
 from drf_spectacular.utils import OpenApiResponse, OpenApiWebhook, PolymorphicProxySerializer, extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -136,3 +138,14 @@ class EventListView(webhooks.EventListView):
     def get(self, request: Request) -> Response:
         """The agent's outbox: every event addressed to it, newest first, with its deliveries."""
         return super().get(request)
+
+
+def webhook_operations(result: dict[str, Any], **_: Any) -> dict[str, Any]:
+    """A postprocessing hook: each webhook named for generators (`onHoldEvicted`), and keyless, since the
+    receiver checks the Standard Webhooks signature rather than an API key (drf-spectacular's webhook
+    description takes neither)."""
+    for name, operations in result.get("webhooks", {}).items():
+        for operation in operations.values():
+            operation["operationId"] = "on" + event_name(EventType(name))
+            operation["security"] = []
+    return result

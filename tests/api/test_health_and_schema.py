@@ -6,6 +6,9 @@ import json
 
 import yaml
 
+from tests.guardrails.helpers import set_limits
+from tests.helpers import Persona
+
 
 def test_health_reports_database_and_redis_without_auth(anonymous):
     response = anonymous.get("/health")
@@ -17,6 +20,15 @@ def test_health_reports_database_and_redis_without_auth(anonymous):
 def test_health_ignores_a_bad_key(anonymous):
     response = anonymous.get("/health", headers={"Authorization": "Bearer avs_live_nonsense"})
     assert response.status_code == 200, response.text
+
+
+def test_health_and_schema_answer_a_key_refused_for_its_rate(sdr: Persona) -> None:
+    # What the schema promises for them: no 4xx, whatever key the caller sends.
+    set_limits(sdr, requests_per_second=0.01, request_burst=1)
+    sdr.client.get("/calendars")
+    assert sdr.client.get("/calendars").status_code == 429
+    assert sdr.client.get("/health").status_code == 200
+    assert sdr.client.get("/schema").status_code == 200
 
 
 def test_schema_is_an_openapi_document_with_the_hold_endpoint(anonymous):
