@@ -24,6 +24,7 @@ import fcntl
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -37,7 +38,10 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from bookings.models import Calendar, Reservation
+from inboxes.models import Message
+from inboxes.smtp import inbound_controller
 from tests.helpers import Persona, create_calendar, slot
+from tests.inboxes.helpers import free_port
 from tests.node import npm_ci, require_node
 from webhooks.models import OutboxEvent
 from webhooks.outbox import webhook_body
@@ -112,11 +116,12 @@ def session_of(block: Block) -> list[Block]:
 class Reader:
     """What a reader of the docs has after their setup: an agent's key (the SDR's) and the server's URL. The
     other agent (an executive assistant who outranks the SDR) is there for examples that react to another
-    agent's write."""
+    agent's write; `request` gives a check the fixtures of what else `agentcal run` runs (a Celery worker)."""
 
     sdr: Persona
     exec_assistant: Persona
     base_url: str
+    request: pytest.FixtureRequest
 
 
 @dataclass
@@ -294,15 +299,43 @@ def the_hold_with_a_staleness_bound_is_placed(reader: Reader) -> Generator[Setup
     ).exists()
 
 
+@check("README.md#walk-through-receive-reply")
+def the_agent_receives_mail_and_its_reply_is_kept_unsent_without_a_relay(
+    reader: Reader,
+) -> Generator[Setup, str, None]:
+    reader.request.getfixturevalue("settings").INBOX_RELAY_CONFIGURED = False  # no EMAIL_URL here
+    reader.request.getfixturevalue("celery_worker")  # parses what arrives, delivers what is sent
+    port = free_port()
+    listener = inbound_controller("127.0.0.1", port)
+    listener.start()
+    reader.request.addfinalizer(listener.stop)
+
+    output = yield Setup(env={"INBOUND_SMTP_PORT": str(port)})
+
+    received = Message.objects.get(direction="inbound", agent=reader.sdr.agent)
+    assert received.subject == "Meeting next week?"
+    assert received.from_address == {"name": "Ana", "address": "ana@example.com"}
+    reply = Message.objects.get(direction="outbound", agent=reader.sdr.agent)
+    assert (reply.status, reply.thread_id) == ("not_sent_no_relay", received.thread_id)
+    assert reply.in_reply_to == received.message_id
+    assert re.search(r'"status": ?"not_sent_no_relay"', output), output  # what the last call shows
+
+
 # --- Running a block as a reader would ---------------------------------------------------------------------
 
 
 def run(command: list[str], env: dict[str, str], cwd: Path) -> str:
     # Only what a reader's shell has, plus what the doc's setup names: nothing of the test process leaks in.
     base = {"PATH": os.environ["PATH"], "HOME": str(cwd), "LANG": "C.UTF-8"}
-    done = subprocess.run(
-        command, cwd=cwd, env={**base, **env}, capture_output=True, text=True, timeout=180, check=False
-    )
+    try:
+        # Under the test's own timeout, so a block that hangs (waiting for mail, say) shows its output.
+        done = subprocess.run(
+            command, cwd=cwd, env={**base, **env}, capture_output=True, text=True, timeout=90, check=False
+        )
+    except subprocess.TimeoutExpired as hung:
+        pytest.fail(
+            f"still running after {hung.timeout} s\n--- stdout\n{hung.stdout!r}\n--- stderr\n{hung.stderr!r}"
+        )
     assert done.returncode == 0, (
         f"exit {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
     )
@@ -323,6 +356,11 @@ def run_python(block: Block, setup: Setup, reader: Reader, folder: Path) -> str:
 
 
 def run_bash(block: Block, setup: Setup, reader: Reader, folder: Path) -> str:
+    missing = [tool for tool in ("bash", "curl", "jq") if shutil.which(tool) is None]
+    if missing:
+        pytest.skip(
+            f"{', '.join(missing)} not installed: the README's shell examples need them (.ci/run installs jq)"
+        )
     script = folder / "example.sh"
     script.write_text("\n".join(b.code for b in session_of(block)))
     env = {"KEY": reader.sdr.raw_key, "API": f"{reader.base_url}/v1", **setup.env}
@@ -377,9 +415,14 @@ def test_the_marker_matches_the_fence(block: Block) -> None:
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("block", BLOCKS, ids=lambda block: block.id)
 def test_the_example_runs_and_does_what_it_says(
-    block: Block, sdr: Persona, exec_assistant: Persona, live_server: Any, tmp_path: Path
+    block: Block,
+    sdr: Persona,
+    exec_assistant: Persona,
+    live_server: Any,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
-    reader = Reader(sdr=sdr, exec_assistant=exec_assistant, base_url=live_server.url)
+    reader = Reader(sdr=sdr, exec_assistant=exec_assistant, base_url=live_server.url, request=request)
     outcome = CHECKS[block.id](reader)
     setup = next(outcome)
     output = RUNNERS[block.kind](block, setup, reader, tmp_path)
