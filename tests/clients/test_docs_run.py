@@ -105,8 +105,9 @@ def session_of(block: Block) -> list[Block]:
     session, up to and including `block`."""
     same_kind = [b for b in BLOCKS if b.id.split("#")[0] == block.id.split("#")[0] and b.kind == block.kind]
     before = same_kind[: same_kind.index(block) + 1]
-    start = max(i for i, b in enumerate(before) if not b.continues)
-    return before[start:]
+    starts = [i for i, b in enumerate(before) if not b.continues]
+    assert starts, f"{block.id} continues a session, but no marked {block.kind} block before it starts one"
+    return before[starts[-1] :]
 
 
 # --- Outcome checks: one per marked block -------------------------------------------------------------------
@@ -410,6 +411,8 @@ def test_every_marked_block_has_a_check_and_every_check_a_block() -> None:
 def test_the_marker_matches_the_fence(block: Block) -> None:
     assert block.language in FENCE_LANGUAGES[block.kind], f"line {block.line}: ```{block.language}"
     assert not (block.continues and block.kind != "bash"), "only a shell session continues"
+    if block.kind == "bash":
+        session_of(block)
 
 
 @pytest.mark.django_db(transaction=True)
