@@ -175,7 +175,8 @@ export class Transport {
       headers["Content-Type"] = "application/json";
     }
     const target = url(settings, request);
-    const timeoutMs = (options.timeout ?? settings.timeout) * 1000;
+    // AbortSignal.timeout takes whole milliseconds only.
+    const timeoutMs = Math.max(1, Math.ceil((options.timeout ?? settings.timeout) * 1000));
     const budget = new RetryBudget(options.maxRetries ?? settings.maxRetries, settings.retryDeadline);
     for (;;) {
       const pacing = this.pacer.reserve(budget.longestPacingWaitMs());
