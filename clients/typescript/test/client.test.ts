@@ -10,8 +10,10 @@ import {
   AgentCal,
   AgentCalError,
   AgentPaused,
+  ApprovalWaitTimeout,
   type Calendar,
   type ClientOptions,
+  HoldAwaitingApproval,
   HoldEvicted,
   NotFound,
   PreconditionFailed,
@@ -197,6 +199,31 @@ describe("the booking loop", () => {
     const lost = await rejection(session.commit(), HoldEvicted);
     assert.equal(lost.status, 409);
     await session.close(); // already reported: nothing more to say
+  });
+
+  test("an approval gates a hold until a person decides; cancelling it releases the hold", async () => {
+    const agent = client();
+    const calendar = await newCalendar(agent, "Needs sign-off");
+    const session = await agent.hold(calendar.id, ...span(), { ttlSeconds: 30 });
+    const approval = await agent.approvals.request("Book the board review", { why: "the CEO asked" }, {
+      holdId: session.id,
+      state: { step: 3 },
+    });
+    assert.equal(approval.status, "pending");
+    const waited = rejection(agent.approvals.wait(approval.id, { timeout: 0.2, pollInterval: 0.05 }), ApprovalWaitTimeout);
+    assert.equal((await waited).approval.id, approval.id);
+    await rejection(session.commit(), HoldAwaitingApproval);
+    await session.close(); // the approval decides the hold's fate: nothing released here
+
+    const cancelled = await agent.approvals.cancel(approval.id);
+    assert.equal(cancelled.status, "cancelled");
+    assert.equal((await agent.holds.get(session.id)).status, "released");
+    const pending = [];
+    for await (const listed of agent.approvals.list({ status: "pending" })) pending.push(listed.id);
+    assert.ok(!pending.includes(approval.id));
+    const events = [];
+    for await (const event of agent.events.list({ limit: 5 })) events.push(event.type);
+    assert.ok(events.every((type) => typeof type === "string"));
   });
 
   test("an unknown id is NotFound", async () => {
