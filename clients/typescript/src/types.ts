@@ -38,6 +38,8 @@ export type MeetingSearchInput = BodyOf<"/v1/availability/search", "post">;
 export type MeetingTimes = ResponseOf<"/v1/availability/search", "post">;
 export type MeetingCandidate = MeetingTimes["candidates"][number];
 export type Hold = ResponseOf<"/v1/holds/{hold_id}", "get">;
+/** A hold as its creation answers it: the only answer that carries its `hold_token`. */
+export type HeldHold = ResponseOf<"/v1/calendars/{calendar_id}/holds", "post">;
 export type FoundHold = ResponseOf<"/v1/holds", "post">;
 export type HoldInput = BodyOf<"/v1/calendars/{calendar_id}/holds", "post">;
 export type CommitInput = BodyOf<"/v1/calendars/{calendar_id}/commits", "post">;
