@@ -1,7 +1,7 @@
 // The API's shapes, read off the generated schema by path and method rather than by component name:
 // the server may rename or split a component (a request body becoming a union of named schemas, say)
 // and these stay right after `npm run generate` without an edit here.
-import type { paths } from "./generated/schema.js";
+import type { paths, webhooks } from "./generated/schema.js";
 
 type Method = "get" | "post" | "patch" | "delete";
 type Path = keyof paths;
@@ -59,3 +59,20 @@ export type AuditRecord = ItemOf<ResponseOf<"/v1/audit", "get">>;
 
 /** A moment as the API takes it: a Date, or an RFC 3339 string with an offset. */
 export type Moment = Date | string;
+
+/** Any delivery's payload, as Standard Webhooks envelopes it. */
+export interface GenericWebhookEvent {
+  readonly id: string;
+  readonly type: string;
+  readonly timestamp: string;
+  readonly data: Readonly<Record<string, unknown>>;
+}
+
+type WebhookPayload<Hook> = Hook extends { post: { requestBody: infer B } } ? Json<B> : never;
+type DocumentedWebhookEvents = { [Name in keyof webhooks]: WebhookPayload<webhooks[Name]> }[keyof webhooks];
+
+/**
+ * A delivery's payload: the union of the events the schema documents (narrow it on `type`), or the
+ * generic envelope while the schema documents none.
+ */
+export type WebhookEvent = [DocumentedWebhookEvents] extends [never] ? GenericWebhookEvent : DocumentedWebhookEvents;

@@ -6,19 +6,13 @@
 // parsing, on the raw body exactly as received, and refuse old timestamps so a captured delivery cannot
 // be replayed later. Web Crypto only: the same code runs in Node, Deno, Bun, workers and browsers.
 import { WebhookVerificationError } from "./errors.js";
+import type { GenericWebhookEvent, WebhookEvent } from "./types.js";
 
 export { WebhookVerificationError };
+export type { WebhookEvent };
 
 const SECRET_PREFIX = "whsec_";
 export const DEFAULT_TOLERANCE_SECONDS = 5 * 60;
-
-/** A delivery's payload: `{id, type, timestamp, data}`. */
-export interface WebhookEvent {
-  readonly id: string;
-  readonly type: string;
-  readonly timestamp: string;
-  readonly data: Readonly<Record<string, unknown>>;
-}
 
 /** Request headers as frameworks hand them over: a Fetch `Headers`, or Node's `IncomingHttpHeaders`. */
 export type WebhookHeaders = Headers | Readonly<Record<string, string | readonly string[] | undefined>>;
@@ -54,7 +48,7 @@ async function signingKey(secret: string): Promise<CryptoKey> {
   return globalThis.crypto.subtle.importKey("raw", raw, { name: "HMAC", hash: "SHA-256" }, false, ["verify"]);
 }
 
-function isEvent(value: unknown): value is WebhookEvent {
+function isEnvelope(value: unknown): value is GenericWebhookEvent {
   if (typeof value !== "object" || value === null || Array.isArray(value)) return false;
   const { id, type, timestamp, data } = value as Record<string, unknown>;
   return (
@@ -112,6 +106,9 @@ export async function verify(
   } catch {
     throw new WebhookVerificationError("the signed body is not JSON");
   }
-  if (!isEvent(parsed)) throw new WebhookVerificationError("the signed body is not an event ({id, type, timestamp, data})");
-  return parsed;
+  if (!isEnvelope(parsed)) {
+    throw new WebhookVerificationError("the signed body is not an event ({id, type, timestamp, data})");
+  }
+  // The signature proves the server sent it; the server sends the events its schema documents.
+  return parsed as WebhookEvent;
 }

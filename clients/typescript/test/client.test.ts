@@ -440,8 +440,8 @@ describe("webhooks", () => {
       assert.ok(delivery !== undefined, "the server delivered hold.created");
 
       const event = await webhooks.verify(delivery.body, delivery.headers, secret);
-      assert.equal(event.type, "hold.created");
-      const announced = event.data["hold"];
+      if (event.type !== "hold.created") assert.fail(`expected hold.created, got ${event.type}`);
+      const announced: unknown = event.data["hold"];
       assert.ok(typeof announced === "object" && announced !== null && "id" in announced);
       assert.equal(announced.id, hold.id);
       // The same with a Fetch Headers and the body as text.
