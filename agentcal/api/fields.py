@@ -110,13 +110,19 @@ class StrictSerializer(FieldsBoundOnce):
         return super().to_internal_value(data)
 
 
+def _integral(field: serializers.Field, value: Any) -> bool:
+    # The schema is OpenAPI 3.1, whose JSON Schema counts 30.0 as an integer: a client whose JSON library
+    # writes whole numbers that way is sending what the schema allows. DRF's IntegerField reads it as 30.
+    return isinstance(field, serializers.IntegerField) and isinstance(value, float) and value.is_integer()
+
+
 def _json_type_problem(field: serializers.Field, value: Any) -> str | None:
     values = value if isinstance(field, serializers.ListField) and isinstance(value, list) else [value]
     kind = field.child if isinstance(field, serializers.ListField) else field
     for field_class, json_types, name in _JSON_TYPES:
         if isinstance(kind, field_class):
             for item in values:
-                wrong_type = not isinstance(item, json_types) or (
+                wrong_type = not (isinstance(item, json_types) or _integral(kind, item)) or (
                     bool not in json_types and isinstance(item, bool)
                 )
                 if wrong_type:

@@ -759,12 +759,647 @@ export interface paths {
         trace?: never;
     };
 }
-export type webhooks = Record<string, never>;
+export interface webhooks {
+    "hold.created": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * The hold.created event
+         * @description Sent to the agent's endpoints subscribed to `hold.created` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
+         */
+        post: operations["onHoldCreated"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "hold.expired": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * The hold.expired event
+         * @description Sent to the agent's endpoints subscribed to `hold.expired` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
+         */
+        post: operations["onHoldExpired"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "hold.evicted": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * The hold.evicted event
+         * @description Sent to the agent's endpoints subscribed to `hold.evicted` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
+         */
+        post: operations["onHoldEvicted"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "hold.released": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * The hold.released event
+         * @description Sent to the agent's endpoints subscribed to `hold.released` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
+         */
+        post: operations["onHoldReleased"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "booking.committed": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * The booking.committed event
+         * @description Sent to the agent's endpoints subscribed to `booking.committed` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
+         */
+        post: operations["onBookingCommitted"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "booking.bumped": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * The booking.bumped event
+         * @description Sent to the agent's endpoints subscribed to `booking.bumped` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
+         */
+        post: operations["onBookingBumped"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "booking.cancelled": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * The booking.cancelled event
+         * @description Sent to the agent's endpoints subscribed to `booking.cancelled` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
+         */
+        post: operations["onBookingCancelled"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "booking.moved": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * The booking.moved event
+         * @description Sent to the agent's endpoints subscribed to `booking.moved` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
+         */
+        post: operations["onBookingMoved"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "booking.upstream_conflict": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * The booking.upstream_conflict event
+         * @description Sent to the agent's endpoints subscribed to `booking.upstream_conflict` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
+         */
+        post: operations["onBookingUpstreamConflict"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "booking.attendee_responded": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * The booking.attendee_responded event
+         * @description Sent to the agent's endpoints subscribed to `booking.attendee_responded` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
+         */
+        post: operations["onBookingAttendeeResponded"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "approval.requested": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * The approval.requested event
+         * @description Sent to the agent's endpoints subscribed to `approval.requested` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
+         */
+        post: operations["onApprovalRequested"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "approval.approved": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * The approval.approved event
+         * @description Sent to the agent's endpoints subscribed to `approval.approved` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
+         */
+        post: operations["onApprovalApproved"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "approval.denied": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * The approval.denied event
+         * @description Sent to the agent's endpoints subscribed to `approval.denied` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
+         */
+        post: operations["onApprovalDenied"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "approval.expired": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * The approval.expired event
+         * @description Sent to the agent's endpoints subscribed to `approval.expired` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
+         */
+        post: operations["onApprovalExpired"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "approval.cancelled": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * The approval.cancelled event
+         * @description Sent to the agent's endpoints subscribed to `approval.cancelled` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
+         */
+        post: operations["onApprovalCancelled"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "message.received": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * The message.received event
+         * @description Sent to the agent's endpoints subscribed to `message.received` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
+         */
+        post: operations["onMessageReceived"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "message.sent": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * The message.sent event
+         * @description Sent to the agent's endpoints subscribed to `message.sent` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
+         */
+        post: operations["onMessageSent"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "message.failed": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * The message.failed event
+         * @description Sent to the agent's endpoints subscribed to `message.failed` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
+         */
+        post: operations["onMessageFailed"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "connection.failed": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * The connection.failed event
+         * @description Sent to the agent's endpoints subscribed to `connection.failed` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
+         */
+        post: operations["onConnectionFailed"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "agent.paused": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * The agent.paused event
+         * @description Sent to the agent's endpoints subscribed to `agent.paused` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
+         */
+        post: operations["onAgentPaused"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "agent.resumed": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * The agent.resumed event
+         * @description Sent to the agent's endpoints subscribed to `agent.resumed` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
+         */
+        post: operations["onAgentResumed"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "workspace.paused": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * The workspace.paused event
+         * @description Sent to the agent's endpoints subscribed to `workspace.paused` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
+         */
+        post: operations["onWorkspacePaused"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "workspace.resumed": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * The workspace.resumed event
+         * @description Sent to the agent's endpoints subscribed to `workspace.resumed` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
+         */
+        post: operations["onWorkspaceResumed"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+}
 export interface components {
     schemas: {
         AddressOutput: {
             name: string;
             address: string;
+        };
+        AgentPausedEvent: {
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "agent.paused";
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            dispatched_at: string | null;
+            data: components["schemas"]["PauseEventOutput"];
+            readonly deliveries: components["schemas"]["EventDeliveryOutput"][];
+        };
+        /** @enum {string} */
+        AgentPausedEventTypeEnum: "agent.paused";
+        AgentPausedWebhook: {
+            /** @description The event id, as in the `webhook-id` header: deduplicate on it. */
+            id: string;
+            /** @enum {string} */
+            type: "agent.paused";
+            /** Format: date-time */
+            timestamp: string;
+            data: components["schemas"]["PauseEventOutput"];
+        };
+        AgentResumedEvent: {
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "agent.resumed";
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            dispatched_at: string | null;
+            data: components["schemas"]["PauseEventOutput"];
+            readonly deliveries: components["schemas"]["EventDeliveryOutput"][];
+        };
+        /** @enum {string} */
+        AgentResumedEventTypeEnum: "agent.resumed";
+        AgentResumedWebhook: {
+            /** @description The event id, as in the `webhook-id` header: deduplicate on it. */
+            id: string;
+            /** @enum {string} */
+            type: "agent.resumed";
+            /** Format: date-time */
+            timestamp: string;
+            data: components["schemas"]["PauseEventOutput"];
+        };
+        ApprovalApprovedEvent: {
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "approval.approved";
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            dispatched_at: string | null;
+            data: components["schemas"]["ApprovalEventOutput"];
+            readonly deliveries: components["schemas"]["EventDeliveryOutput"][];
+        };
+        /** @enum {string} */
+        ApprovalApprovedEventTypeEnum: "approval.approved";
+        ApprovalApprovedWebhook: {
+            /** @description The event id, as in the `webhook-id` header: deduplicate on it. */
+            id: string;
+            /** @enum {string} */
+            type: "approval.approved";
+            /** Format: date-time */
+            timestamp: string;
+            data: components["schemas"]["ApprovalEventOutput"];
+        };
+        ApprovalCancelledEvent: {
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "approval.cancelled";
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            dispatched_at: string | null;
+            data: components["schemas"]["ApprovalEventOutput"];
+            readonly deliveries: components["schemas"]["EventDeliveryOutput"][];
+        };
+        /** @enum {string} */
+        ApprovalCancelledEventTypeEnum: "approval.cancelled";
+        ApprovalCancelledWebhook: {
+            /** @description The event id, as in the `webhook-id` header: deduplicate on it. */
+            id: string;
+            /** @enum {string} */
+            type: "approval.cancelled";
+            /** Format: date-time */
+            timestamp: string;
+            data: components["schemas"]["ApprovalEventOutput"];
+        };
+        ApprovalDeniedEvent: {
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "approval.denied";
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            dispatched_at: string | null;
+            data: components["schemas"]["ApprovalEventOutput"];
+            readonly deliveries: components["schemas"]["EventDeliveryOutput"][];
+        };
+        /** @enum {string} */
+        ApprovalDeniedEventTypeEnum: "approval.denied";
+        ApprovalDeniedWebhook: {
+            /** @description The event id, as in the `webhook-id` header: deduplicate on it. */
+            id: string;
+            /** @enum {string} */
+            type: "approval.denied";
+            /** Format: date-time */
+            timestamp: string;
+            data: components["schemas"]["ApprovalEventOutput"];
+        };
+        ApprovalEventFields: {
+            id: string;
+            status: components["schemas"]["ApprovalStatusEnum"];
+            summary: string;
+            /** @description The agent's own data, echoed back. */
+            state: unknown;
+            hold_id: string | null;
+            booking_id: string | null;
+            booking_error: string;
+            agent_id: string;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            expires_at: string;
+            /** @description Email of the person who decided. */
+            decided_by: string | null;
+            /** Format: date-time */
+            decided_at: string | null;
+            /** @description What the person wrote with the decision. */
+            note: string;
+        };
+        ApprovalEventOutput: {
+            approval: components["schemas"]["ApprovalEventFields"];
+        };
+        ApprovalExpiredEvent: {
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "approval.expired";
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            dispatched_at: string | null;
+            data: components["schemas"]["ApprovalEventOutput"];
+            readonly deliveries: components["schemas"]["EventDeliveryOutput"][];
+        };
+        /** @enum {string} */
+        ApprovalExpiredEventTypeEnum: "approval.expired";
+        ApprovalExpiredWebhook: {
+            /** @description The event id, as in the `webhook-id` header: deduplicate on it. */
+            id: string;
+            /** @enum {string} */
+            type: "approval.expired";
+            /** Format: date-time */
+            timestamp: string;
+            data: components["schemas"]["ApprovalEventOutput"];
         };
         ApprovalInput: {
             summary: string & (unknown & unknown);
@@ -778,7 +1413,7 @@ export interface components {
         };
         ApprovalOutput: {
             id: string;
-            status: components["schemas"]["StatusEnum"];
+            status: components["schemas"]["ApprovalStatusEnum"];
             summary: string;
             evidence: unknown;
             state: unknown;
@@ -803,6 +1438,33 @@ export interface components {
             /** @description Pass as `cursor` for the next page; null on the last page. */
             next_cursor: string | null;
         };
+        ApprovalRequestedEvent: {
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "approval.requested";
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            dispatched_at: string | null;
+            data: components["schemas"]["ApprovalEventOutput"];
+            readonly deliveries: components["schemas"]["EventDeliveryOutput"][];
+        };
+        /** @enum {string} */
+        ApprovalRequestedEventTypeEnum: "approval.requested";
+        ApprovalRequestedWebhook: {
+            /** @description The event id, as in the `webhook-id` header: deduplicate on it. */
+            id: string;
+            /** @enum {string} */
+            type: "approval.requested";
+            /** Format: date-time */
+            timestamp: string;
+            data: components["schemas"]["ApprovalEventOutput"];
+        };
+        /** @enum {string} */
+        ApprovalStatusEnum: "pending" | "approved" | "denied" | "expired" | "cancelled";
         AttachmentOutput: {
             id: string;
             filename: string;
@@ -821,12 +1483,17 @@ export interface components {
             error: string;
             is_replay: boolean;
         };
+        AttendeeAnswerOutput: {
+            email: string;
+            name: string;
+            response: components["schemas"]["ResponseEnum"];
+        };
         AuditRecordOutput: {
             id: string;
             /** Format: date-time */
             timestamp: string;
             event_type: string;
-            outcome: string;
+            outcome: components["schemas"]["OutcomeEnum"];
             readonly workspace_id: string;
             agent_id: string;
             actor_user: string;
@@ -895,25 +1562,176 @@ export interface components {
                 [key: string]: boolean;
             };
         };
-        /** @description Either `start_time`/`end_time` (move there) or `search` (the best time on the booking's calendars). */
-        BookingMoveInput: {
+        BookSpanInput: {
             /** Format: date-time */
-            start_time?: string;
+            start_time: string;
             /** Format: date-time */
-            end_time?: string;
-            /** @description Instead of a span: the best time on the booking's own calendars (name exactly those). */
-            search?: components["schemas"]["AvailabilitySearchInput"];
-            /** @description The booking's current fencing token, if the agent holds one. */
-            fencing_token?: number;
-            /** @description Pass over the calendars' rules (needs `bookings:override_rules`; audited). */
+            end_time: string;
+            priority?: number;
+            title?: string;
+            attendees?: unknown[];
+            metadata?: {
+                [key: string]: unknown;
+            };
+            also_calendars?: string[];
+            /** @description Pass over the calendars' working hours, buffers and notice (needs the `bookings:override_rules` scope; audited). */
             ignore_rules?: boolean;
             /** @description Sync any linked calendar whose upstream copy is older than this many seconds before deciding; 503 upstream_stale if that cannot be done in time. */
             max_upstream_staleness_seconds?: number;
-        } & (unknown | unknown);
+        };
+        BookingAttendeeRespondedEvent: {
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "booking.attendee_responded";
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            dispatched_at: string | null;
+            data: components["schemas"]["BookingAttendeeRespondedOutput"];
+            readonly deliveries: components["schemas"]["EventDeliveryOutput"][];
+        };
+        /** @enum {string} */
+        BookingAttendeeRespondedEventTypeEnum: "booking.attendee_responded";
+        BookingAttendeeRespondedOutput: {
+            booking: components["schemas"]["ReservationEventOutput"];
+            attendee: components["schemas"]["AttendeeAnswerOutput"];
+            /** @description The message that carried the answer. */
+            message_id: string;
+        };
+        BookingAttendeeRespondedWebhook: {
+            /** @description The event id, as in the `webhook-id` header: deduplicate on it. */
+            id: string;
+            /** @enum {string} */
+            type: "booking.attendee_responded";
+            /** Format: date-time */
+            timestamp: string;
+            data: components["schemas"]["BookingAttendeeRespondedOutput"];
+        };
+        BookingBumpedEvent: {
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "booking.bumped";
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            dispatched_at: string | null;
+            data: components["schemas"]["BookingBumpedOutput"];
+            readonly deliveries: components["schemas"]["EventDeliveryOutput"][];
+        };
+        /** @enum {string} */
+        BookingBumpedEventTypeEnum: "booking.bumped";
+        BookingBumpedOutput: {
+            /** @description `priority`: a strictly higher priority took the span (`displaced_by`); `upstream_event`: the person's own calendar did (`upstream`). */
+            reason: components["schemas"]["ReasonEnum"];
+            /** @description Free spans near the lost one, computed when it was lost. */
+            alternatives: components["schemas"]["SpanOutput"][];
+            displaced_by?: components["schemas"]["DisplacerOutput"];
+            upstream?: components["schemas"]["UpstreamBusyOutput"];
+            booking: components["schemas"]["ReservationEventOutput"];
+        };
+        BookingBumpedWebhook: {
+            /** @description The event id, as in the `webhook-id` header: deduplicate on it. */
+            id: string;
+            /** @enum {string} */
+            type: "booking.bumped";
+            /** Format: date-time */
+            timestamp: string;
+            data: components["schemas"]["BookingBumpedOutput"];
+        };
+        BookingCancelledEvent: {
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "booking.cancelled";
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            dispatched_at: string | null;
+            data: components["schemas"]["BookingEventOutput"];
+            readonly deliveries: components["schemas"]["EventDeliveryOutput"][];
+        };
+        /** @enum {string} */
+        BookingCancelledEventTypeEnum: "booking.cancelled";
+        BookingCancelledWebhook: {
+            /** @description The event id, as in the `webhook-id` header: deduplicate on it. */
+            id: string;
+            /** @enum {string} */
+            type: "booking.cancelled";
+            /** Format: date-time */
+            timestamp: string;
+            data: components["schemas"]["BookingEventOutput"];
+        };
+        BookingCommittedEvent: {
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "booking.committed";
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            dispatched_at: string | null;
+            data: components["schemas"]["BookingEventOutput"];
+            readonly deliveries: components["schemas"]["EventDeliveryOutput"][];
+        };
+        /** @enum {string} */
+        BookingCommittedEventTypeEnum: "booking.committed";
+        BookingCommittedWebhook: {
+            /** @description The event id, as in the `webhook-id` header: deduplicate on it. */
+            id: string;
+            /** @enum {string} */
+            type: "booking.committed";
+            /** Format: date-time */
+            timestamp: string;
+            data: components["schemas"]["BookingEventOutput"];
+        };
+        BookingEventOutput: {
+            booking: components["schemas"]["ReservationEventOutput"];
+        };
+        BookingMoveInput: components["schemas"]["MoveToSpanInput"] | components["schemas"]["MoveBySearchInput"];
+        BookingMovedEvent: {
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "booking.moved";
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            dispatched_at: string | null;
+            data: components["schemas"]["BookingMovedOutput"];
+            readonly deliveries: components["schemas"]["EventDeliveryOutput"][];
+        };
+        /** @enum {string} */
+        BookingMovedEventTypeEnum: "booking.moved";
+        BookingMovedOutput: {
+            booking: components["schemas"]["ReservationEventOutput"];
+            from: components["schemas"]["SpanOutput"];
+            to: components["schemas"]["SpanOutput"];
+        };
+        BookingMovedWebhook: {
+            /** @description The event id, as in the `webhook-id` header: deduplicate on it. */
+            id: string;
+            /** @enum {string} */
+            type: "booking.moved";
+            /** Format: date-time */
+            timestamp: string;
+            data: components["schemas"]["BookingMovedOutput"];
+        };
         /** @description Fields common to holds and bookings. */
         BookingOutput: {
             id: string;
-            status: string;
+            status: components["schemas"]["BookingStatusEnum"];
             calendar: string;
             also_calendars: string[];
             calendars: components["schemas"]["CalendarShareOutput"][];
@@ -926,7 +1744,10 @@ export interface components {
             agent_id: string;
             title: string;
             attendees: unknown;
-            metadata: unknown;
+            /** @description The agent's own data, as it was sent. */
+            metadata: {
+                [key: string]: unknown;
+            };
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
@@ -947,13 +1768,50 @@ export interface components {
             /** @description Pass as `cursor` for the next page; null on the last page. */
             next_cursor: string | null;
         };
+        /** @enum {string} */
+        BookingStatusEnum: "committed" | "bumped" | "cancelled";
+        BookingUpstreamConflictEvent: {
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "booking.upstream_conflict";
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            dispatched_at: string | null;
+            data: components["schemas"]["BookingUpstreamConflictOutput"];
+            readonly deliveries: components["schemas"]["EventDeliveryOutput"][];
+        };
+        /** @enum {string} */
+        BookingUpstreamConflictEventTypeEnum: "booking.upstream_conflict";
+        BookingUpstreamConflictOutput: {
+            booking: components["schemas"]["ReservationEventOutput"];
+            upstream: components["schemas"]["UpstreamBusyOutput"];
+        };
+        BookingUpstreamConflictWebhook: {
+            /** @description The event id, as in the `webhook-id` header: deduplicate on it. */
+            id: string;
+            /** @enum {string} */
+            type: "booking.upstream_conflict";
+            /** Format: date-time */
+            timestamp: string;
+            data: components["schemas"]["BookingUpstreamConflictOutput"];
+        };
+        BouncedRecipientOutput: {
+            address: string;
+            /** @description The DSN status code, e.g. `5.1.1`. */
+            status: string;
+            diagnostic: string;
+        };
         BusyOutput: {
             /** Format: date-time */
             start_time: string;
             /** Format: date-time */
             end_time: string;
-            /** @description `held` or `committed`; `busy` for upstream busy time. */
-            status: string;
+            /** @description `busy` for upstream busy time. */
+            status: components["schemas"]["BusyStatusEnum"];
             /** @description null for upstream busy time. */
             priority: number | null;
             /** @description null for upstream busy time. */
@@ -967,6 +1825,8 @@ export interface components {
             /** @description `agentcal` for reservations; `caldav`, `google` or `microsoft` for the calendar owner's own (synced) busy time, which no priority takes over. */
             source: string;
         };
+        /** @enum {string} */
+        BusyStatusEnum: "held" | "committed" | "busy";
         CalendarEventOutput: {
             /** @description The iCalendar METHOD: `REQUEST`, `REPLY`, `CANCEL`, ...; null if none. */
             method: string | null;
@@ -981,19 +1841,8 @@ export interface components {
             attendees: components["schemas"]["InviteAttendeeOutput"][];
             /** @description The agent's hold (`hld_…`) or booking (`bk_…`) the invite is about: the booking whose invite the agent sent, else its live hold or committed booking with exactly this span. */
             linked: string | null;
-            /**
-             * @description `malformed`: the .ics could not be read (`problem` says why). `cancelled_by_organizer`: a CANCEL for the linked hold or booking from the invite's organizer, authenticated; the booking stays as it is until the agent acts. `not_organizer`: a CANCEL from someone else (for an invite the agent sent: from anyone). `sender_unverified`: the sender's address is not authenticated (no DMARC pass or DKIM signature of its domain from a trusted receiving server): a REPLY is not applied, a CANCEL not taken as the organizer's. A REPLY recorded but not applied to the booking for another reason: `sender_not_attendee` (the mail is not from the attendee answering), `not_invited`, `outdated_sequence` (it answers an earlier version), `not_an_answer` (not accepted, declined or tentative).
-             *
-             *     * `malformed` - Malformed
-             *     * `cancelled_by_organizer` - Cancelled By Organizer
-             *     * `not_organizer` - Not Organizer
-             *     * `sender_unverified` - Sender Unverified
-             *     * `sender_not_attendee` - Sender Not Attendee
-             *     * `not_invited` - Not Invited
-             *     * `outdated_sequence` - Outdated Sequence
-             *     * `not_an_answer` - Not An Answer
-             */
-            flag: (components["schemas"]["FlagEnum"] | components["schemas"]["NullEnum"]) | null;
+            /** @description `malformed`: the .ics could not be read (`problem` says why). `cancelled_by_organizer`: a CANCEL for the linked hold or booking from the invite's organizer, authenticated; the booking stays as it is until the agent acts. `not_organizer`: a CANCEL from someone else (for an invite the agent sent: from anyone). `sender_unverified`: the sender's address is not authenticated (no DMARC pass or DKIM signature of its domain from a trusted receiving server): a REPLY is not applied, a CANCEL not taken as the organizer's. A REPLY recorded but not applied to the booking for another reason: `sender_not_attendee` (the mail is not from the attendee answering), `not_invited`, `outdated_sequence` (it answers an earlier version), `not_an_answer` (not accepted, declined or tentative). */
+            flag: components["schemas"]["FlagEnum"] | components["schemas"]["NullEnum"];
             problem: string | null;
         };
         CalendarInput: {
@@ -1146,26 +1995,13 @@ export interface components {
             /** @description The optional calendars free for the whole span. */
             optional_free: string[];
         };
-        /** @description Either `hold_token` (promote a hold) or `start_time`/`end_time` (atomic hold + commit). */
-        CommitInput: {
-            /** Format: date-time */
-            start_time?: string;
-            /** Format: date-time */
-            end_time?: string;
-            priority?: number;
-            title?: string;
-            attendees?: unknown[];
-            metadata?: {
-                [key: string]: unknown;
-            };
-            also_calendars?: string[];
-            /** @description Pass over the calendars' working hours, buffers and notice (needs the `bookings:override_rules` scope; audited). */
-            ignore_rules?: boolean;
-            /** @description Sync any linked calendar whose upstream copy is older than this many seconds before deciding; 503 upstream_stale if that cannot be done in time. */
-            max_upstream_staleness_seconds?: number;
-            hold_token?: string;
+        CommitHoldInput: {
+            /** @description The `hold_token` the hold answered. */
+            hold_token: string;
+            /** @description The hold's fencing token: a stale one is refused (409). */
             fencing_token?: number;
-        } & (unknown | unknown);
+        };
+        CommitInput: components["schemas"]["CommitHoldInput"] | components["schemas"]["BookSpanInput"];
         ConflictProblemOutput: {
             type: string;
             title: string;
@@ -1184,13 +2020,49 @@ export interface components {
             /** @description Whether the same request may succeed later. */
             retryable?: boolean;
         };
-        ConnectionInput: {
+        /** @enum {string} */
+        ConnectableProviderEnum: "caldav";
+        ConnectionEventFields: {
+            id: string;
+            calendar: string;
+            provider: components["schemas"]["UpstreamProviderEnum"];
+            /** @description CalDAV: the collection's URL (empty for OAuth providers). */
+            url: string;
+            status: components["schemas"]["ConnectionStatusEnum"];
+        };
+        ConnectionFailedEvent: {
+            id: string;
             /**
-             * @description `caldav` (Google and Microsoft 365 are connected by a signed-in person in the dashboard).
-             *
-             *     * `caldav` - caldav
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
              */
-            provider: components["schemas"]["ProviderEnum"];
+            type: "connection.failed";
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            dispatched_at: string | null;
+            data: components["schemas"]["ConnectionFailedOutput"];
+            readonly deliveries: components["schemas"]["EventDeliveryOutput"][];
+        };
+        /** @enum {string} */
+        ConnectionFailedEventTypeEnum: "connection.failed";
+        ConnectionFailedOutput: {
+            connection: components["schemas"]["ConnectionEventFields"];
+            /** @description What the provider or the sync said (up to 500 characters). */
+            error: string;
+        };
+        ConnectionFailedWebhook: {
+            /** @description The event id, as in the `webhook-id` header: deduplicate on it. */
+            id: string;
+            /** @enum {string} */
+            type: "connection.failed";
+            /** Format: date-time */
+            timestamp: string;
+            data: components["schemas"]["ConnectionFailedOutput"];
+        };
+        ConnectionInput: {
+            /** @description `caldav` (Google and Microsoft 365 are connected by a signed-in person in the dashboard). */
+            provider: components["schemas"]["ConnectableProviderEnum"];
             /** @description The calendar collection's https URL. */
             url: string & (unknown & unknown);
             username: string;
@@ -1200,15 +2072,15 @@ export interface components {
         ConnectionOutput: {
             id: string;
             calendar: string;
-            provider: string;
+            provider: components["schemas"]["UpstreamProviderEnum"];
             /** @description CalDAV: the calendar collection's URL (empty for OAuth providers). */
             url: string;
             /** @description CalDAV: the username; OAuth providers: the account. */
             username: string;
             /** @description OAuth providers: the calendar picked in the account. */
             remote_calendar_name: string;
-            /** @description `pending` (first sync not done), `active`, or `failing`. */
-            status: string;
+            /** @description `pending` (first sync not done), `active`, `failing` (retrying with backoff) or `revoked` (the provider no longer honours the grant: connect again). */
+            status: components["schemas"]["ConnectionStatusEnum"];
             /** Format: date-time */
             last_synced_at: string | null;
             /**
@@ -1239,13 +2111,15 @@ export interface components {
             /** @description Pass as `cursor` for the next page; null on the last page. */
             next_cursor: string | null;
         };
+        /** @enum {string} */
+        ConnectionStatusEnum: "pending" | "active" | "failing" | "revoked";
         DeliveryDetailOutput: {
             id: string;
             endpoint_id: string;
             /** @description Also the webhook-id header. */
             event_id: string;
             event_type: string;
-            status: string;
+            status: components["schemas"]["DeliveryStatusEnum"];
             attempt_count: number;
             /** Format: date-time */
             next_attempt_at: string | null;
@@ -1262,7 +2136,7 @@ export interface components {
             /** @description Also the webhook-id header. */
             event_id: string;
             event_type: string;
-            status: string;
+            status: components["schemas"]["DeliveryStatusEnum"];
             attempt_count: number;
             /** Format: date-time */
             next_attempt_at: string | null;
@@ -1276,9 +2150,20 @@ export interface components {
             /** @description Pass as `cursor` for the next page; null on the last page. */
             next_cursor: string | null;
         };
+        /** @enum {string} */
+        DeliveryStatusEnum: "pending" | "succeeded" | "failed" | "cancelled";
+        /** @enum {string} */
+        DirectionEnum: "inbound" | "outbound";
         DisplacedOutput: {
             id: string;
-            status: string;
+            /** @description Its status now. */
+            status: components["schemas"]["ReservationStatusEnum"];
+            agent_id: string;
+            priority: number;
+        };
+        DisplacerOutput: {
+            /** @description The hold or booking that took the span. */
+            id: string;
             agent_id: string;
             priority: number;
         };
@@ -1287,7 +2172,7 @@ export interface components {
             url: string;
             description: string;
             events: string[];
-            readonly status: string;
+            readonly status: components["schemas"]["EndpointStatusEnum"];
             disabled_reason: string;
             /** Format: date-time */
             created_at: string;
@@ -1309,7 +2194,7 @@ export interface components {
             url: string;
             description: string;
             events: string[];
-            readonly status: string;
+            readonly status: components["schemas"]["EndpointStatusEnum"];
             disabled_reason: string;
             /** Format: date-time */
             created_at: string;
@@ -1323,58 +2208,33 @@ export interface components {
             /** @description Pass as `cursor` for the next page; null on the last page. */
             next_cursor: string | null;
         };
-        EventOutput: {
+        /** @enum {string} */
+        EndpointStatusEnum: "active" | "disabled";
+        Event: components["schemas"]["HoldCreatedEvent"] | components["schemas"]["HoldExpiredEvent"] | components["schemas"]["HoldEvictedEvent"] | components["schemas"]["HoldReleasedEvent"] | components["schemas"]["BookingCommittedEvent"] | components["schemas"]["BookingBumpedEvent"] | components["schemas"]["BookingCancelledEvent"] | components["schemas"]["BookingMovedEvent"] | components["schemas"]["BookingUpstreamConflictEvent"] | components["schemas"]["BookingAttendeeRespondedEvent"] | components["schemas"]["ApprovalRequestedEvent"] | components["schemas"]["ApprovalApprovedEvent"] | components["schemas"]["ApprovalDeniedEvent"] | components["schemas"]["ApprovalExpiredEvent"] | components["schemas"]["ApprovalCancelledEvent"] | components["schemas"]["MessageReceivedEvent"] | components["schemas"]["MessageSentEvent"] | components["schemas"]["MessageFailedEvent"] | components["schemas"]["ConnectionFailedEvent"] | components["schemas"]["AgentPausedEvent"] | components["schemas"]["AgentResumedEvent"] | components["schemas"]["WorkspacePausedEvent"] | components["schemas"]["WorkspaceResumedEvent"];
+        EventDeliveryOutput: {
             id: string;
-            type: string;
-            /** Format: date-time */
-            created_at: string;
-            /** Format: date-time */
-            dispatched_at: string | null;
-            data: unknown;
-            readonly deliveries: {
-                [key: string]: unknown;
-            }[];
+            endpoint_id: string;
+            status: components["schemas"]["DeliveryStatusEnum"];
         };
         EventPage: {
-            results: components["schemas"]["EventOutput"][];
+            results: components["schemas"]["Event"][];
             /** @description Pass as `cursor` for the next page; null on the last page. */
             next_cursor: string | null;
         };
-        /**
-         * @description * `*` - *
-         *     * `agent.*` - agent.*
-         *     * `agent.paused` - agent.paused
-         *     * `agent.resumed` - agent.resumed
-         *     * `approval.*` - approval.*
-         *     * `approval.approved` - approval.approved
-         *     * `approval.cancelled` - approval.cancelled
-         *     * `approval.denied` - approval.denied
-         *     * `approval.expired` - approval.expired
-         *     * `approval.requested` - approval.requested
-         *     * `booking.*` - booking.*
-         *     * `booking.attendee_responded` - booking.attendee_responded
-         *     * `booking.bumped` - booking.bumped
-         *     * `booking.cancelled` - booking.cancelled
-         *     * `booking.committed` - booking.committed
-         *     * `booking.moved` - booking.moved
-         *     * `booking.upstream_conflict` - booking.upstream_conflict
-         *     * `connection.*` - connection.*
-         *     * `connection.failed` - connection.failed
-         *     * `hold.*` - hold.*
-         *     * `hold.created` - hold.created
-         *     * `hold.evicted` - hold.evicted
-         *     * `hold.expired` - hold.expired
-         *     * `hold.released` - hold.released
-         *     * `message.*` - message.*
-         *     * `message.failed` - message.failed
-         *     * `message.received` - message.received
-         *     * `message.sent` - message.sent
-         *     * `workspace.*` - workspace.*
-         *     * `workspace.paused` - workspace.paused
-         *     * `workspace.resumed` - workspace.resumed
-         * @enum {string}
-         */
+        /** @enum {string} */
         EventsEnum: "*" | "agent.*" | "agent.paused" | "agent.resumed" | "approval.*" | "approval.approved" | "approval.cancelled" | "approval.denied" | "approval.expired" | "approval.requested" | "booking.*" | "booking.attendee_responded" | "booking.bumped" | "booking.cancelled" | "booking.committed" | "booking.moved" | "booking.upstream_conflict" | "connection.*" | "connection.failed" | "hold.*" | "hold.created" | "hold.evicted" | "hold.expired" | "hold.released" | "message.*" | "message.failed" | "message.received" | "message.sent" | "workspace.*" | "workspace.paused" | "workspace.resumed";
+        FailedMessageEventFields: {
+            id: string;
+            thread_id: string;
+            status: components["schemas"]["MessageStatusEnum"];
+            to: components["schemas"]["AddressOutput"][];
+            cc: components["schemas"]["AddressOutput"][];
+            subject: string;
+            /** @description Why it was not delivered. */
+            error: string;
+            /** @description When a bounce report named the recipients. */
+            bounced?: components["schemas"]["BouncedRecipientOutput"][];
+        };
         FindAndHoldInput: {
             /** @description The search, as for POST /v1/availability/search. */
             search: components["schemas"]["AvailabilitySearchInput"];
@@ -1386,17 +2246,7 @@ export interface components {
                 [key: string]: unknown;
             };
         };
-        /**
-         * @description * `malformed` - Malformed
-         *     * `cancelled_by_organizer` - Cancelled By Organizer
-         *     * `not_organizer` - Not Organizer
-         *     * `sender_unverified` - Sender Unverified
-         *     * `sender_not_attendee` - Sender Not Attendee
-         *     * `not_invited` - Not Invited
-         *     * `outdated_sequence` - Outdated Sequence
-         *     * `not_an_answer` - Not An Answer
-         * @enum {string}
-         */
+        /** @enum {string} */
         FlagEnum: "malformed" | "cancelled_by_organizer" | "not_organizer" | "sender_unverified" | "sender_not_attendee" | "not_invited" | "outdated_sequence" | "not_an_answer";
         ForbiddenProblemOutput: {
             type: string;
@@ -1411,7 +2261,7 @@ export interface components {
         /** @description Fields common to holds and bookings. */
         FoundHoldOutput: {
             id: string;
-            status: string;
+            status: components["schemas"]["ReservationStatusEnum"];
             calendar: string;
             also_calendars: string[];
             calendars: components["schemas"]["CalendarShareOutput"][];
@@ -1424,13 +2274,16 @@ export interface components {
             agent_id: string;
             title: string;
             attendees: unknown;
-            metadata: unknown;
+            /** @description The agent's own data, as it was sent. */
+            metadata: {
+                [key: string]: unknown;
+            };
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
             ended_at: string | null;
-            /** @description Only in the response that created the hold. */
-            hold_token?: string;
+            /** @description The hold's secret: heartbeat, release and commit with it. Only in this answer. */
+            hold_token: string;
             /**
              * Format: date-time
              * @description Null once the hold became a booking.
@@ -1453,6 +2306,127 @@ export interface components {
             start_time: string;
             /** Format: date-time */
             end_time: string;
+        };
+        HoldCreatedEvent: {
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "hold.created";
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            dispatched_at: string | null;
+            data: components["schemas"]["HoldEventOutput"];
+            readonly deliveries: components["schemas"]["EventDeliveryOutput"][];
+        };
+        /** @enum {string} */
+        HoldCreatedEventTypeEnum: "hold.created";
+        /** @description Fields common to holds and bookings. */
+        HoldCreatedOutput: {
+            id: string;
+            status: components["schemas"]["ReservationStatusEnum"];
+            calendar: string;
+            also_calendars: string[];
+            calendars: components["schemas"]["CalendarShareOutput"][];
+            /** Format: date-time */
+            start_time: string;
+            /** Format: date-time */
+            end_time: string;
+            priority: number;
+            fencing_token: number;
+            agent_id: string;
+            title: string;
+            attendees: unknown;
+            /** @description The agent's own data, as it was sent. */
+            metadata: {
+                [key: string]: unknown;
+            };
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            ended_at: string | null;
+            /** @description The hold's secret: heartbeat, release and commit with it. Only in this answer. */
+            hold_token: string;
+            /**
+             * Format: date-time
+             * @description Null once the hold became a booking.
+             */
+            expires_at: string | null;
+            booking_id: string | null;
+            displaced?: components["schemas"]["DisplacedOutput"][];
+        };
+        HoldCreatedWebhook: {
+            /** @description The event id, as in the `webhook-id` header: deduplicate on it. */
+            id: string;
+            /** @enum {string} */
+            type: "hold.created";
+            /** Format: date-time */
+            timestamp: string;
+            data: components["schemas"]["HoldEventOutput"];
+        };
+        HoldEventOutput: {
+            hold: components["schemas"]["ReservationEventOutput"];
+        };
+        HoldEvictedEvent: {
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "hold.evicted";
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            dispatched_at: string | null;
+            data: components["schemas"]["HoldEvictedOutput"];
+            readonly deliveries: components["schemas"]["EventDeliveryOutput"][];
+        };
+        /** @enum {string} */
+        HoldEvictedEventTypeEnum: "hold.evicted";
+        HoldEvictedOutput: {
+            /** @description `priority`: a strictly higher priority took the span (`displaced_by`); `upstream_event`: the person's own calendar did (`upstream`). */
+            reason: components["schemas"]["ReasonEnum"];
+            /** @description Free spans near the lost one, computed when it was lost. */
+            alternatives: components["schemas"]["SpanOutput"][];
+            displaced_by?: components["schemas"]["DisplacerOutput"];
+            upstream?: components["schemas"]["UpstreamBusyOutput"];
+            hold: components["schemas"]["ReservationEventOutput"];
+        };
+        HoldEvictedWebhook: {
+            /** @description The event id, as in the `webhook-id` header: deduplicate on it. */
+            id: string;
+            /** @enum {string} */
+            type: "hold.evicted";
+            /** Format: date-time */
+            timestamp: string;
+            data: components["schemas"]["HoldEvictedOutput"];
+        };
+        HoldExpiredEvent: {
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "hold.expired";
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            dispatched_at: string | null;
+            data: components["schemas"]["HoldEventOutput"];
+            readonly deliveries: components["schemas"]["EventDeliveryOutput"][];
+        };
+        /** @enum {string} */
+        HoldExpiredEventTypeEnum: "hold.expired";
+        HoldExpiredWebhook: {
+            /** @description The event id, as in the `webhook-id` header: deduplicate on it. */
+            id: string;
+            /** @enum {string} */
+            type: "hold.expired";
+            /** Format: date-time */
+            timestamp: string;
+            data: components["schemas"]["HoldEventOutput"];
         };
         HoldExtendInput: {
             hold_token: string;
@@ -1479,7 +2453,7 @@ export interface components {
         /** @description Fields common to holds and bookings. */
         HoldOutput: {
             id: string;
-            status: string;
+            status: components["schemas"]["ReservationStatusEnum"];
             calendar: string;
             also_calendars: string[];
             calendars: components["schemas"]["CalendarShareOutput"][];
@@ -1492,7 +2466,10 @@ export interface components {
             agent_id: string;
             title: string;
             attendees: unknown;
-            metadata: unknown;
+            /** @description The agent's own data, as it was sent. */
+            metadata: {
+                [key: string]: unknown;
+            };
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
@@ -1506,6 +2483,34 @@ export interface components {
             expires_at: string | null;
             booking_id: string | null;
             displaced?: components["schemas"]["DisplacedOutput"][];
+        };
+        HoldReleasedEvent: {
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "hold.released";
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            dispatched_at: string | null;
+            data: components["schemas"]["HoldEventOutput"];
+            readonly deliveries: components["schemas"]["EventDeliveryOutput"][];
+        };
+        /** @enum {string} */
+        HoldReleasedEventTypeEnum: "hold.released";
+        HoldReleasedWebhook: {
+            /** @description The event id, as in the `webhook-id` header: deduplicate on it. */
+            id: string;
+            /** @enum {string} */
+            type: "hold.released";
+            /** Format: date-time */
+            timestamp: string;
+            data: components["schemas"]["HoldEventOutput"];
+        };
+        HoldTokenInput: {
+            hold_token: string;
         };
         InboxOutput: {
             /** @description Mail to this address lands in the agent's inbox. */
@@ -1583,12 +2588,7 @@ export interface components {
             paused: components["schemas"]["MePausedOutput"] | null;
         };
         MePausedOutput: {
-            /**
-             * @description Whether the agent or its whole workspace is paused.
-             *
-             *     * `agent` - agent
-             *     * `workspace` - workspace
-             */
+            /** @description Whether the agent or its whole workspace is paused. */
             scope: components["schemas"]["PauseScopeEnum"];
             /** Format: date-time */
             paused_at: string;
@@ -1598,12 +2598,40 @@ export interface components {
             slug: string;
             name: string;
         };
+        MessageFailedEvent: {
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "message.failed";
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            dispatched_at: string | null;
+            data: components["schemas"]["MessageFailedOutput"];
+            readonly deliveries: components["schemas"]["EventDeliveryOutput"][];
+        };
+        /** @enum {string} */
+        MessageFailedEventTypeEnum: "message.failed";
+        MessageFailedOutput: {
+            message: components["schemas"]["FailedMessageEventFields"];
+        };
+        MessageFailedWebhook: {
+            /** @description The event id, as in the `webhook-id` header: deduplicate on it. */
+            id: string;
+            /** @enum {string} */
+            type: "message.failed";
+            /** Format: date-time */
+            timestamp: string;
+            data: components["schemas"]["MessageFailedOutput"];
+        };
         MessageOutput: {
             id: string;
             thread_id: string;
-            direction: string;
+            direction: components["schemas"]["DirectionEnum"];
             /** @description `received` (inbound); outbound: `queued`, `sent`, `failed`, `not_sent_no_relay`, `awaiting_approval` (review first: a person has not decided yet) or `discarded` (the person denied it, or the approval expired: never sent). */
-            status: string;
+            status: components["schemas"]["MessageStatusEnum"];
             /** @description Review first: the approval this message waits (or waited) for. */
             approval_id: string | null;
             /** @description Delivery attempts made (outbound). */
@@ -1649,14 +2677,91 @@ export interface components {
             /** @description Pass as `cursor` for the next page; null on the last page. */
             next_cursor: string | null;
         };
-        /** @enum {unknown} */
+        MessageReceivedEvent: {
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "message.received";
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            dispatched_at: string | null;
+            data: components["schemas"]["MessageReceivedOutput"];
+            readonly deliveries: components["schemas"]["EventDeliveryOutput"][];
+        };
+        /** @enum {string} */
+        MessageReceivedEventTypeEnum: "message.received";
+        MessageReceivedOutput: {
+            message: components["schemas"]["ReceivedMessageEventFields"];
+        };
+        MessageReceivedWebhook: {
+            /** @description The event id, as in the `webhook-id` header: deduplicate on it. */
+            id: string;
+            /** @enum {string} */
+            type: "message.received";
+            /** Format: date-time */
+            timestamp: string;
+            data: components["schemas"]["MessageReceivedOutput"];
+        };
+        MessageSentEvent: {
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "message.sent";
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            dispatched_at: string | null;
+            data: components["schemas"]["MessageSentOutput"];
+            readonly deliveries: components["schemas"]["EventDeliveryOutput"][];
+        };
+        /** @enum {string} */
+        MessageSentEventTypeEnum: "message.sent";
+        MessageSentOutput: {
+            message: components["schemas"]["SentMessageEventFields"];
+        };
+        MessageSentWebhook: {
+            /** @description The event id, as in the `webhook-id` header: deduplicate on it. */
+            id: string;
+            /** @enum {string} */
+            type: "message.sent";
+            /** Format: date-time */
+            timestamp: string;
+            data: components["schemas"]["MessageSentOutput"];
+        };
+        /** @enum {string} */
+        MessageStatusEnum: "received" | "queued" | "sent" | "failed" | "not_sent_no_relay" | "awaiting_approval" | "discarded";
+        MoveBySearchInput: {
+            /** @description The booking's current fencing token, if the agent holds one. */
+            fencing_token?: number;
+            /** @description Pass over the calendars' rules (needs `bookings:override_rules`; audited). */
+            ignore_rules?: boolean;
+            /** @description Sync any linked calendar whose upstream copy is older than this many seconds before deciding; 503 upstream_stale if that cannot be done in time. */
+            max_upstream_staleness_seconds?: number;
+            /** @description The best time on the booking's own calendars (name exactly those). */
+            search: components["schemas"]["AvailabilitySearchInput"];
+        };
+        MoveToSpanInput: {
+            /** @description The booking's current fencing token, if the agent holds one. */
+            fencing_token?: number;
+            /** @description Pass over the calendars' rules (needs `bookings:override_rules`; audited). */
+            ignore_rules?: boolean;
+            /** @description Sync any linked calendar whose upstream copy is older than this many seconds before deciding; 503 upstream_stale if that cannot be done in time. */
+            max_upstream_staleness_seconds?: number;
+            /** Format: date-time */
+            start_time: string;
+            /** Format: date-time */
+            end_time: string;
+        };
         NullEnum: null;
-        /**
-         * @description * `earliest` - earliest
-         *     * `most_optional` - most_optional
-         * @enum {string}
-         */
+        /** @enum {string} */
         OrderEnum: "earliest" | "most_optional";
+        /** @enum {string} */
+        OutcomeEnum: "success" | "rejected" | "failed";
         PatchedCalendarInput: {
             name?: string;
             /**
@@ -1723,11 +2828,19 @@ export interface components {
             /** @description Nothing may start sooner than this. */
             min_notice_minutes?: number;
         };
-        /**
-         * @description * `agent` - agent
-         *     * `workspace` - workspace
-         * @enum {string}
-         */
+        PauseEventOutput: {
+            /** @description The agent this event is for. */
+            agent_id: string;
+            /** @description Whether the agent alone or its whole workspace. */
+            scope: components["schemas"]["PauseScopeEnum"];
+            /** @description Who paused or resumed (an owner's email, or the command line). */
+            by: string;
+            /** Format: date-time */
+            at: string;
+            /** @description Whether the agent's live holds were released. */
+            release_holds: boolean;
+        };
+        /** @enum {string} */
         PauseScopeEnum: "agent" | "workspace";
         PausedProblemOutput: {
             type: string;
@@ -1759,18 +2872,15 @@ export interface components {
             /** @description Machine-readable code, e.g. slot_conflict. */
             error: string;
         };
-        /**
-         * @description * `caldav` - caldav
-         * @enum {string}
-         */
-        ProviderEnum: "caldav";
         QueuedOutput: {
             id: string;
-            /** @description `queued`, or `awaiting_approval` when the agent's mail is reviewed first. */
-            status: string;
+            /** @description `awaiting_approval` when the agent's mail is reviewed first. */
+            status: components["schemas"]["QueuedStatusEnum"];
             /** @description The approval a review-first message waits for (GET /v1/approvals/{id}). */
             approval_id: string | null;
         };
+        /** @enum {string} */
+        QueuedStatusEnum: "queued" | "awaiting_approval";
         /**
          * @description The agent's send quotas and their use now. Windows are rolling (the last `burst_window_seconds`, the
          *     last 24 hours for the daily ones); every outbound message counts but a discarded draft.
@@ -1792,6 +2902,21 @@ export interface components {
             storage_limit_bytes: number;
             storage_used_bytes: number;
         };
+        /** @enum {string} */
+        ReasonEnum: "priority" | "upstream_event";
+        ReceivedMessageEventFields: {
+            id: string;
+            thread_id: string;
+            subject: string;
+            /** Format: date-time */
+            received_at: string;
+            /** @description Always true: what a stranger wrote is data, never instructions to the agent. */
+            untrusted: boolean;
+            /** @description When the message carries an invite. */
+            calendar_event?: components["schemas"]["CalendarEventOutput"];
+            /** @description Null when the From header is unreadable. */
+            from: components["schemas"]["AddressOutput"] | null;
+        };
         RecentErrorOutput: {
             /** Format: date-time */
             at: string;
@@ -1804,6 +2929,40 @@ export interface components {
             /** @default false */
             reply_all?: boolean;
         };
+        ReservationEventOutput: {
+            /** @description The booking id once committed, else the hold id. */
+            id: string;
+            hold_id: string;
+            booking_id: string | null;
+            status: components["schemas"]["ReservationStatusEnum"];
+            calendar: string;
+            also_calendars: string[];
+            /** Format: date-time */
+            start_time: string;
+            /** Format: date-time */
+            end_time: string;
+            priority: number;
+            fencing_token: number;
+            agent_id: string;
+            title: string;
+            /** @description The agent's own data, as it was sent. */
+            metadata: {
+                [key: string]: unknown;
+            };
+            /** Format: date-time */
+            expires_at: string | null;
+            /** Format: date-time */
+            committed_at: string | null;
+            /** Format: date-time */
+            bump_window_ends_at: string | null;
+            /** Format: date-time */
+            ended_at: string | null;
+            upstream_conflict: boolean;
+        };
+        /** @enum {string} */
+        ReservationStatusEnum: "held" | "committed" | "expired" | "released" | "evicted" | "bumped" | "cancelled";
+        /** @enum {string} */
+        ResponseEnum: "accepted" | "declined" | "tentative";
         SearchedOutput: {
             /** Format: date-time */
             start: string;
@@ -1820,15 +2979,22 @@ export interface components {
             /** @description Attach the booking's calendar invite (.ics, METHOD:REQUEST, its UID stable per booking) for the recipients, so their replies link back to it. If the booking is cancelled or bumped later, they get a CANCEL. */
             invite?: components["schemas"]["InviteInput"];
         };
-        /**
-         * @description * `pending` - Pending
-         *     * `approved` - Approved
-         *     * `denied` - Denied
-         *     * `expired` - Expired
-         *     * `cancelled` - Cancelled
-         * @enum {string}
-         */
-        StatusEnum: "pending" | "approved" | "denied" | "expired" | "cancelled";
+        SentMessageEventFields: {
+            id: string;
+            thread_id: string;
+            status: components["schemas"]["MessageStatusEnum"];
+            to: components["schemas"]["AddressOutput"][];
+            cc: components["schemas"]["AddressOutput"][];
+            subject: string;
+            /** Format: date-time */
+            sent_at: string;
+        };
+        SpanOutput: {
+            /** Format: date-time */
+            start_time: string;
+            /** Format: date-time */
+            end_time: string;
+        };
         ThreadDetailOutput: {
             id: string;
             subject: string;
@@ -1882,6 +3048,66 @@ export interface components {
             /** @description upstream_stale: each stale link's calendar and last_synced_at. */
             calendars?: unknown;
         };
+        UpstreamBusyOutput: {
+            calendar: string;
+            /** Format: date-time */
+            start_time: string;
+            /** Format: date-time */
+            end_time: string;
+            source: components["schemas"]["UpstreamProviderEnum"];
+        };
+        /** @enum {string} */
+        UpstreamProviderEnum: "caldav" | "google" | "microsoft";
+        WorkspacePausedEvent: {
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "workspace.paused";
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            dispatched_at: string | null;
+            data: components["schemas"]["PauseEventOutput"];
+            readonly deliveries: components["schemas"]["EventDeliveryOutput"][];
+        };
+        /** @enum {string} */
+        WorkspacePausedEventTypeEnum: "workspace.paused";
+        WorkspacePausedWebhook: {
+            /** @description The event id, as in the `webhook-id` header: deduplicate on it. */
+            id: string;
+            /** @enum {string} */
+            type: "workspace.paused";
+            /** Format: date-time */
+            timestamp: string;
+            data: components["schemas"]["PauseEventOutput"];
+        };
+        WorkspaceResumedEvent: {
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "workspace.resumed";
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            dispatched_at: string | null;
+            data: components["schemas"]["PauseEventOutput"];
+            readonly deliveries: components["schemas"]["EventDeliveryOutput"][];
+        };
+        /** @enum {string} */
+        WorkspaceResumedEventTypeEnum: "workspace.resumed";
+        WorkspaceResumedWebhook: {
+            /** @description The event id, as in the `webhook-id` header: deduplicate on it. */
+            id: string;
+            /** @enum {string} */
+            type: "workspace.resumed";
+            /** Format: date-time */
+            timestamp: string;
+            data: components["schemas"]["PauseEventOutput"];
+        };
     };
     responses: never;
     parameters: never;
@@ -1897,13 +3123,6 @@ export interface operations {
                 /** @description The `next_cursor` of the previous page. */
                 cursor?: string;
                 limit?: number;
-                /**
-                 * @description * `pending` - Pending
-                 *     * `approved` - Approved
-                 *     * `denied` - Denied
-                 *     * `expired` - Expired
-                 *     * `cancelled` - Cancelled
-                 */
                 status?: "pending" | "approved" | "denied" | "expired" | "cancelled";
             };
             header?: never;
@@ -2632,11 +3851,6 @@ export interface operations {
                 cursor?: string;
                 event_type?: string;
                 limit?: number;
-                /**
-                 * @description * `success` - Success
-                 *     * `rejected` - Rejected
-                 *     * `failed` - Failed
-                 */
                 outcome?: "success" | "rejected" | "failed";
                 overlaps_end?: string;
                 overlaps_start?: string;
@@ -4477,12 +5691,6 @@ export interface operations {
                 end?: string;
                 limit?: number;
                 start?: string;
-                /**
-                 * @description * `committed` - committed
-                 *     * `bumped` - bumped
-                 *     * `cancelled` - cancelled
-                 *     * `all` - all
-                 */
                 status?: "committed" | "bumped" | "cancelled" | "all";
             };
             header?: never;
@@ -5287,7 +6495,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HoldOutput"];
+                    "application/json": components["schemas"]["HoldCreatedOutput"];
                 };
             };
             400: {
@@ -6648,9 +7856,7 @@ export interface operations {
     };
     holds_destroy: {
         parameters: {
-            query: {
-                hold_token: string;
-            };
+            query?: never;
             header?: {
                 /** @description Any unique string per logical call (1-255 printable ASCII, no spaces): a retry with the same key, agent and request gets the first answer again (for 24 h). */
                 "Idempotency-Key"?: string;
@@ -6660,7 +7866,11 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: never;
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["HoldTokenInput"];
+            };
+        };
         responses: {
             200: {
                 headers: {
@@ -9674,12 +10884,6 @@ export interface operations {
                 /** @description The `next_cursor` of the previous page. */
                 cursor?: string;
                 limit?: number;
-                /**
-                 * @description * `pending` - Pending
-                 *     * `succeeded` - Succeeded
-                 *     * `failed` - Failed
-                 *     * `cancelled` - Cancelled
-                 */
                 status?: "pending" | "succeeded" | "failed" | "cancelled";
             };
             header?: never;
@@ -9803,6 +11007,512 @@ export interface operations {
                 content: {
                     "application/problem+json": components["schemas"]["UnavailableProblemOutput"];
                 };
+            };
+        };
+    };
+    onHoldCreated: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["HoldCreatedWebhook"];
+            };
+        };
+        responses: {
+            /** @description Received (any 2xx will do). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onHoldExpired: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["HoldExpiredWebhook"];
+            };
+        };
+        responses: {
+            /** @description Received (any 2xx will do). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onHoldEvicted: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["HoldEvictedWebhook"];
+            };
+        };
+        responses: {
+            /** @description Received (any 2xx will do). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onHoldReleased: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["HoldReleasedWebhook"];
+            };
+        };
+        responses: {
+            /** @description Received (any 2xx will do). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onBookingCommitted: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["BookingCommittedWebhook"];
+            };
+        };
+        responses: {
+            /** @description Received (any 2xx will do). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onBookingBumped: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["BookingBumpedWebhook"];
+            };
+        };
+        responses: {
+            /** @description Received (any 2xx will do). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onBookingCancelled: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["BookingCancelledWebhook"];
+            };
+        };
+        responses: {
+            /** @description Received (any 2xx will do). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onBookingMoved: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["BookingMovedWebhook"];
+            };
+        };
+        responses: {
+            /** @description Received (any 2xx will do). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onBookingUpstreamConflict: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["BookingUpstreamConflictWebhook"];
+            };
+        };
+        responses: {
+            /** @description Received (any 2xx will do). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onBookingAttendeeResponded: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["BookingAttendeeRespondedWebhook"];
+            };
+        };
+        responses: {
+            /** @description Received (any 2xx will do). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onApprovalRequested: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ApprovalRequestedWebhook"];
+            };
+        };
+        responses: {
+            /** @description Received (any 2xx will do). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onApprovalApproved: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ApprovalApprovedWebhook"];
+            };
+        };
+        responses: {
+            /** @description Received (any 2xx will do). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onApprovalDenied: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ApprovalDeniedWebhook"];
+            };
+        };
+        responses: {
+            /** @description Received (any 2xx will do). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onApprovalExpired: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ApprovalExpiredWebhook"];
+            };
+        };
+        responses: {
+            /** @description Received (any 2xx will do). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onApprovalCancelled: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ApprovalCancelledWebhook"];
+            };
+        };
+        responses: {
+            /** @description Received (any 2xx will do). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onMessageReceived: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["MessageReceivedWebhook"];
+            };
+        };
+        responses: {
+            /** @description Received (any 2xx will do). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onMessageSent: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["MessageSentWebhook"];
+            };
+        };
+        responses: {
+            /** @description Received (any 2xx will do). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onMessageFailed: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["MessageFailedWebhook"];
+            };
+        };
+        responses: {
+            /** @description Received (any 2xx will do). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onConnectionFailed: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ConnectionFailedWebhook"];
+            };
+        };
+        responses: {
+            /** @description Received (any 2xx will do). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onAgentPaused: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AgentPausedWebhook"];
+            };
+        };
+        responses: {
+            /** @description Received (any 2xx will do). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onAgentResumed: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AgentResumedWebhook"];
+            };
+        };
+        responses: {
+            /** @description Received (any 2xx will do). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onWorkspacePaused: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WorkspacePausedWebhook"];
+            };
+        };
+        responses: {
+            /** @description Received (any 2xx will do). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onWorkspaceResumed: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WorkspaceResumedWebhook"];
+            };
+        };
+        responses: {
+            /** @description Received (any 2xx will do). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
         };
     };
