@@ -37,6 +37,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from agentcal.api.models import IdempotencyRecord
 from bookings.models import Calendar, Reservation
 from inboxes.models import Message
 from inboxes.smtp import inbound_controller
@@ -169,6 +170,15 @@ def the_agent_loop_books_a_slot_on_both_calendars(reader: Reader) -> Generator[S
     # decide() took it: a time before the day after tomorrow, half an hour long.
     (span,) = {(row.start_time, row.end_time) for row in rows}
     assert span[0] < datetime.now(UTC) + timedelta(days=2) and span[1] - span[0] == timedelta(minutes=30)
+
+
+@check("docs/agents.md#the-same-loop-in-typescript")
+def the_typescript_loop_books_a_slot_on_both_calendars(reader: Reader) -> Generator[Setup, str, None]:
+    output = yield Setup()
+    rows = Reservation.objects.filter(booking_id=booked_id(output)).select_related("calendar")
+    assert {(row.calendar.name, row.status) for row in rows} == {("Ana", "committed"), ("Ben", "committed")}
+    # The client sent an Idempotency-Key with each write (two calendars, the hold, the commit).
+    assert IdempotencyRecord.objects.filter(agent=reader.sdr.agent).count() >= 4
 
 
 @check("docs/agents.md#a-meeting-across-time-zones")
