@@ -73,6 +73,7 @@ class ApprovalListQuery(PageQuery):
 
 class ApprovalListView(AgentAPIView):
     summaries = {"GET": "List approval requests", "POST": "Ask a person to approve an action"}
+    operation_ids = {"GET": "list_approvals", "POST": "request_approval"}
     required_scopes = {"GET": Scope.APPROVALS_READ, "POST": Scope.APPROVALS_WRITE}
     audit_action = "approval"
 
@@ -122,6 +123,7 @@ class ApprovalListView(AgentAPIView):
 
 class ApprovalDetailView(AgentAPIView):
     summaries = {"GET": "Get an approval request"}
+    operation_ids = {"GET": "get_approval"}
     required_scopes = {"GET": Scope.APPROVALS_READ}
     audit_action = "approval"
 
@@ -133,6 +135,7 @@ class ApprovalDetailView(AgentAPIView):
 
 class ApprovalCancelView(AgentAPIView):
     summaries = {"POST": "Withdraw an approval request"}
+    operation_ids = {"POST": "cancel_approval"}
     required_scopes = {"POST": Scope.APPROVALS_WRITE}
     audit_action = "approval.cancel"
 

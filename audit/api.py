@@ -64,6 +64,7 @@ class AuditRecordOutput(serializers.Serializer):
 
 class AuditListView(AgentAPIView):
     summaries = {"GET": "List the workspace's audit trail"}
+    operation_ids = {"GET": "list_audit_records"}
     required_scopes = {"GET": Scope.AUDIT_READ}
     audit_action = "audit.read"
 

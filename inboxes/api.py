@@ -250,6 +250,7 @@ def message_for(agent: Agent, public_id: str) -> Message:
 
 class InboxView(AgentAPIView):
     summaries = {"GET": "Get the agent's inbox address and quotas"}
+    operation_ids = {"GET": "get_inbox"}
     required_scopes = {"GET": Scope.INBOX_READ}
     audit_action = "inbox"
 
@@ -266,6 +267,7 @@ class InboxView(AgentAPIView):
 
 class ThreadListView(AgentAPIView):
     summaries = {"GET": "List mail threads"}
+    operation_ids = {"GET": "list_threads"}
     required_scopes = {"GET": Scope.INBOX_READ}
     audit_action = "inbox"
 
@@ -285,6 +287,7 @@ class ThreadListView(AgentAPIView):
 
 class ThreadDetailView(AgentAPIView):
     summaries = {"GET": "Get a mail thread"}
+    operation_ids = {"GET": "get_thread"}
     required_scopes = {"GET": Scope.INBOX_READ}
     audit_action = "inbox"
 
@@ -298,6 +301,7 @@ class ThreadDetailView(AgentAPIView):
 
 class MessageListView(AgentAPIView):
     summaries = {"GET": "List messages"}
+    operation_ids = {"GET": "list_messages"}
     required_scopes = {"GET": Scope.INBOX_READ}
     audit_action = "inbox"
 
@@ -324,6 +328,7 @@ class MessageListView(AgentAPIView):
 
 class MessageDetailView(AgentAPIView):
     summaries = {"GET": "Get a message"}
+    operation_ids = {"GET": "get_message"}
     required_scopes = {"GET": Scope.INBOX_READ}
     audit_action = "inbox"
 
@@ -338,6 +343,7 @@ class MessageDetailView(AgentAPIView):
 
 class MessageRawView(AgentAPIView):
     summaries = {"GET": "Download a message as received"}
+    operation_ids = {"GET": "download_raw_message"}
     required_scopes = {"GET": Scope.INBOX_READ}
     audit_action = "inbox"
 
@@ -355,6 +361,7 @@ class MessageRawView(AgentAPIView):
 
 class AttachmentDownloadView(AgentAPIView):
     summaries = {"GET": "Download an attachment"}
+    operation_ids = {"GET": "download_attachment"}
     required_scopes = {"GET": Scope.INBOX_READ}
     audit_action = "inbox"
 
@@ -412,6 +419,7 @@ class SendInput(StrictSerializer):
 
 class MessageReplyView(AgentAPIView):
     summaries = {"POST": "Reply to a message"}
+    operation_ids = {"POST": "reply_to_message"}
     required_scopes = {"POST": Scope.INBOX_SEND}
     audit_action = "inbox.message"
 
@@ -434,6 +442,7 @@ class MessageReplyView(AgentAPIView):
 
 class SendView(AgentAPIView):
     summaries = {"POST": "Send an email"}
+    operation_ids = {"POST": "send_message"}
     required_scopes = {"POST": Scope.INBOX_SEND}
     audit_action = "inbox.message"
 

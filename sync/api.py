@@ -96,6 +96,7 @@ def connection_for(actor: Actor, public_id: str) -> Connection:
 
 class ConnectionListView(AgentAPIView):
     summaries = {"GET": "List a calendar's upstream links", "POST": "Link a calendar to an upstream calendar"}
+    operation_ids = {"GET": "list_connections", "POST": "create_connection"}
     required_scopes = {"GET": Scope.CALENDARS_READ, "POST": Scope.CALENDARS_WRITE}
     audit_action = "sync.connection"
 
@@ -119,6 +120,7 @@ class ConnectionListView(AgentAPIView):
 
 class ConnectionDetailView(AgentAPIView):
     summaries = {"GET": "Get an upstream link", "DELETE": "Remove an upstream link"}
+    operation_ids = {"GET": "get_connection", "DELETE": "delete_connection"}
     required_scopes = {"GET": Scope.CALENDARS_READ, "DELETE": Scope.CALENDARS_WRITE}
     audit_action = "sync.connection"
 
@@ -139,6 +141,7 @@ class ConnectionDetailView(AgentAPIView):
 
 class ConnectionSyncView(AgentAPIView):
     summaries = {"POST": "Sync an upstream link now"}
+    operation_ids = {"POST": "sync_connection"}
     required_scopes = {"POST": Scope.CALENDARS_WRITE}
     audit_action = "sync.connection"
 

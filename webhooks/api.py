@@ -160,6 +160,7 @@ def _page(query: dict[str, Any], queryset: Any, *, scope: str) -> tuple[list[Any
 
 class EndpointListView(AgentAPIView):
     summaries = {"GET": "List webhook endpoints", "POST": "Register a webhook endpoint"}
+    operation_ids = {"GET": "list_webhook_endpoints", "POST": "create_webhook_endpoint"}
     required_scopes = {"GET": Scope.WEBHOOKS_WRITE, "POST": Scope.WEBHOOKS_WRITE}
     audit_action = "webhook.endpoint"
 
@@ -182,6 +183,7 @@ class EndpointListView(AgentAPIView):
 
 class EndpointDetailView(AgentAPIView):
     summaries = {"GET": "Get a webhook endpoint", "DELETE": "Disable a webhook endpoint"}
+    operation_ids = {"GET": "get_webhook_endpoint", "DELETE": "disable_webhook_endpoint"}
     required_scopes = {"GET": Scope.WEBHOOKS_WRITE, "DELETE": Scope.WEBHOOKS_WRITE}
     audit_action = "webhook.endpoint"
 
@@ -199,6 +201,7 @@ class EndpointDetailView(AgentAPIView):
 
 class EndpointDeliveriesView(AgentAPIView):
     summaries = {"GET": "List an endpoint's deliveries"}
+    operation_ids = {"GET": "list_webhook_deliveries"}
     required_scopes = {"GET": Scope.WEBHOOKS_WRITE}
     audit_action = "webhook.delivery"
 
@@ -216,6 +219,7 @@ class EndpointDeliveriesView(AgentAPIView):
 
 class DeliveryDetailView(AgentAPIView):
     summaries = {"GET": "Get a webhook delivery"}
+    operation_ids = {"GET": "get_webhook_delivery"}
     required_scopes = {"GET": Scope.WEBHOOKS_WRITE}
     audit_action = "webhook.delivery"
 
@@ -226,6 +230,7 @@ class DeliveryDetailView(AgentAPIView):
 
 class DeliveryReplayView(AgentAPIView):
     summaries = {"POST": "Send a webhook delivery again"}
+    operation_ids = {"POST": "replay_webhook_delivery"}
     required_scopes = {"POST": Scope.WEBHOOKS_WRITE}
     audit_action = "webhook.delivery.replay"
 
@@ -239,6 +244,7 @@ class DeliveryReplayView(AgentAPIView):
 
 class EventListView(AgentAPIView):
     summaries = {"GET": "List the events addressed to the agent"}
+    operation_ids = {"GET": "list_events"}
     required_scopes = {"GET": Scope.WEBHOOKS_WRITE}
     audit_action = "webhook.events"
 

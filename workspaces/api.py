@@ -66,6 +66,7 @@ class MeOutput(OutputSerializer):
 
 class MeView(AgentAPIView):
     summaries = {"GET": "Who the calling key is: agent, scopes, limits, pause"}
+    operation_ids = {"GET": "get_me"}
     required_scopes = {"GET": ANY_SCOPE}
 
     @extend_schema(responses={200: MeOutput})

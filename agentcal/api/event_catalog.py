@@ -141,11 +141,11 @@ class EventListView(webhooks.EventListView):
 
 
 def webhook_operations(result: dict[str, Any], **_: Any) -> dict[str, Any]:
-    """A postprocessing hook: each webhook named for generators (`onHoldEvicted`), and keyless, since the
+    """A postprocessing hook: each webhook named for generators (`on_hold_evicted`), and keyless, since the
     receiver checks the Standard Webhooks signature rather than an API key (drf-spectacular's webhook
     description takes neither)."""
     for name, operations in result.get("webhooks", {}).items():
         for operation in operations.values():
-            operation["operationId"] = "on" + event_name(EventType(name))
+            operation["operationId"] = "on_" + name.replace(".", "_")
             operation["security"] = []
     return result

@@ -14,6 +14,7 @@ class HealthView(APIView):
     """Liveness and dependencies: 200 when PostgreSQL and Redis answer, 503 otherwise. No auth."""
 
     summaries = {"GET": "Check the server and its dependencies"}
+    operation_ids = {"GET": "check_health"}
 
     authentication_classes: list = []
     permission_classes = [AllowAny]

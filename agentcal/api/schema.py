@@ -243,12 +243,8 @@ class AgentAPISchema(AutoSchema):
         return {**headers, **{name: _HEADER_SCHEMAS[name] for name in names}}
 
     def get_operation_id(self) -> str:
-        operation_id: str = super().get_operation_id()
-        declared = self.get_response_serializers()
-        ok = declared.get(200) if isinstance(declared, dict) else None
-        if self.method == "GET" and isinstance(ok, type) and ok.__name__.endswith("Page"):
-            operation_id = operation_id.removesuffix("_retrieve") + "_list"
-        return operation_id
+        declared: str | None = getattr(self.view, "operation_ids", {}).get(self.method)
+        return declared or str(super().get_operation_id())
 
     # Not get_response_serializers: @extend_schema(responses=...) replaces that method wholesale.
     def _get_response_bodies(self, direction: Any = "response") -> dict[str, Any]:

@@ -52,6 +52,9 @@ class AgentAPIView(APIView):
     counts_as_search: ClassVar[bool] = False
     # For the schema: each method's summary ("Hold a span on a calendar").
     summaries: ClassVar[dict[str, str]] = {}
+    # Each method's operationId: a verb phrase in snake_case (`create_hold`), what generated clients name
+    # their functions by.
+    operation_ids: ClassVar[dict[str, str]] = {}
     # For the schema: the write takes If-Match (a calendar version); the success answer carries an ETag.
     honours_if_match: ClassVar[bool] = False
     answers_etag: ClassVar[bool] = False

@@ -72,6 +72,7 @@ class AvailabilityOutput(OutputSerializer):
 
 class AvailabilityView(AgentAPIView):
     summaries = {"GET": "Read a calendar's busy time and version"}
+    operation_ids = {"GET": "get_availability"}
     required_scopes = {"GET": Scope.BOOKINGS_READ}
     audit_action = "calendar.availability"
     answers_etag = True
@@ -203,6 +204,7 @@ class AvailabilitySearchOutput(OutputSerializer):
 
 class AvailabilitySearchView(AgentAPIView):
     summaries = {"POST": "Find times free on every required calendar"}
+    operation_ids = {"POST": "search_availability"}
     required_scopes = {"POST": Scope.BOOKINGS_READ}
     audit_action = "calendar.availability"
     counts_as_search = True

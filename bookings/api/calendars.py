@@ -57,6 +57,7 @@ class CalendarInput(StrictSerializer):
 
 class CalendarListView(AgentAPIView):
     summaries = {"GET": "List calendars", "POST": "Create a calendar"}
+    operation_ids = {"GET": "list_calendars", "POST": "create_calendar"}
     required_scopes = {"GET": Scope.CALENDARS_READ, "POST": Scope.CALENDARS_WRITE}
     audit_action = "calendar"
 
@@ -89,6 +90,7 @@ class CalendarListView(AgentAPIView):
 
 class CalendarDetailView(AgentAPIView):
     summaries = {"GET": "Get a calendar", "PATCH": "Change a calendar's settings and rules"}
+    operation_ids = {"GET": "get_calendar", "PATCH": "update_calendar"}
     required_scopes = {"GET": Scope.CALENDARS_READ, "PATCH": Scope.CALENDARS_WRITE}
     audit_action = "calendar"
 

@@ -61,6 +61,7 @@ def commit_input_for(body: Any) -> type[StrictSerializer]:
 
 class CommitCreateView(AgentAPIView):
     summaries = {"POST": "Commit a hold, or book a span directly"}
+    operation_ids = {"POST": "commit_booking"}
     required_scopes = {"POST": Scope.BOOKINGS_WRITE}
     audit_action = "calendar.commit"
     honours_if_match = True
@@ -100,6 +101,7 @@ class BookingListQuery(PageQuery):
 
 class BookingListView(AgentAPIView):
     summaries = {"GET": "List a calendar's bookings"}
+    operation_ids = {"GET": "list_bookings"}
     required_scopes = {"GET": Scope.BOOKINGS_READ}
     audit_action = "calendar.bookings"
 
@@ -135,6 +137,7 @@ class BookingListView(AgentAPIView):
 
 class BookingDetailView(AgentAPIView):
     summaries = {"GET": "Get a booking", "DELETE": "Cancel a booking"}
+    operation_ids = {"GET": "get_booking", "DELETE": "cancel_booking"}
     required_scopes = {"GET": Scope.BOOKINGS_READ, "DELETE": Scope.BOOKINGS_WRITE}
     audit_action = "calendar.booking"
 
@@ -195,6 +198,7 @@ def move_input_for(body: Any) -> type[StrictSerializer]:
 
 class BookingMoveView(AgentAPIView):
     summaries = {"POST": "Move a booking to another span"}
+    operation_ids = {"POST": "move_booking"}
     required_scopes = {"POST": Scope.BOOKINGS_WRITE}
     audit_action = "calendar.booking.move"
     honours_if_match = True

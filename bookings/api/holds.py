@@ -70,6 +70,7 @@ def reservation_kwargs(actor: Actor, data: dict[str, Any]) -> dict[str, Any]:
 
 class HoldCreateView(AgentAPIView):
     summaries = {"POST": "Hold a span on a calendar"}
+    operation_ids = {"POST": "create_hold"}
     required_scopes = {"POST": Scope.BOOKINGS_WRITE}
     audit_action = "calendar.hold"
     honours_if_match = True
@@ -115,6 +116,7 @@ class FoundHoldOutput(HoldCreatedOutput):
 
 class FindAndHoldView(AgentAPIView):
     summaries = {"POST": "Find the best time and hold it in one write"}
+    operation_ids = {"POST": "find_and_hold"}
     required_scopes = {"POST": Scope.BOOKINGS_WRITE}
     audit_action = "calendar.hold"
     counts_as_search = True
@@ -158,6 +160,7 @@ class HoldExtendInput(HoldTokenInput):
 
 class HoldDetailView(AgentAPIView):
     summaries = {"GET": "Get a hold", "DELETE": "Release a hold"}
+    operation_ids = {"GET": "get_hold", "DELETE": "release_hold"}
     required_scopes = {"GET": Scope.BOOKINGS_READ, "DELETE": Scope.BOOKINGS_WRITE}
     audit_action = "calendar.hold"
     delete_takes_body = True
@@ -183,6 +186,7 @@ class HoldDetailView(AgentAPIView):
 
 class HoldExtendView(AgentAPIView):
     summaries = {"POST": "Extend a hold's expiry (heartbeat)"}
+    operation_ids = {"POST": "extend_hold"}
     required_scopes = {"POST": Scope.BOOKINGS_WRITE}
     audit_action = "calendar.hold.extend"
 

@@ -33,6 +33,11 @@ def test_every_operation_has_a_unique_id_a_summary_and_a_description(anonymous: 
     operations = _operations(document)
     ids = [op["operationId"] for _, _, op in operations]
     assert len(ids) == len(set(ids))
+    verbs = {"get", "list", "create", "update", "delete", "cancel", "request", "check", "sync", "download"}
+    verbs |= {"reply", "send", "disable", "replay", "find", "release", "extend", "search", "commit", "move"}
+    for operation_id in ids:  # what generated clients name their functions by: a verb first
+        assert re.fullmatch(r"[a-z]+(_[a-z]+)*", operation_id), operation_id
+        assert operation_id.split("_")[0] in verbs, operation_id
     for path, method, op in operations:
         assert re.fullmatch(r"[A-Z][^.]{3,80}", op.get("summary", "")), (method, path, op.get("summary"))
         assert op.get("description"), (method, path)

@@ -5,11 +5,11 @@ import { randomUUID } from "node:crypto";
 
 import { createClient, createConfig } from "./generated/hey-api/client/index.js";
 import {
-  bookingsDestroy,
-  calendarsAvailabilityRetrieve,
-  calendarsCommitsCreate,
-  calendarsHoldsCreate,
-  calendarsList,
+  cancelBooking,
+  getAvailability,
+  commitBooking,
+  createHold,
+  listCalendars,
 } from "./generated/hey-api/sdk.gen.js";
 
 function setting(name: string): string {
@@ -28,13 +28,13 @@ const planner = createClient(createConfig({ baseUrl, auth: setting("AGENTCAL_KEY
 const rival = createClient(createConfig({ baseUrl, auth: setting("AGENTCAL_SECOND_KEY") }));
 const onCalendar = { calendar_id: calendarId };
 
-const listed = await calendarsList({ client: planner });
+const listed = await listCalendars({ client: planner });
 if (!listed.data) throw new Error(`listing calendars answered ${listed.response.status}`);
 report("calendars", { ids: listed.data.results.map((calendar) => calendar.id) });
 
 const tomorrow = new Date(Date.now() + 24 * 3600 * 1000);
 tomorrow.setUTCMinutes(0, 0, 0);
-const availability = await calendarsAvailabilityRetrieve({
+const availability = await getAvailability({
   client: planner,
   path: onCalendar,
   query: {
@@ -52,7 +52,7 @@ const span = {
   end_time: new Date(Date.parse(free.start_time) + 30 * 60 * 1000).toISOString(),
 };
 
-const held = await calendarsHoldsCreate({
+const held = await createHold({
   client: planner,
   path: onCalendar,
   headers: { "If-Match": etag, "Idempotency-Key": randomUUID() },
@@ -61,7 +61,7 @@ const held = await calendarsHoldsCreate({
 if (!held.data) throw new Error(`the hold answered ${held.response.status}`);
 report("hold", { agent: "planner", id: held.data.id, status: held.data.status, ...span });
 
-const refused = await calendarsHoldsCreate({
+const refused = await createHold({
   client: rival,
   path: onCalendar,
   headers: { "Idempotency-Key": randomUUID() },
@@ -75,7 +75,7 @@ report("conflict", { agent: "rival", status: refused.response.status, error: ref
 const alternative = alternatives[0];
 if (!alternative) throw new Error("the conflict offered no alternative");
 
-const rehold = await calendarsHoldsCreate({
+const rehold = await createHold({
   client: rival,
   path: onCalendar,
   headers: { "Idempotency-Key": randomUUID() },
@@ -84,7 +84,7 @@ const rehold = await calendarsHoldsCreate({
 if (!rehold.data) throw new Error(`holding the alternative answered ${rehold.response.status}`);
 report("hold", { agent: "rival", id: rehold.data.id, status: rehold.data.status, ...alternative });
 
-const committed = await calendarsCommitsCreate({
+const committed = await commitBooking({
   client: rival,
   path: onCalendar,
   headers: { "Idempotency-Key": randomUUID() },
@@ -93,7 +93,7 @@ const committed = await calendarsCommitsCreate({
 if (!committed.data) throw new Error(`the commit answered ${committed.response.status}`);
 report("commit", { agent: "rival", booking_id: committed.data.id, status: committed.data.status });
 
-const cancelled = await bookingsDestroy({
+const cancelled = await cancelBooking({
   client: rival,
   path: { booking_id: committed.data.id },
   headers: { "Idempotency-Key": randomUUID() },

@@ -10,12 +10,12 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 from agentcal_api import AuthenticatedClient
-from agentcal_api.api.bookings import bookings_destroy
+from agentcal_api.api.bookings import cancel_booking
 from agentcal_api.api.calendars import (
-    calendars_availability_retrieve,
-    calendars_commits_create,
-    calendars_holds_create,
-    calendars_list,
+    commit_booking,
+    create_hold,
+    get_availability,
+    list_calendars,
 )
 from agentcal_api.models import (
     AvailabilityOutput,
@@ -49,13 +49,13 @@ def main() -> None:
     planner = AuthenticatedClient(base_url=base_url, token=setting("AGENTCAL_KEY"))
     rival = AuthenticatedClient(base_url=base_url, token=setting("AGENTCAL_SECOND_KEY"))
 
-    listed = calendars_list.sync_detailed(client=planner).parsed
+    listed = list_calendars.sync_detailed(client=planner).parsed
     if not isinstance(listed, CalendarPage):
         raise SystemExit(f"listing calendars answered {listed}")
     report("calendars", ids=[calendar.id for calendar in listed.results])
 
     tomorrow = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) + timedelta(days=1)
-    availability = calendars_availability_retrieve.sync_detailed(
+    availability = get_availability.sync_detailed(
         calendar_id, client=planner, start=tomorrow, end=tomorrow + timedelta(hours=8), duration_minutes=30
     )
     etag = availability.headers.get("ETag")
@@ -69,7 +69,7 @@ def main() -> None:
     start, end = free.start_time, free.start_time + timedelta(minutes=30)
     span = {"start_time": iso(start), "end_time": iso(end)}
 
-    held = calendars_holds_create.sync_detailed(
+    held = create_hold.sync_detailed(
         calendar_id,
         client=planner,
         body=HoldInput(start_time=start, end_time=end),
@@ -80,7 +80,7 @@ def main() -> None:
         raise SystemExit(f"the hold answered {held}")
     report("hold", agent="planner", id=held.id, status=held.status.value, **span)
 
-    refused = calendars_holds_create.sync_detailed(
+    refused = create_hold.sync_detailed(
         calendar_id,
         client=rival,
         body=HoldInput(start_time=start, end_time=end),
@@ -98,7 +98,7 @@ def main() -> None:
     )
     alternative = conflict.alternatives[0]
 
-    rehold = calendars_holds_create.sync_detailed(
+    rehold = create_hold.sync_detailed(
         calendar_id,
         client=rival,
         body=HoldInput(start_time=alternative.start_time, end_time=alternative.end_time),
@@ -108,7 +108,7 @@ def main() -> None:
         raise SystemExit(f"holding the alternative answered {rehold}")
     report("hold", agent="rival", id=rehold.id, status=rehold.status.value, **alternatives[0])
 
-    committed = calendars_commits_create.sync_detailed(
+    committed = commit_booking.sync_detailed(
         calendar_id,
         client=rival,
         body=CommitHoldInput(hold_token=rehold.hold_token),
@@ -118,7 +118,7 @@ def main() -> None:
         raise SystemExit(f"the commit answered {committed}")
     report("commit", agent="rival", booking_id=committed.id, status=committed.status.value)
 
-    cancelled = bookings_destroy.sync_detailed(
+    cancelled = cancel_booking.sync_detailed(
         committed.id, client=rival, idempotency_key=str(uuid.uuid4())
     ).parsed
     if not isinstance(cancelled, BookingOutput):

@@ -13,13 +13,13 @@ export interface paths {
          * List approval requests
          * @description List approval requests.
          */
-        get: operations["approvals_list"];
+        get: operations["list_approvals"];
         put?: never;
         /**
          * Ask a person to approve an action
          * @description Ask a person to approve an action.
          */
-        post: operations["approvals_create"];
+        post: operations["request_approval"];
         delete?: never;
         options?: never;
         head?: never;
@@ -37,7 +37,7 @@ export interface paths {
          * Get an approval request
          * @description Get an approval request.
          */
-        get: operations["approvals_retrieve"];
+        get: operations["get_approval"];
         put?: never;
         post?: never;
         delete?: never;
@@ -59,7 +59,7 @@ export interface paths {
          * Withdraw an approval request
          * @description Withdraw an approval request.
          */
-        post: operations["approvals_cancel_create"];
+        post: operations["cancel_approval"];
         delete?: never;
         options?: never;
         head?: never;
@@ -77,7 +77,7 @@ export interface paths {
          * List the workspace's audit trail
          * @description List the workspace's audit trail.
          */
-        get: operations["audit_list"];
+        get: operations["list_audit_records"];
         put?: never;
         post?: never;
         delete?: never;
@@ -99,7 +99,7 @@ export interface paths {
          * Find times free on every required calendar
          * @description Find times free on every required calendar.
          */
-        post: operations["availability_search_create"];
+        post: operations["search_availability"];
         delete?: never;
         options?: never;
         head?: never;
@@ -117,14 +117,14 @@ export interface paths {
          * Get a booking
          * @description Get a booking.
          */
-        get: operations["bookings_retrieve"];
+        get: operations["get_booking"];
         put?: never;
         post?: never;
         /**
          * Cancel a booking
          * @description Cancel a booking.
          */
-        delete: operations["bookings_destroy"];
+        delete: operations["cancel_booking"];
         options?: never;
         head?: never;
         patch?: never;
@@ -143,7 +143,7 @@ export interface paths {
          * Move a booking to another span
          * @description Move a booking to another span.
          */
-        post: operations["bookings_move_create"];
+        post: operations["move_booking"];
         delete?: never;
         options?: never;
         head?: never;
@@ -161,13 +161,13 @@ export interface paths {
          * List calendars
          * @description List calendars.
          */
-        get: operations["calendars_list"];
+        get: operations["list_calendars"];
         put?: never;
         /**
          * Create a calendar
          * @description Create a calendar.
          */
-        post: operations["calendars_create"];
+        post: operations["create_calendar"];
         delete?: never;
         options?: never;
         head?: never;
@@ -185,7 +185,7 @@ export interface paths {
          * Get a calendar
          * @description Get a calendar.
          */
-        get: operations["calendars_retrieve"];
+        get: operations["get_calendar"];
         put?: never;
         post?: never;
         delete?: never;
@@ -195,7 +195,7 @@ export interface paths {
          * Change a calendar's settings and rules
          * @description Change a calendar's settings and rules.
          */
-        patch: operations["calendars_partial_update"];
+        patch: operations["update_calendar"];
         trace?: never;
     };
     "/v1/calendars/{calendar_id}/availability": {
@@ -209,7 +209,7 @@ export interface paths {
          * Read a calendar's busy time and version
          * @description Read a calendar's busy time and version.
          */
-        get: operations["calendars_availability_retrieve"];
+        get: operations["get_availability"];
         put?: never;
         post?: never;
         delete?: never;
@@ -229,7 +229,7 @@ export interface paths {
          * List a calendar's bookings
          * @description List a calendar's bookings.
          */
-        get: operations["calendars_bookings_list"];
+        get: operations["list_bookings"];
         put?: never;
         post?: never;
         delete?: never;
@@ -251,7 +251,7 @@ export interface paths {
          * Commit a hold, or book a span directly
          * @description Commit a hold, or book a span directly.
          */
-        post: operations["calendars_commits_create"];
+        post: operations["commit_booking"];
         delete?: never;
         options?: never;
         head?: never;
@@ -269,13 +269,13 @@ export interface paths {
          * List a calendar's upstream links
          * @description List a calendar's upstream links.
          */
-        get: operations["calendars_connections_list"];
+        get: operations["list_connections"];
         put?: never;
         /**
          * Link a calendar to an upstream calendar
          * @description Link a calendar to an upstream calendar.
          */
-        post: operations["calendars_connections_create"];
+        post: operations["create_connection"];
         delete?: never;
         options?: never;
         head?: never;
@@ -295,7 +295,7 @@ export interface paths {
          * Hold a span on a calendar
          * @description Hold a span on a calendar.
          */
-        post: operations["calendars_holds_create"];
+        post: operations["create_hold"];
         delete?: never;
         options?: never;
         head?: never;
@@ -313,14 +313,14 @@ export interface paths {
          * Get an upstream link
          * @description Get an upstream link.
          */
-        get: operations["connections_retrieve"];
+        get: operations["get_connection"];
         put?: never;
         post?: never;
         /**
          * Remove an upstream link
          * @description Remove an upstream link.
          */
-        delete: operations["connections_destroy"];
+        delete: operations["delete_connection"];
         options?: never;
         head?: never;
         patch?: never;
@@ -339,7 +339,7 @@ export interface paths {
          * Sync an upstream link now
          * @description Sync an upstream link now.
          */
-        post: operations["connections_sync_create"];
+        post: operations["sync_connection"];
         delete?: never;
         options?: never;
         head?: never;
@@ -357,7 +357,7 @@ export interface paths {
          * List the events addressed to the agent
          * @description The agent's outbox: every event addressed to it, newest first, with its deliveries.
          */
-        get: operations["events_list"];
+        get: operations["list_events"];
         put?: never;
         post?: never;
         delete?: never;
@@ -377,7 +377,7 @@ export interface paths {
          * Check the server and its dependencies
          * @description Liveness and dependencies: 200 when PostgreSQL and Redis answer, 503 otherwise. No auth.
          */
-        get: operations["health_retrieve"];
+        get: operations["check_health"];
         put?: never;
         post?: never;
         delete?: never;
@@ -399,7 +399,7 @@ export interface paths {
          * Find the best time and hold it in one write
          * @description Find the best time and hold it in one write.
          */
-        post: operations["holds_create"];
+        post: operations["find_and_hold"];
         delete?: never;
         options?: never;
         head?: never;
@@ -417,14 +417,14 @@ export interface paths {
          * Get a hold
          * @description Get a hold.
          */
-        get: operations["holds_retrieve"];
+        get: operations["get_hold"];
         put?: never;
         post?: never;
         /**
          * Release a hold
          * @description Release a hold.
          */
-        delete: operations["holds_destroy"];
+        delete: operations["release_hold"];
         options?: never;
         head?: never;
         patch?: never;
@@ -443,7 +443,7 @@ export interface paths {
          * Extend a hold's expiry (heartbeat)
          * @description Extend a hold's expiry (heartbeat).
          */
-        post: operations["holds_extend_create"];
+        post: operations["extend_hold"];
         delete?: never;
         options?: never;
         head?: never;
@@ -461,7 +461,7 @@ export interface paths {
          * Get the agent's inbox address and quotas
          * @description Get the agent's inbox address and quotas.
          */
-        get: operations["inbox_retrieve"];
+        get: operations["get_inbox"];
         put?: never;
         post?: never;
         delete?: never;
@@ -481,7 +481,7 @@ export interface paths {
          * List messages
          * @description List messages.
          */
-        get: operations["inbox_messages_list"];
+        get: operations["list_messages"];
         put?: never;
         post?: never;
         delete?: never;
@@ -501,7 +501,7 @@ export interface paths {
          * Get a message
          * @description Get a message.
          */
-        get: operations["inbox_messages_retrieve"];
+        get: operations["get_message"];
         put?: never;
         post?: never;
         delete?: never;
@@ -521,7 +521,7 @@ export interface paths {
          * Download an attachment
          * @description Download an attachment.
          */
-        get: operations["inbox_messages_attachments_retrieve"];
+        get: operations["download_attachment"];
         put?: never;
         post?: never;
         delete?: never;
@@ -541,7 +541,7 @@ export interface paths {
          * Download a message as received
          * @description Download a message as received.
          */
-        get: operations["inbox_messages_raw_retrieve"];
+        get: operations["download_raw_message"];
         put?: never;
         post?: never;
         delete?: never;
@@ -563,7 +563,7 @@ export interface paths {
          * Reply to a message
          * @description Reply to a message.
          */
-        post: operations["inbox_messages_reply_create"];
+        post: operations["reply_to_message"];
         delete?: never;
         options?: never;
         head?: never;
@@ -583,7 +583,7 @@ export interface paths {
          * Send an email
          * @description Send an email.
          */
-        post: operations["inbox_send_create"];
+        post: operations["send_message"];
         delete?: never;
         options?: never;
         head?: never;
@@ -601,7 +601,7 @@ export interface paths {
          * List mail threads
          * @description List mail threads.
          */
-        get: operations["inbox_threads_list"];
+        get: operations["list_threads"];
         put?: never;
         post?: never;
         delete?: never;
@@ -621,7 +621,7 @@ export interface paths {
          * Get a mail thread
          * @description Get a mail thread.
          */
-        get: operations["inbox_threads_retrieve"];
+        get: operations["get_thread"];
         put?: never;
         post?: never;
         delete?: never;
@@ -641,7 +641,7 @@ export interface paths {
          * Who the calling key is: agent, scopes, limits, pause
          * @description Who the calling key is: agent, scopes, limits, pause.
          */
-        get: operations["me_retrieve"];
+        get: operations["get_me"];
         put?: never;
         post?: never;
         delete?: never;
@@ -661,7 +661,7 @@ export interface paths {
          * Get a webhook delivery
          * @description Get a webhook delivery.
          */
-        get: operations["webhook_deliveries_retrieve"];
+        get: operations["get_webhook_delivery"];
         put?: never;
         post?: never;
         delete?: never;
@@ -683,7 +683,7 @@ export interface paths {
          * Send a webhook delivery again
          * @description Send the delivery once more (same webhook-id, current secret, no retries), in the background.
          */
-        post: operations["webhook_deliveries_replay_create"];
+        post: operations["replay_webhook_delivery"];
         delete?: never;
         options?: never;
         head?: never;
@@ -701,13 +701,13 @@ export interface paths {
          * List webhook endpoints
          * @description List webhook endpoints.
          */
-        get: operations["webhook_endpoints_list"];
+        get: operations["list_webhook_endpoints"];
         put?: never;
         /**
          * Register a webhook endpoint
          * @description Register a webhook endpoint.
          */
-        post: operations["webhook_endpoints_create"];
+        post: operations["create_webhook_endpoint"];
         delete?: never;
         options?: never;
         head?: never;
@@ -725,14 +725,14 @@ export interface paths {
          * Get a webhook endpoint
          * @description Get a webhook endpoint.
          */
-        get: operations["webhook_endpoints_retrieve"];
+        get: operations["get_webhook_endpoint"];
         put?: never;
         post?: never;
         /**
          * Disable a webhook endpoint
          * @description Disable the endpoint (kept, with its delivery history) and cancel its pending deliveries.
          */
-        delete: operations["webhook_endpoints_destroy"];
+        delete: operations["disable_webhook_endpoint"];
         options?: never;
         head?: never;
         patch?: never;
@@ -749,7 +749,7 @@ export interface paths {
          * List an endpoint's deliveries
          * @description List an endpoint's deliveries.
          */
-        get: operations["webhook_endpoints_deliveries_list"];
+        get: operations["list_webhook_deliveries"];
         put?: never;
         post?: never;
         delete?: never;
@@ -773,7 +773,7 @@ export interface webhooks {
          * The hold.created event
          * @description Sent to the agent's endpoints subscribed to `hold.created` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
          */
-        post: operations["onHoldCreated"];
+        post: operations["on_hold_created"];
         delete?: never;
         options?: never;
         head?: never;
@@ -793,7 +793,7 @@ export interface webhooks {
          * The hold.expired event
          * @description Sent to the agent's endpoints subscribed to `hold.expired` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
          */
-        post: operations["onHoldExpired"];
+        post: operations["on_hold_expired"];
         delete?: never;
         options?: never;
         head?: never;
@@ -813,7 +813,7 @@ export interface webhooks {
          * The hold.evicted event
          * @description Sent to the agent's endpoints subscribed to `hold.evicted` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
          */
-        post: operations["onHoldEvicted"];
+        post: operations["on_hold_evicted"];
         delete?: never;
         options?: never;
         head?: never;
@@ -833,7 +833,7 @@ export interface webhooks {
          * The hold.released event
          * @description Sent to the agent's endpoints subscribed to `hold.released` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
          */
-        post: operations["onHoldReleased"];
+        post: operations["on_hold_released"];
         delete?: never;
         options?: never;
         head?: never;
@@ -853,7 +853,7 @@ export interface webhooks {
          * The booking.committed event
          * @description Sent to the agent's endpoints subscribed to `booking.committed` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
          */
-        post: operations["onBookingCommitted"];
+        post: operations["on_booking_committed"];
         delete?: never;
         options?: never;
         head?: never;
@@ -873,7 +873,7 @@ export interface webhooks {
          * The booking.bumped event
          * @description Sent to the agent's endpoints subscribed to `booking.bumped` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
          */
-        post: operations["onBookingBumped"];
+        post: operations["on_booking_bumped"];
         delete?: never;
         options?: never;
         head?: never;
@@ -893,7 +893,7 @@ export interface webhooks {
          * The booking.cancelled event
          * @description Sent to the agent's endpoints subscribed to `booking.cancelled` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
          */
-        post: operations["onBookingCancelled"];
+        post: operations["on_booking_cancelled"];
         delete?: never;
         options?: never;
         head?: never;
@@ -913,7 +913,7 @@ export interface webhooks {
          * The booking.moved event
          * @description Sent to the agent's endpoints subscribed to `booking.moved` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
          */
-        post: operations["onBookingMoved"];
+        post: operations["on_booking_moved"];
         delete?: never;
         options?: never;
         head?: never;
@@ -933,7 +933,7 @@ export interface webhooks {
          * The booking.upstream_conflict event
          * @description Sent to the agent's endpoints subscribed to `booking.upstream_conflict` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
          */
-        post: operations["onBookingUpstreamConflict"];
+        post: operations["on_booking_upstream_conflict"];
         delete?: never;
         options?: never;
         head?: never;
@@ -953,7 +953,7 @@ export interface webhooks {
          * The booking.attendee_responded event
          * @description Sent to the agent's endpoints subscribed to `booking.attendee_responded` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
          */
-        post: operations["onBookingAttendeeResponded"];
+        post: operations["on_booking_attendee_responded"];
         delete?: never;
         options?: never;
         head?: never;
@@ -973,7 +973,7 @@ export interface webhooks {
          * The approval.requested event
          * @description Sent to the agent's endpoints subscribed to `approval.requested` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
          */
-        post: operations["onApprovalRequested"];
+        post: operations["on_approval_requested"];
         delete?: never;
         options?: never;
         head?: never;
@@ -993,7 +993,7 @@ export interface webhooks {
          * The approval.approved event
          * @description Sent to the agent's endpoints subscribed to `approval.approved` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
          */
-        post: operations["onApprovalApproved"];
+        post: operations["on_approval_approved"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1013,7 +1013,7 @@ export interface webhooks {
          * The approval.denied event
          * @description Sent to the agent's endpoints subscribed to `approval.denied` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
          */
-        post: operations["onApprovalDenied"];
+        post: operations["on_approval_denied"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1033,7 +1033,7 @@ export interface webhooks {
          * The approval.expired event
          * @description Sent to the agent's endpoints subscribed to `approval.expired` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
          */
-        post: operations["onApprovalExpired"];
+        post: operations["on_approval_expired"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1053,7 +1053,7 @@ export interface webhooks {
          * The approval.cancelled event
          * @description Sent to the agent's endpoints subscribed to `approval.cancelled` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
          */
-        post: operations["onApprovalCancelled"];
+        post: operations["on_approval_cancelled"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1073,7 +1073,7 @@ export interface webhooks {
          * The message.received event
          * @description Sent to the agent's endpoints subscribed to `message.received` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
          */
-        post: operations["onMessageReceived"];
+        post: operations["on_message_received"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1093,7 +1093,7 @@ export interface webhooks {
          * The message.sent event
          * @description Sent to the agent's endpoints subscribed to `message.sent` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
          */
-        post: operations["onMessageSent"];
+        post: operations["on_message_sent"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1113,7 +1113,7 @@ export interface webhooks {
          * The message.failed event
          * @description Sent to the agent's endpoints subscribed to `message.failed` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
          */
-        post: operations["onMessageFailed"];
+        post: operations["on_message_failed"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1133,7 +1133,7 @@ export interface webhooks {
          * The connection.failed event
          * @description Sent to the agent's endpoints subscribed to `connection.failed` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
          */
-        post: operations["onConnectionFailed"];
+        post: operations["on_connection_failed"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1153,7 +1153,7 @@ export interface webhooks {
          * The agent.paused event
          * @description Sent to the agent's endpoints subscribed to `agent.paused` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
          */
-        post: operations["onAgentPaused"];
+        post: operations["on_agent_paused"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1173,7 +1173,7 @@ export interface webhooks {
          * The agent.resumed event
          * @description Sent to the agent's endpoints subscribed to `agent.resumed` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
          */
-        post: operations["onAgentResumed"];
+        post: operations["on_agent_resumed"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1193,7 +1193,7 @@ export interface webhooks {
          * The workspace.paused event
          * @description Sent to the agent's endpoints subscribed to `workspace.paused` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
          */
-        post: operations["onWorkspacePaused"];
+        post: operations["on_workspace_paused"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1213,7 +1213,7 @@ export interface webhooks {
          * The workspace.resumed event
          * @description Sent to the agent's endpoints subscribed to `workspace.resumed` (or its family, or `*`), signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Any 2xx acknowledges it; anything else is retried.
          */
-        post: operations["onWorkspaceResumed"];
+        post: operations["on_workspace_resumed"];
         delete?: never;
         options?: never;
         head?: never;
@@ -3117,7 +3117,7 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
-    approvals_list: {
+    list_approvals: {
         parameters: {
             query?: {
                 /** @description The `next_cursor` of the previous page. */
@@ -3229,7 +3229,7 @@ export interface operations {
             };
         };
     };
-    approvals_create: {
+    request_approval: {
         parameters: {
             query?: never;
             header?: {
@@ -3473,7 +3473,7 @@ export interface operations {
             };
         };
     };
-    approvals_retrieve: {
+    get_approval: {
         parameters: {
             query?: never;
             header?: never;
@@ -3600,7 +3600,7 @@ export interface operations {
             };
         };
     };
-    approvals_cancel_create: {
+    cancel_approval: {
         parameters: {
             query?: never;
             header?: {
@@ -3842,7 +3842,7 @@ export interface operations {
             };
         };
     };
-    audit_list: {
+    list_audit_records: {
         parameters: {
             query?: {
                 agent?: string;
@@ -3961,7 +3961,7 @@ export interface operations {
             };
         };
     };
-    availability_search_create: {
+    search_availability: {
         parameters: {
             query?: never;
             header?: {
@@ -4205,7 +4205,7 @@ export interface operations {
             };
         };
     };
-    bookings_retrieve: {
+    get_booking: {
         parameters: {
             query?: never;
             header?: never;
@@ -4332,7 +4332,7 @@ export interface operations {
             };
         };
     };
-    bookings_destroy: {
+    cancel_booking: {
         parameters: {
             query?: never;
             header?: {
@@ -4574,7 +4574,7 @@ export interface operations {
             };
         };
     };
-    bookings_move_create: {
+    move_booking: {
         parameters: {
             query?: never;
             header?: {
@@ -4840,7 +4840,7 @@ export interface operations {
             };
         };
     };
-    calendars_list: {
+    list_calendars: {
         parameters: {
             query?: {
                 /** @description The `next_cursor` of the previous page. */
@@ -4951,7 +4951,7 @@ export interface operations {
             };
         };
     };
-    calendars_create: {
+    create_calendar: {
         parameters: {
             query?: never;
             header?: {
@@ -5177,7 +5177,7 @@ export interface operations {
             };
         };
     };
-    calendars_retrieve: {
+    get_calendar: {
         parameters: {
             query?: never;
             header?: never;
@@ -5304,7 +5304,7 @@ export interface operations {
             };
         };
     };
-    calendars_partial_update: {
+    update_calendar: {
         parameters: {
             query?: never;
             header?: {
@@ -5550,7 +5550,7 @@ export interface operations {
             };
         };
     };
-    calendars_availability_retrieve: {
+    get_availability: {
         parameters: {
             query: {
                 duration_minutes?: number;
@@ -5683,7 +5683,7 @@ export interface operations {
             };
         };
     };
-    calendars_bookings_list: {
+    list_bookings: {
         parameters: {
             query?: {
                 /** @description The `next_cursor` of the previous page. */
@@ -5817,7 +5817,7 @@ export interface operations {
             };
         };
     };
-    calendars_commits_create: {
+    commit_booking: {
         parameters: {
             query?: never;
             header?: {
@@ -6083,7 +6083,7 @@ export interface operations {
             };
         };
     };
-    calendars_connections_list: {
+    list_connections: {
         parameters: {
             query?: never;
             header?: never;
@@ -6210,7 +6210,7 @@ export interface operations {
             };
         };
     };
-    calendars_connections_create: {
+    create_connection: {
         parameters: {
             query?: never;
             header?: {
@@ -6456,7 +6456,7 @@ export interface operations {
             };
         };
     };
-    calendars_holds_create: {
+    create_hold: {
         parameters: {
             query?: never;
             header?: {
@@ -6724,7 +6724,7 @@ export interface operations {
             };
         };
     };
-    connections_retrieve: {
+    get_connection: {
         parameters: {
             query?: never;
             header?: never;
@@ -6851,7 +6851,7 @@ export interface operations {
             };
         };
     };
-    connections_destroy: {
+    delete_connection: {
         parameters: {
             query?: {
                 /** @description Also delete the copies of our bookings from the person's calendar (kept by default). */
@@ -7095,7 +7095,7 @@ export interface operations {
             };
         };
     };
-    connections_sync_create: {
+    sync_connection: {
         parameters: {
             query?: never;
             header?: {
@@ -7337,7 +7337,7 @@ export interface operations {
             };
         };
     };
-    events_list: {
+    list_events: {
         parameters: {
             query?: {
                 /** @description The `next_cursor` of the previous page. */
@@ -7450,7 +7450,7 @@ export interface operations {
             };
         };
     };
-    health_retrieve: {
+    check_health: {
         parameters: {
             query?: never;
             header?: never;
@@ -7481,7 +7481,7 @@ export interface operations {
             };
         };
     };
-    holds_create: {
+    find_and_hold: {
         parameters: {
             query?: never;
             header?: {
@@ -7727,7 +7727,7 @@ export interface operations {
             };
         };
     };
-    holds_retrieve: {
+    get_hold: {
         parameters: {
             query?: never;
             header?: never;
@@ -7854,7 +7854,7 @@ export interface operations {
             };
         };
     };
-    holds_destroy: {
+    release_hold: {
         parameters: {
             query?: never;
             header?: {
@@ -8100,7 +8100,7 @@ export interface operations {
             };
         };
     };
-    holds_extend_create: {
+    extend_hold: {
         parameters: {
             query?: never;
             header?: {
@@ -8346,7 +8346,7 @@ export interface operations {
             };
         };
     };
-    inbox_retrieve: {
+    get_inbox: {
         parameters: {
             query?: never;
             header?: never;
@@ -8453,7 +8453,7 @@ export interface operations {
             };
         };
     };
-    inbox_messages_list: {
+    list_messages: {
         parameters: {
             query?: {
                 /** @description The `next_cursor` of the previous page. */
@@ -8586,7 +8586,7 @@ export interface operations {
             };
         };
     };
-    inbox_messages_retrieve: {
+    get_message: {
         parameters: {
             query?: never;
             header?: never;
@@ -8713,7 +8713,7 @@ export interface operations {
             };
         };
     };
-    inbox_messages_attachments_retrieve: {
+    download_attachment: {
         parameters: {
             query?: never;
             header?: never;
@@ -8841,7 +8841,7 @@ export interface operations {
             };
         };
     };
-    inbox_messages_raw_retrieve: {
+    download_raw_message: {
         parameters: {
             query?: never;
             header?: never;
@@ -8968,7 +8968,7 @@ export interface operations {
             };
         };
     };
-    inbox_messages_reply_create: {
+    reply_to_message: {
         parameters: {
             query?: never;
             header?: {
@@ -9214,7 +9214,7 @@ export interface operations {
             };
         };
     };
-    inbox_send_create: {
+    send_message: {
         parameters: {
             query?: never;
             header?: {
@@ -9458,7 +9458,7 @@ export interface operations {
             };
         };
     };
-    inbox_threads_list: {
+    list_threads: {
         parameters: {
             query?: {
                 /** @description The `next_cursor` of the previous page. */
@@ -9569,7 +9569,7 @@ export interface operations {
             };
         };
     };
-    inbox_threads_retrieve: {
+    get_thread: {
         parameters: {
             query?: never;
             header?: never;
@@ -9696,7 +9696,7 @@ export interface operations {
             };
         };
     };
-    me_retrieve: {
+    get_me: {
         parameters: {
             query?: never;
             header?: never;
@@ -9803,7 +9803,7 @@ export interface operations {
             };
         };
     };
-    webhook_deliveries_retrieve: {
+    get_webhook_delivery: {
         parameters: {
             query?: never;
             header?: never;
@@ -9930,7 +9930,7 @@ export interface operations {
             };
         };
     };
-    webhook_deliveries_replay_create: {
+    replay_webhook_delivery: {
         parameters: {
             query?: never;
             header?: {
@@ -10172,7 +10172,7 @@ export interface operations {
             };
         };
     };
-    webhook_endpoints_list: {
+    list_webhook_endpoints: {
         parameters: {
             query?: {
                 /** @description The `next_cursor` of the previous page. */
@@ -10283,7 +10283,7 @@ export interface operations {
             };
         };
     };
-    webhook_endpoints_create: {
+    create_webhook_endpoint: {
         parameters: {
             query?: never;
             header?: {
@@ -10509,7 +10509,7 @@ export interface operations {
             };
         };
     };
-    webhook_endpoints_retrieve: {
+    get_webhook_endpoint: {
         parameters: {
             query?: never;
             header?: never;
@@ -10636,7 +10636,7 @@ export interface operations {
             };
         };
     };
-    webhook_endpoints_destroy: {
+    disable_webhook_endpoint: {
         parameters: {
             query?: never;
             header?: {
@@ -10878,7 +10878,7 @@ export interface operations {
             };
         };
     };
-    webhook_endpoints_deliveries_list: {
+    list_webhook_deliveries: {
         parameters: {
             query?: {
                 /** @description The `next_cursor` of the previous page. */
@@ -11010,7 +11010,7 @@ export interface operations {
             };
         };
     };
-    onHoldCreated: {
+    on_hold_created: {
         parameters: {
             query?: never;
             header?: never;
@@ -11032,7 +11032,7 @@ export interface operations {
             };
         };
     };
-    onHoldExpired: {
+    on_hold_expired: {
         parameters: {
             query?: never;
             header?: never;
@@ -11054,7 +11054,7 @@ export interface operations {
             };
         };
     };
-    onHoldEvicted: {
+    on_hold_evicted: {
         parameters: {
             query?: never;
             header?: never;
@@ -11076,7 +11076,7 @@ export interface operations {
             };
         };
     };
-    onHoldReleased: {
+    on_hold_released: {
         parameters: {
             query?: never;
             header?: never;
@@ -11098,7 +11098,7 @@ export interface operations {
             };
         };
     };
-    onBookingCommitted: {
+    on_booking_committed: {
         parameters: {
             query?: never;
             header?: never;
@@ -11120,7 +11120,7 @@ export interface operations {
             };
         };
     };
-    onBookingBumped: {
+    on_booking_bumped: {
         parameters: {
             query?: never;
             header?: never;
@@ -11142,7 +11142,7 @@ export interface operations {
             };
         };
     };
-    onBookingCancelled: {
+    on_booking_cancelled: {
         parameters: {
             query?: never;
             header?: never;
@@ -11164,7 +11164,7 @@ export interface operations {
             };
         };
     };
-    onBookingMoved: {
+    on_booking_moved: {
         parameters: {
             query?: never;
             header?: never;
@@ -11186,7 +11186,7 @@ export interface operations {
             };
         };
     };
-    onBookingUpstreamConflict: {
+    on_booking_upstream_conflict: {
         parameters: {
             query?: never;
             header?: never;
@@ -11208,7 +11208,7 @@ export interface operations {
             };
         };
     };
-    onBookingAttendeeResponded: {
+    on_booking_attendee_responded: {
         parameters: {
             query?: never;
             header?: never;
@@ -11230,7 +11230,7 @@ export interface operations {
             };
         };
     };
-    onApprovalRequested: {
+    on_approval_requested: {
         parameters: {
             query?: never;
             header?: never;
@@ -11252,7 +11252,7 @@ export interface operations {
             };
         };
     };
-    onApprovalApproved: {
+    on_approval_approved: {
         parameters: {
             query?: never;
             header?: never;
@@ -11274,7 +11274,7 @@ export interface operations {
             };
         };
     };
-    onApprovalDenied: {
+    on_approval_denied: {
         parameters: {
             query?: never;
             header?: never;
@@ -11296,7 +11296,7 @@ export interface operations {
             };
         };
     };
-    onApprovalExpired: {
+    on_approval_expired: {
         parameters: {
             query?: never;
             header?: never;
@@ -11318,7 +11318,7 @@ export interface operations {
             };
         };
     };
-    onApprovalCancelled: {
+    on_approval_cancelled: {
         parameters: {
             query?: never;
             header?: never;
@@ -11340,7 +11340,7 @@ export interface operations {
             };
         };
     };
-    onMessageReceived: {
+    on_message_received: {
         parameters: {
             query?: never;
             header?: never;
@@ -11362,7 +11362,7 @@ export interface operations {
             };
         };
     };
-    onMessageSent: {
+    on_message_sent: {
         parameters: {
             query?: never;
             header?: never;
@@ -11384,7 +11384,7 @@ export interface operations {
             };
         };
     };
-    onMessageFailed: {
+    on_message_failed: {
         parameters: {
             query?: never;
             header?: never;
@@ -11406,7 +11406,7 @@ export interface operations {
             };
         };
     };
-    onConnectionFailed: {
+    on_connection_failed: {
         parameters: {
             query?: never;
             header?: never;
@@ -11428,7 +11428,7 @@ export interface operations {
             };
         };
     };
-    onAgentPaused: {
+    on_agent_paused: {
         parameters: {
             query?: never;
             header?: never;
@@ -11450,7 +11450,7 @@ export interface operations {
             };
         };
     };
-    onAgentResumed: {
+    on_agent_resumed: {
         parameters: {
             query?: never;
             header?: never;
@@ -11472,7 +11472,7 @@ export interface operations {
             };
         };
     };
-    onWorkspacePaused: {
+    on_workspace_paused: {
         parameters: {
             query?: never;
             header?: never;
@@ -11494,7 +11494,7 @@ export interface operations {
             };
         };
     };
-    onWorkspaceResumed: {
+    on_workspace_resumed: {
         parameters: {
             query?: never;
             header?: never;
