@@ -102,7 +102,7 @@ def sign_out_everywhere(request: HttpRequest) -> HttpResponse:
 @login_required
 def passkeys(request: HttpRequest) -> HttpResponse:
     keys = _person(request).passkeys.order_by("created_at")
-    return render(request, "accounts/passkeys.html", {"passkeys": keys})
+    return render(request, "accounts/passkeys.html", {"passkeys": keys, "section": "passkeys"})
 
 
 @require_POST

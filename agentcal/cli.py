@@ -108,7 +108,12 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, stop)
     for name, command in commands.items():
         children[name] = subprocess.Popen(command)
-    print(f"AgentCal is up: http://{bind}/v1/health  (Ctrl-C stops everything)", flush=True)
+    # The dashboard's address, not the bound one: passkeys work only on DASHBOARD_BASE_URL's host name (never
+    # on an IP address such as 127.0.0.1), and page requests on other names of this server are sent there.
+    from django.conf import settings
+
+    print(f"AgentCal is up: {settings.DASHBOARD_BASE_URL}/  (Ctrl-C stops everything)", flush=True)
+    print(f"Agent API: {settings.DASHBOARD_BASE_URL}/v1  (listening on {bind})", flush=True)
     if "mcp" in commands:
         print(f"MCP server (streamable HTTP): http://{args.host}:{args.mcp_port}/mcp", flush=True)
     exit_code = 0

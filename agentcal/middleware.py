@@ -3,10 +3,12 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Callable
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.handlers.wsgi import LimitedStream
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseRedirect
+from django.http.request import split_domain_port
 
 from agentcal.ids import new_public_id
 from agentcal.text import is_storable
@@ -96,4 +98,39 @@ class RefusedKeysMiddleware:
                 for name, value in refused.rate_headers.items():  # type: ignore[attr-defined]
                     response[name] = value
                 return response
+        return self.get_response(request)
+
+
+# Paths that are not pages for people: agents, providers' hooks and scrapers use whatever address they were
+# given, and a redirect would only break them (a redirected POST loses its body).
+_NOT_PAGES = ("/v1/", "/hooks/", "/metrics", "/static/")
+
+
+def _port_of(scheme: str, port: str | int | None) -> int:
+    return int(port) if port else (443 if scheme == "https" else 80)
+
+
+class CanonicalHostMiddleware:
+    """Send people who reach the dashboard by another name of this server (http://127.0.0.1:8000 for
+    http://localhost:8000) to the same page at DASHBOARD_BASE_URL.
+
+    Passkeys are bound to DASHBOARD_BASE_URL's host name (the WebAuthn relying-party id; an IP address is
+    never a valid one), so on any other name the browser refuses them with a bare "invalid domain". Only a
+    request on the base URL's port counts as this server under another name: the same host name on another
+    port is another server (a second instance, a test server) and is left alone.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if request.method in ("GET", "HEAD") and not request.path.startswith(_NOT_PAGES):
+            canonical = urlsplit(settings.DASHBOARD_BASE_URL)
+            host, port = split_domain_port(request.get_host())
+            if (
+                canonical.hostname
+                and host != canonical.hostname.lower()
+                and _port_of(request.scheme or "http", port) == _port_of(canonical.scheme, canonical.port)
+            ):
+                return HttpResponseRedirect(settings.DASHBOARD_BASE_URL + request.get_full_path())
         return self.get_response(request)

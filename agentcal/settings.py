@@ -108,6 +108,7 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "agentcal.security_headers.SecurityHeadersMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    "agentcal.middleware.CanonicalHostMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -131,6 +132,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "dashboard.context_processors.workspace_shell",
             ]
         },
     }
@@ -179,6 +181,7 @@ if EMAIL_URL:
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "AgentCal <agentcal@localhost>")
 SESSION_COOKIE_AGE = env_int("SESSION_COOKIE_AGE", 14 * 86400, minimum=300)
 SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_FAILURE_VIEW = "dashboard.errors.csrf_failure"
 CSRF_COOKIE_HTTPONLY = False  # the dashboard's JavaScript reads it for htmx and passkey requests
 
 # --- Security ------------------------------------------------------------------------------------

@@ -21,3 +21,5 @@ urlpatterns = [
 # the dashboard gets HTML pages.
 handler404 = "agentcal.views.not_found"
 handler500 = "agentcal.views.server_error"
+# A role that may not do something, and a stale form: cards that say why and lead back (dashboard/errors.py).
+handler403 = "dashboard.errors.permission_denied"

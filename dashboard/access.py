@@ -8,12 +8,12 @@ from collections.abc import Callable
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponse
 
 from accounts.roles import Permission
 from accounts.selectors import membership_in
 from approvals.selectors import pending_count
+from dashboard.errors import RoleLacksPermission
 from dashboard.http import DashboardRequest
 from workspaces.actor import Actor
 
@@ -40,7 +40,7 @@ def workspace_page(*, needs: Permission = Permission.READ) -> Callable[[View], V
             if membership is None:
                 raise Http404("No such workspace")
             if not membership.may(needs):
-                raise PermissionDenied(f"A {membership.role} may not do this here.")
+                raise RoleLacksPermission(membership, needs)
             request.membership = membership
             request.workspace = membership.workspace
             request.actor = Actor(
