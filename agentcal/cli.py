@@ -36,6 +36,16 @@ def _prepare_multiprocess_metrics() -> None:
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(folder)
 
 
+def startup_banner(bind: str) -> str:
+    """What `run` prints once its children start. It names DASHBOARD_BASE_URL, not the bound address:
+    passkeys work only on that host name (a browser refuses them on an IP address such as 127.0.0.1), and
+    pages asked for under another name of this server are redirected there (CanonicalHostMiddleware)."""
+    from django.conf import settings
+
+    base = settings.DASHBOARD_BASE_URL
+    return f"AgentCal is up: {base}/  (Ctrl-C stops everything)\nAgent API: {base}/v1  (listening on {bind})"
+
+
 def run(args: argparse.Namespace) -> int:
     _prepare_multiprocess_metrics()  # before anything imports prometheus_client
     # Links in emails and the passkey origin must match where this server listens, unless configured.
@@ -108,12 +118,7 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, stop)
     for name, command in commands.items():
         children[name] = subprocess.Popen(command)
-    # The dashboard's address, not the bound one: passkeys work only on DASHBOARD_BASE_URL's host name (never
-    # on an IP address such as 127.0.0.1), and page requests on other names of this server are sent there.
-    from django.conf import settings
-
-    print(f"AgentCal is up: {settings.DASHBOARD_BASE_URL}/  (Ctrl-C stops everything)", flush=True)
-    print(f"Agent API: {settings.DASHBOARD_BASE_URL}/v1  (listening on {bind})", flush=True)
+    print(startup_banner(bind), flush=True)
     if "mcp" in commands:
         print(f"MCP server (streamable HTTP): http://{args.host}:{args.mcp_port}/mcp", flush=True)
     exit_code = 0

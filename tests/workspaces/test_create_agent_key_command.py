@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import re
+import shlex
 from io import StringIO
+from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.urls import resolve
 
 from tests.helpers import http_client
 from workspaces.keys import api_key_verify, lookup_prefix
-from workspaces.models import Agent, ApiKey, Scope, Workspace
+from workspaces.models import ELEVATED_SCOPES, Agent, ApiKey, Scope, Workspace
 
 
 def run(*args: str) -> tuple[str, str]:
@@ -94,3 +98,60 @@ def test_minting_another_key_without_priority_flags_keeps_the_agents_priorities(
     agent = Agent.objects.get(slug="exec")
     assert (agent.priority, agent.max_priority) == (500, 900)
     assert ApiKey.objects.filter(agent=agent).count() == 2
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+# Where the README's examples call the API: `$API/calendars/$CAL/holds` in its shell blocks, and
+# `POST /v1/approvals` or `GET /v1/approvals/{id}` in its prose.
+API_CALL = re.compile(r"\$API(/[^\s\"'?)]*)|\b(?:GET|POST|PATCH|PUT|DELETE) /v1(/[^\s`?)]*)")
+
+
+def quickstart_command() -> list[str]:
+    """The README Quickstart's `create_agent_key` command line, as the reader runs it."""
+    quickstart = README.read_text().split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    (command,) = re.findall(
+        r"^python3 dev\.py manage create_agent_key(?:[^\n]*\\\n)*[^\n]*$", quickstart, re.M
+    )
+    arguments = shlex.split(command.replace("\\\n", " "))
+    return arguments[arguments.index("create_agent_key") + 1 :]
+
+
+def scopes_the_readme_uses() -> set[str]:
+    """Every scope that an API operation the README's examples call requires (with any method)."""
+    scopes: set[str] = set()
+    for found in API_CALL.finditer(README.read_text()):
+        path = found.group(1) or found.group(2)
+        path = re.sub(r"\$\{?\w+\}?|\{\w+\}", "x", path)
+        match = resolve(f"/v1{path}")
+        scopes |= set(getattr(match.func, "view_class", object).__dict__.get("required_scopes", {}).values())
+    return scopes & set(Scope.values)  # not ANY_SCOPE, which every key has
+
+
+def test_the_readme_quickstart_key_may_call_everything_the_readme_walks_through(
+    transactional_db, live_server
+):
+    needed = scopes_the_readme_uses()
+    # Not vacuous: the walk-throughs go past calendars and bookings, into what a narrow key lacked.
+    assert {"approvals:write", "approvals:read", "inbox:read", "inbox:send", "webhooks:write"} <= needed
+
+    out, _ = run(*quickstart_command())
+
+    key = ApiKey.objects.get(prefix=lookup_prefix(last_line(out)))
+    assert needed - set(ELEVATED_SCOPES) <= set(key.scopes)
+    assert not set(ELEVATED_SCOPES) & set(key.scopes)  # overriding calendar rules stays opt-in
+    with http_client(
+        f"{live_server.url}/v1", headers={"Authorization": f"Bearer {last_line(out)}"}
+    ) as client:
+        approval = client.post(
+            "/approvals", json={"summary": "Book the intro call", "evidence": {"why": "asked"}}
+        )
+        assert approval.status_code == 201, approval.text
+        for path in (
+            f"/approvals/{approval.json()['id']}",
+            "/inbox",
+            "/inbox/threads",
+            "/webhook-endpoints",
+            "/audit",
+        ):
+            response = client.get(path)
+            assert response.status_code == 200, (path, response.text)
