@@ -36,7 +36,12 @@ def permission_denied(request: HttpRequest, exception: Exception | None = None) 
     membership: Membership | None = getattr(exception, "membership", None) or getattr(
         request, "membership", None
     )
-    context: dict[str, Any] = {"back_url": "/", "back_label": "Go to the dashboard"}
+    context: dict[str, Any] = {
+        "back_url": "/",
+        "back_label": "Go to the dashboard",
+        # A refusal raised by a page itself carries a sentence for people (accounts.team's rules).
+        "detail": "" if isinstance(exception, RoleLacksPermission) else str(exception or ""),
+    }
     if membership is not None:
         workspace = membership.workspace
         needs = getattr(exception, "needs", None)

@@ -264,6 +264,39 @@ def test_the_skip_link_and_the_menu_button_work_from_the_keyboard(
     context.close()
 
 
+def test_a_viewers_pages_and_refusals_fit_a_phone_and_a_desktop_and_axe_finds_nothing_serious(
+    live_server: Any, dashboard_settings: Any, chromium_context_factory: Any, transactional_db: Any
+) -> None:
+    """A viewer's own states: the passkeys page in the workspace shell, the read-only team, a page their
+    role may not open (403) and a form refused for its missing CSRF cookie."""
+    base = dashboard_settings.DASHBOARD_BASE_URL
+    tour = seed_tour()
+    viewer = get_user_model().objects.create_user(username="vic@acme.test", email="vic@acme.test")
+    Membership.objects.create(user=viewer, workspace=Workspace.objects.get(slug="acme"), role=Role.VIEWER)
+    refused = "/w/acme/inboxes"
+    problems: list[str] = []
+    for viewport in (PHONE, DESKTOP):
+        width = viewport["width"]
+        context, page, failures = open_context(chromium_context_factory, viewport)
+        sign_in(context, base, viewer)
+        for name, path in [("viewer-passkeys", "/auth/passkeys"), ("viewer-team", "/w/acme/team")]:
+            problems += check_page(page, base, name, path, width)
+        problems += check_page(page, base, "forbidden", refused, width)
+        page.goto(f"{base}/auth/passkeys")
+        context.clear_cookies(name=settings.CSRF_COOKIE_NAME)
+        page.get_by_role("button", name="Sign out everywhere").click()  # in the page at any width
+        page.get_by_test_id("csrf-failure").wait_for()
+        if too_wide := overflow(page):
+            problems.append(f"csrf-failure at {width} px scrolls sideways: {too_wide}")
+        if violations := axe_violations(page):
+            problems.append(f"csrf-failure at {width} px, axe:\n{describe(violations)}")
+        # The two refusals answer 403 by design; anything else failing is a problem.
+        expected = {f"403 {base}{refused}", f"403 {base}/auth/sign-out-everywhere"}
+        problems += [f"at {width} px: {failure}" for failure in failures if failure not in expected]
+        context.close()
+    assert tour.owner and not problems, "\n".join(problems)
+
+
 def test_the_favicon_is_linked_from_every_page_and_served(client: Any, db: Any) -> None:
     html = client.get("/auth/sign-in").content.decode()
     linked = re.findall(r'<link rel="(?:icon|apple-touch-icon)" href="([^"]+)"', html)
