@@ -229,6 +229,20 @@ EVENT_GROUPS: list[tuple[str, str, list[AuditEvent]]] = [
     ("Refused requests", "", [AuditEvent.AUTH_REJECTED, AuditEvent.REQUEST_REJECTED]),
 ]
 
+# The families the filter offers whole (the API's `prefix.*` filter).
+FAMILY_NAMES: dict[str, str] = {
+    "calendar.hold.*": "Every hold event",
+    "calendar.booking.*": "Every change to a booking",
+    "approval.*": "Every approval event",
+    "inbox.*": "Every inbox event",
+    "webhook.*": "Every webhook event",
+    "sync.*": "Every sync event",
+    "team.*": "Every team change",
+    "calendar.*": "Every calendar event",
+    "agent.*": "Every agent event",
+    "workspace.*": "Every workspace event",
+}
+
 # How each event is named where people pick or scan events: the filter's options, a row's label.
 EVENT_NAMES: dict[str, str] = {
     AuditEvent.AUTH_REJECTED: "Request with a bad key refused",
@@ -416,9 +430,8 @@ def event_name(event_type: str) -> str:
     unknown "calendar.thing.done" → "Calendar thing done"; a family "calendar.hold.*" → "All hold events"."""
     if event_type in EVENT_NAMES:
         return EVENT_NAMES[event_type]
-    for label, family, _ in EVENT_GROUPS:
-        if family and family == event_type:
-            return f"All {label.lower()} events" if label != "Inbox" else "All inbox events"
+    if event_type in FAMILY_NAMES:
+        return FAMILY_NAMES[event_type]
     words = event_type.removesuffix(".*").replace(".", " ").replace("_", " ").strip()
     return (words[:1].upper() + words[1:]) or event_type
 
@@ -471,7 +484,7 @@ def audit_sentence(parts: AuditParts) -> SafeString:
         "subject": subject,
         "calendar": parts.calendar or "a calendar",
         "on_calendar": f" on {parts.calendar}" if parts.calendar else "",
-        "span": span or f"a {noun}",
+        "span": span or "a slot",
         "span_for": f" for {span}" if span else "",
         "span_at": f", {span}" if span else "",
         "span_to": f" to {span}" if span else "",

@@ -22,7 +22,9 @@ def starts_words(reservation: Reservation) -> str:
     return f"{start:%a} {start.day} {start:%b %H:%M}"
 
 
-def decision_sentence(workspace: Workspace, approval: Approval, reservation: Reservation | None) -> SafeString:
+def decision_sentence(
+    workspace: Workspace, approval: Approval, reservation: Reservation | None
+) -> SafeString:
     """`reservation`: the primary row of the hold the approval gates (the booking it became), if any.
 
     "Booked <em>Board prep</em> on Berlin office, Thu 3 Dec 15:00 — see it on the calendar"."""
@@ -30,7 +32,8 @@ def decision_sentence(workspace: Workspace, approval: Approval, reservation: Res
     what = reservation.title if reservation and reservation.title else approval.summary
     if status == ApprovalStatus.APPROVED and approval.booking_id and reservation:
         return format_html(
-            'Booked <em>{}</em> on {}, {} — <a href="{}" data-testid="decision-link">see it on the calendar</a>',
+            'Booked <em>{}</em> on {}, {} — <a href="{}" data-testid="decision-link">'
+            "see it on the calendar</a>",
             what,
             reservation.calendar.name,
             starts_words(reservation),
