@@ -174,6 +174,8 @@ def browser(request: DashboardRequest, workspace: Workspace) -> HttpResponse:
         known_event_filters=known_filter_values(),
         current_event_name=event_name(filters.values.get("event_type", "")),
         active_filter_count=len(filters.values),
+        # A filter change swaps only the results: the folded filters' summary gets its count out of band.
+        swap_filter_count=bool(request.htmx),
         outcomes=Outcome.values,
         agents=agents,
         calendars=calendars,
