@@ -18,7 +18,7 @@ from bookings.models import Calendar, Reservation
 from bookings.selectors import primaries_by_id
 from dashboard.links import reservation_url
 from dashboard.timeline import calendar_zone
-from dashboard.wording import EVENT_GROUPS, AuditParts, audit_sentence, event_name
+from dashboard.wording import EVENT_GROUPS, AuditParts, audit_sentence, event_name, failure_words
 from workspaces.models import Workspace
 
 
@@ -162,6 +162,31 @@ FIELD_LABELS = {
 }
 
 
+# The prefixes of the ids this server hands out (agentcal.ids): a value that looks like one is an id to
+# copy; "slot_conflict" is not.
+ID_PREFIXES = (
+    "agt",
+    "appr",
+    "att",
+    "aud",
+    "bk",
+    "cal",
+    "con",
+    "dlv",
+    "evt",
+    "hld",
+    "inm",
+    "msg",
+    "req",
+    "thr",
+)
+ID_PREFIXES += ("whe", "ws")
+
+
+def looks_like_id(value: str) -> bool:
+    return is_public_id(value) and value.split("_", 1)[0] in ID_PREFIXES
+
+
 @dataclass
 class Fact:
     label: str
@@ -180,14 +205,18 @@ def _fact(key: str, value: Any, names: dict[str, str]) -> Fact | None:
         return None
     label = _label(key)
     if isinstance(value, str):
-        if is_public_id(value):
+        if key == "outcome":
+            return Fact(label, value.capitalize())
+        if key == "failure_reason":
+            return Fact(label, f"{failure_words(value)} ({value})")
+        if looks_like_id(value):
             return Fact(label, value, "id", names.get(value, ""))
         moment = parse_datetime(value) if "T" in value and value[:4].isdigit() else None
         if isinstance(moment, datetime):
             return Fact(label, f"{moment:%a} {moment.day} {moment:%b %Y, %H:%M:%S} UTC", "time")
         return Fact(label, value)
-    if key == "requested_range" and isinstance(value, dict) and {"start", "end"} <= value.keys():
-        start, end = parse_datetime(str(value["start"])), parse_datetime(str(value["end"]))
+    if key == "requested_range" and isinstance(value, dict) and {"start_time", "end_time"} <= value.keys():
+        start, end = parse_datetime(str(value["start_time"])), parse_datetime(str(value["end_time"]))
         if start and end:
             return Fact(label, f"{start:%a} {start.day} {start:%b %Y, %H:%M} – {end:%H:%M} UTC", "time")
     if isinstance(value, bool):

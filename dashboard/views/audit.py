@@ -40,7 +40,7 @@ from dashboard.viewmodels.audit_rows import (
     record_facts,
     workspace_calendars,
 )
-from dashboard.wording import event_name
+from dashboard.wording import event_name, failure_words
 from workspaces.models import Workspace
 from workspaces.selectors import agent_names_by_name
 
@@ -212,6 +212,7 @@ def _record(request: DashboardRequest, workspace: Workspace, record_id: str) -> 
         record=record,
         row=row,
         facts=record_facts(full, {**agents, **calendars}),
+        failure_words=failure_words(record.failure_reason),
         full_record=full,
     )
     template = "dashboard/audit/record.html"

@@ -122,3 +122,17 @@ def test_a_record_shows_its_facts_with_ids_to_copy_and_the_raw_json_behind_a_tog
     assert re.search(
         r'<details class="json raw-record" data-testid="raw-json">\s*<summary>Raw JSON</summary>', body
     )
+
+
+def test_a_refusal_reason_reads_in_words_and_is_not_taken_for_an_id(team):
+    record = audit_record(
+        event_type=AuditEvent.COMMIT_REJECTED,
+        outcome=Outcome.REJECTED,
+        actor=actor(team.sdr),
+        http_status=409,
+        failure_reason="hold_expired",
+    )
+    body = text(signed_in(team.member).get(AUDIT, {"record": record.public_id}, HTTP_HX_REQUEST="true"))
+    assert "<strong>Rejected</strong>: the hold had run out (HTTP 409)" in body
+    assert "<dt>Why refused</dt><dd>the hold had run out (hold_expired)</dd>" in body
+    assert 'data-copy-text="hold_expired"' not in body
