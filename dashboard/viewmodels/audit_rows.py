@@ -164,23 +164,7 @@ FIELD_LABELS = {
 
 # The prefixes of the ids this server hands out (agentcal.ids): a value that looks like one is an id to
 # copy; "slot_conflict" is not.
-ID_PREFIXES = (
-    "agt",
-    "appr",
-    "att",
-    "aud",
-    "bk",
-    "cal",
-    "con",
-    "dlv",
-    "evt",
-    "hld",
-    "inm",
-    "msg",
-    "req",
-    "thr",
-)
-ID_PREFIXES += ("whe", "ws")
+ID_PREFIXES = frozenset("agt appr att aud bk cal con dlv evt hld inm msg req thr whe ws".split())
 
 
 def looks_like_id(value: str) -> bool:

@@ -25,10 +25,14 @@ def decide(client, approval, decision):
     )
 
 
+def found(pattern: str, html: str) -> str:
+    match = re.search(pattern, html, re.S)
+    assert match, f"nothing matches {pattern}"
+    return match.group(1)
+
+
 def flash(html: str) -> str:
-    found = re.search(r'<div class="flash-item success">(.*?)</div>', html, re.S)
-    assert found, "no flash"
-    return found.group(1)
+    return found(r'<div class="flash-item success">(.*?)</div>', html)
 
 
 def gated_hold(team, title="Board prep"):
@@ -52,12 +56,12 @@ def test_approving_a_gated_hold_says_what_was_booked_and_links_its_day(team):
     when = f"{local:%a} {local.day} {local:%b %H:%M}"
     assert words == f"Booked Board prep on Berlin office, {when} — see it on the calendar"
     assert "<em>Board prep</em>" in message and "bk_" not in words
-    link = unescape(re.search(r'<a href="([^"]+)" data-testid="decision-link">', message).group(1))
+    link = unescape(found(r'<a href="([^"]+)" data-testid="decision-link">', message))
     assert link == (
         f"/w/acme/calendars/{berlin.public_id}?view=day&date={local.date().isoformat()}#{hold.hold_id}"
     )
     # The Recent list says the same, with the same link.
-    recent = re.search(r'data-testid="recent-decision">(.*?)</div>', text(response), re.S).group(1)
+    recent = found(r'data-testid="recent-decision">(.*?)</div>', text(response))
     assert recent == message
     assert signed_in(team.owner).get(link.split("#")[0]).status_code == 200
 
