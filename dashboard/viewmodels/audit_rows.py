@@ -164,7 +164,26 @@ FIELD_LABELS = {
 
 # The prefixes of the ids this server hands out (agentcal.ids): a value that looks like one is an id to
 # copy; "slot_conflict" is not.
-ID_PREFIXES = frozenset("agt appr att aud bk cal con dlv evt hld inm msg req thr whe ws".split())
+ID_PREFIXES = frozenset(
+    [
+        "agt",
+        "appr",
+        "att",
+        "aud",
+        "bk",
+        "cal",
+        "con",
+        "dlv",
+        "evt",
+        "hld",
+        "inm",
+        "msg",
+        "req",
+        "thr",
+        "whe",
+        "ws",
+    ]
+)
 
 
 def looks_like_id(value: str) -> bool:
