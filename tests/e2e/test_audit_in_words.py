@@ -17,6 +17,7 @@ from agentcal.errors import SlotConflict
 from approvals.services import approval_request
 from bookings.engine import booking_cancel_by_person, booking_create, calendar_create, hold_create
 from tests.dashboard.pages_helpers import future_day, span_on
+from tests.e2e.axe import axe_violations, describe
 from tests.e2e.helpers import screenshot, watch_csp_violations
 from tests.e2e.test_approvals_live import browser_for
 from workspaces.actor import Actor
@@ -97,16 +98,20 @@ def test_audit_rows_read_as_sentences_with_grouped_filters_facts_and_ids_to_copy
     expect(raw.locator("pre")).to_be_visible()
     expect(raw.locator("pre")).to_contain_text('"event_type"')
     sdr_id = world["sdr"].public_id
-    copy = page.get_by_role("button", name=f"Copy {sdr_id}")
+    expect(page.get_by_role("button", name=f"Copy {sdr_id}")).to_have_count(1)
+    copy = page.locator(f'[data-copy-text="{sdr_id}"]')
     id_text = copy.locator("xpath=preceding-sibling::code")
     assert id_text.evaluate("el => getComputedStyle(el).textOverflow") == "ellipsis"
     assert id_text.evaluate("el => getComputedStyle(el).whiteSpace") == "nowrap"
     copy.focus()
     page.keyboard.press("Enter")
-    expect(copy).to_have_text("Copied")
+    expect(copy.locator(".id-copy-label")).to_have_text("Copied")
+    expect(copy).to_have_accessible_name(f"Copied {sdr_id}")
     assert page.evaluate("navigator.clipboard.readText()") == sdr_id
     expect(page.locator("#copy-status")).to_have_text(f"Copied {sdr_id}")
     screenshot(page, "audit-record-facts-desktop")
+    found = axe_violations(page)  # the open record, its facts, copy buttons and raw JSON included
+    assert not found, describe(found)
     assert violations == []
 
 
@@ -138,6 +143,8 @@ def test_on_a_phone_the_filters_fold_away_and_rows_fit(
     expect(page.get_by_test_id("record-facts")).to_be_visible()
     assert page.evaluate("document.scrollingElement.scrollWidth") <= 390
     screenshot(page, "audit-words-phone-record")
+    found = axe_violations(page)
+    assert not found, describe(found)
     # Widened, the filters show whole again.
     page.set_viewport_size({"width": 1280, "height": 900})
     expect(toggle).to_be_hidden()
@@ -171,6 +178,8 @@ def test_the_decision_flash_and_recent_list_say_what_was_booked_and_link_to_it(
     expect(flash).to_have_text(said)
     expect(page.get_by_test_id("recent-decision").first).to_have_text(said)
     screenshot(page, "approval-decided-flash")
+    found = axe_violations(page)  # the flash's link on its tint, the Recent list's sentence
+    assert not found, describe(found)
     flash.get_by_role("link", name="see it on the calendar").click()
     page.wait_for_url(f"**/calendars/{world['berlin'].public_id}?view=day&date={local.date().isoformat()}*")
     drawer = page.locator("#cal-drawer")
