@@ -194,8 +194,9 @@ def looks_like_id(value: str) -> bool:
 class Fact:
     label: str
     text: str
-    kind: str = "text"  # text | id | time | json
+    kind: str = "text"  # text | id | time | json | group
     note: str = ""  # what an id names (an agent's or calendar's name)
+    parts: list[Fact] = field(default_factory=list)  # a group's own facts (an object's keys)
 
 
 def _label(key: str) -> str:
@@ -203,7 +204,17 @@ def _label(key: str) -> str:
     return words[:1].upper() + words[1:]
 
 
-def _fact(key: str, value: Any, names: dict[str, str]) -> Fact | None:
+def _span_words(value: Any) -> str:
+    """ "Fri 4 Dec 2026, 13:30–14:00 UTC" for a {"start_time", "end_time"} object; "" for anything else."""
+    if not (isinstance(value, dict) and {"start_time", "end_time"} <= value.keys()):
+        return ""
+    start, end = parse_datetime(str(value["start_time"])), parse_datetime(str(value["end_time"]))
+    if not (start and end):
+        return ""
+    return f"{start:%a} {start.day} {start:%b %Y, %H:%M}–{end:%H:%M} UTC"
+
+
+def _fact(key: str, value: Any, names: dict[str, str], *, nested: bool = False) -> Fact | None:
     if value in (None, "", [], {}):
         return None
     label = _label(key)
@@ -218,16 +229,20 @@ def _fact(key: str, value: Any, names: dict[str, str]) -> Fact | None:
         if isinstance(moment, datetime):
             return Fact(label, f"{moment:%a} {moment.day} {moment:%b %Y, %H:%M:%S} UTC", "time")
         return Fact(label, value)
-    if key == "requested_range" and isinstance(value, dict) and {"start_time", "end_time"} <= value.keys():
-        start, end = parse_datetime(str(value["start_time"])), parse_datetime(str(value["end_time"]))
-        if start and end:
-            return Fact(label, f"{start:%a} {start.day} {start:%b %Y, %H:%M} – {end:%H:%M} UTC", "time")
+    if span := _span_words(value):
+        return Fact(label, span, "time")
     if isinstance(value, bool):
         return Fact(label, "yes" if value else "no")
     if isinstance(value, int | float):
         return Fact(label, str(value))
     if isinstance(value, list) and all(isinstance(item, str | int | float) for item in value):
         return Fact(label, ", ".join(str(item) for item in value))
+    if isinstance(value, list) and all(_span_words(item) for item in value):
+        return Fact(label, "; ".join(_span_words(item) for item in value), "time")
+    if isinstance(value, dict) and not nested:
+        # An object one level down (a conflict's details) reads as its own labelled values.
+        parts = [fact for k, v in value.items() if (fact := _fact(k, v, names, nested=True))]
+        return Fact(label, "", "group", parts=parts)
     return Fact(label, json.dumps(value, ensure_ascii=False, sort_keys=True), "json")
 
 
