@@ -38,6 +38,7 @@ def status_label(status: str) -> str:
 class QueueRow:
     approval: Approval
     when: str  # for an approval that gates a hold: the calendar and time it would book
+    decision: str = ""  # for a decided one: what the decision did, in words (decision_words)
 
     @property
     def status(self) -> str:

@@ -24,16 +24,17 @@ from agentcal.errors import ApprovalAlreadyDecided, ApprovalExpired
 from approvals.models import NOTE_MAX_CHARS, Approval
 from approvals.selectors import pending_count
 from approvals.services import approval_decide
+from bookings.selectors import hold_primary
 from dashboard.access import page_context, workspace_page
 from dashboard.http import THREAD_PAGE_POLICY, DashboardRequest
 from dashboard.lookups import approval_in
 from dashboard.viewmodels.approval_detail import (
     approval_subject,
-    booking_error_text,
     bump_window_words,
     live_state,
 )
 from dashboard.viewmodels.approval_queue import queue_rows
+from dashboard.viewmodels.decision_words import decision_sentence, with_decisions
 from dashboard.viewmodels.gated_booking import GatedBooking
 from workspaces.models import Workspace
 
@@ -53,6 +54,7 @@ def may_decide(membership: Membership) -> bool:
 def queue(request: DashboardRequest, workspace: Workspace) -> HttpResponse:
     """Pending newest first, plus recent decisions. htmx polls the table partial to stay live."""
     pending, recent = queue_rows(workspace)
+    recent = with_decisions(workspace, recent)
     template = "dashboard/approvals/queue.html"
     if request.htmx:
         template += "#queue-table"
@@ -200,11 +202,7 @@ def decide(request: DashboardRequest, workspace: Workspace, approval_id: str) ->
     except ApprovalExpired:
         messages.error(request, "This request expired before it was decided; the agent has been told.")
         return redirect("dashboard:approval", workspace.slug, approval_id)
-    verb = "Approved" if approval.status == "approved" else "Denied"
-    outcome = ""
-    if approval.booking_id:
-        outcome = f" Booking {approval.booking_id} is made."
-    elif approval.booking_error:
-        outcome = f" No booking was made: {booking_error_text(approval.booking_error)}."
-    messages.success(request, f"{verb}: {approval.summary}.{outcome}")
+    reservation = hold_primary(workspace, approval.hold_id) if approval.hold_id else None
+    # Safe HTML (every part escaped by format_html): the message storage keeps it marked safe.
+    messages.success(request, decision_sentence(workspace, approval, reservation))
     return redirect("dashboard:approvals", workspace.slug)

@@ -28,12 +28,19 @@ from agentcal.clock import isoformat_z, server_now
 from agentcal.errors import InvalidRequest
 from agentcal.pagination import paginate
 from audit.api import AuditRecordOutput
-from audit.events import AuditEvent
 from audit.models import AuditRecord, Outcome
 from audit.selectors import audit_batch, audit_record_in, audit_records
 from bookings.selectors import calendar_names
 from dashboard.access import View, page_context, workspace_page
 from dashboard.http import DashboardRequest
+from dashboard.viewmodels.audit_rows import (
+    audit_rows,
+    event_groups,
+    known_filter_values,
+    record_facts,
+    workspace_calendars,
+)
+from dashboard.wording import event_name, failure_words
 from workspaces.models import Workspace
 from workspaces.selectors import agent_names_by_name
 
@@ -120,15 +127,6 @@ def filtered_records(workspace: Workspace, filters: AuditFilters) -> QuerySet[Au
     )
 
 
-def event_families() -> list[str]:
-    """Every proper prefix family of the known events: `calendar.*`, `calendar.hold.*`, ..."""
-    families: set[str] = set()
-    for value in AuditEvent.values:
-        parts = value.split(".")
-        families.update(".".join(parts[:n]) + ".*" for n in range(1, len(parts)))
-    return sorted(families)
-
-
 def _query_string(values: dict[str, str], **extra: str) -> str:
     query = QueryDict(mutable=True)
     query.update({**values, **{name: value for name, value in extra.items() if value}})
@@ -166,22 +164,18 @@ def browser(request: DashboardRequest, workspace: Workspace) -> HttpResponse:
             records, cursor=None, limit=PAGE_SIZE, descending=descending, scope=scope, key_field="public_id"
         )
     agents, calendars = _names(workspace)
-    rows = [
-        {
-            "record": record,
-            "agent_name": agents.get(record.agent_public_id, ""),
-            "calendar_name": calendars.get(record.calendar_public_id, ""),
-            "subject": _subject(record, agents),
-        }
-        for record in page
-    ]
+    rows = audit_rows(workspace, list(page), agents, workspace_calendars(workspace))
     context = page_context(
         request,
         "audit",
         rows=rows,
         filters=filters,
-        families=event_families(),
-        event_types=sorted(AuditEvent.values),
+        event_groups=event_groups(),
+        known_event_filters=known_filter_values(),
+        current_event_name=event_name(filters.values.get("event_type", "")),
+        active_filter_count=len(filters.values),
+        # A filter change swaps only the results: the folded filters' summary gets its count out of band.
+        swap_filter_count=bool(request.htmx),
         outcomes=Outcome.values,
         agents=agents,
         calendars=calendars,
@@ -204,24 +198,23 @@ def browser(request: DashboardRequest, workspace: Workspace) -> HttpResponse:
     return render(request, template, context)
 
 
-def _subject(record: AuditRecord, agents: dict[str, str]) -> str:
-    """A short "what it was about" for admin rows, whose agent is in details (see workspaces.services)."""
-    details = record.details if isinstance(record.details, dict) else {}
-    agent_id = details.get("agent_id")
-    if not isinstance(agent_id, str):
-        return ""
-    name = agents.get(agent_id, agent_id)
-    prefix = details.get("key_prefix")
-    return f"{name} · key {prefix}" if isinstance(prefix, str) else name
-
-
 def _record(request: DashboardRequest, workspace: Workspace, record_id: str) -> HttpResponse:
     record = audit_record_in(workspace, record_id)
     if record is None:
         raise Http404("No such audit record")
     # The same representation GET /v1/audit returns, so what people and agents see cannot drift.
     full = dict(AuditRecordOutput(record, context={"workspace_public_id": workspace.public_id}).data)
-    context = page_context(request, "audit", record=record, full_record=full)
+    agents, calendars = _names(workspace)
+    (row,) = audit_rows(workspace, [record], agents, workspace_calendars(workspace))
+    context = page_context(
+        request,
+        "audit",
+        record=record,
+        row=row,
+        facts=record_facts(full, {**agents, **calendars}),
+        failure_words=failure_words(record.failure_reason),
+        full_record=full,
+    )
     template = "dashboard/audit/record.html"
     if request.htmx:
         template += "#record-detail"

@@ -55,8 +55,8 @@ def test_a_member_sees_the_trail_newest_first_with_agent_names(team):
     assert response.status_code == 200
     html = text(response)
     assert row_ids(html) == [second.public_id, first.public_id]
-    assert "SDR bot" in html and "Exec assistant" in html and "Sales team" in html
-    assert "calendar.hold.created" in html
+    assert "Agent SDR bot created the calendar Sales team" in html
+    assert "Agent Exec assistant held a slot" in html and "Hold placed" in html
 
 
 def test_rejected_rows_are_marked_with_their_reason(team):
@@ -69,8 +69,8 @@ def test_rejected_rows_are_marked_with_their_reason(team):
     )
     html = text(signed_in(team.member).get(AUDIT))
     assert re.search(rf'class="audit-row rejected"[^>]*data-record="{rejected.public_id}"', html)
-    assert "slot_conflict" in html and "409" in html
-    assert '<span class="pill rejected">rejected</span>' in html
+    assert "Agent SDR bot was refused a hold: slot taken (409)" in html
+    assert '<span class="pill rejected">Rejected</span>' in html
 
 
 def test_the_htmx_partial_is_just_the_results(team):
@@ -78,7 +78,7 @@ def test_the_htmx_partial_is_just_the_results(team):
     response = signed_in(team.member).get(AUDIT, {"outcome": "success"}, HTTP_HX_REQUEST="true")
     assert response.status_code == 200
     partial = text(response)
-    assert 'id="audit-results"' in partial and "calendar.hold.created" in partial
+    assert 'id="audit-results"' in partial and "Hold placed" in partial
     assert "<html" not in partial and "sidebar" not in partial and "audit-filters" not in partial
 
 
@@ -270,7 +270,7 @@ def test_the_trail_is_a_table_with_a_caption_and_column_headers(team):
     html = text(signed_in(team.member).get(AUDIT))
     assert '<table class="table audit-table">' in html and "<caption" in html
     headers = re.findall(r'<th scope="col"[^>]*>(.*?)</th>', html, re.S)
-    assert len(headers) == 7 and "Time (UTC)" in headers[0] and "Event" in headers[1]
+    assert len(headers) == 4 and "Time (UTC)" in headers[0] and "What happened" in headers[1]
     assert 'aria-sort="descending"' in html and 'aria-hidden="true"><span' not in html
     # Each row's Details button controls the row below it, which htmx fills with the full record.
     (record_id,) = row_ids(html)

@@ -52,8 +52,11 @@ def test_the_audit_table_reads_as_cards_on_a_phone_and_downloads_its_csv(
     assert rows.count() == 6
     assert page.evaluate("document.scrollingElement.scrollWidth") <= 390  # nothing widens the page
     assert page.locator("caption").count() == 1
-    # The filters keep their labels and whole values on a phone.
+    # The filters fold into a disclosure on a phone; opened, they keep their labels and whole values.
     outcome = page.get_by_label("Outcome")
+    assert not outcome.is_visible()
+    page.get_by_test_id("filters-toggle").click()
+    assert outcome.is_visible()
     assert outcome.evaluate("el => el.scrollWidth <= el.clientWidth + 1")
     details = rows.first.get_by_role("button", name="Details")
     details.focus()

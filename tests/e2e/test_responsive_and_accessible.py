@@ -23,6 +23,7 @@ from PIL import Image
 from accounts.models import Membership, Passkey, Role
 from agentcal.errors import SlotConflict
 from approvals.services import approval_request
+from audit.models import AuditRecord
 from bookings.engine import booking_create, calendar_create, hold_create, hold_release
 from bookings.spans import Span
 from inboxes.addresses import agent_address
@@ -126,6 +127,8 @@ def seed_tour() -> Tour:
         [address],
     )
 
+    refused = AuditRecord.objects.filter(workspace_id=workspace.pk, outcome="rejected").first()
+    assert refused is not None
     slug = workspace.slug
     pages = [
         ("approvals", f"/w/{slug}/approvals"),
@@ -134,6 +137,8 @@ def seed_tour() -> Tour:
         ("calendar-week", f"/w/{slug}/calendars/{sales.public_id}?date={day.isoformat()}"),
         ("calendar-settings", f"/w/{slug}/calendars/{sales.public_id}/settings"),
         ("audit-trail", f"/w/{slug}/audit"),
+        ("audit-filtered", f"/w/{slug}/audit?event_type=calendar.hold.*&outcome=rejected"),
+        ("audit-record", f"/w/{slug}/audit?record={refused.public_id}"),
         ("metrics", f"/w/{slug}/metrics"),
         ("agents", f"/w/{slug}/agents"),
         ("agent-detail", f"/w/{slug}/agents/{sdr.public_id}"),

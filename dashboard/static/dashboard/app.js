@@ -333,3 +333,48 @@ document.addEventListener("click", (event) => {
   button.setAttribute("aria-expanded", String(open));
   row.hidden = !open;
 });
+
+// An id's copy button (data-copy-text="<id>"): copies the id, shows "Copied" for a moment and says so to
+// screen readers through a shared live region. Where the clipboard is refused, the id is selected instead.
+function announce(message) {
+  let region = document.getElementById("copy-status");
+  if (!region) {
+    region = document.createElement("div");
+    region.id = "copy-status";
+    region.className = "visually-hidden";
+    region.setAttribute("role", "status");
+    document.body.appendChild(region);
+  }
+  region.textContent = "";
+  setTimeout(() => { region.textContent = message; }, 50);
+}
+
+document.addEventListener("click", async (event) => {
+  const button = event.target.closest("[data-copy-text]");
+  if (!button) return;
+  const label = button.querySelector(".id-copy-label") || button;
+  const value = button.dataset.copyText;
+  try {
+    await navigator.clipboard.writeText(value);
+    label.textContent = "Copied";
+    button.classList.add("copied");
+    announce(`Copied ${value}`);
+  } catch {
+    const text = button.parentElement.querySelector(".id-text");
+    if (text) window.getSelection().selectAllChildren(text);
+    label.textContent = "Press Ctrl+C";
+  }
+  clearTimeout(button.copyTimer);
+  button.copyTimer = setTimeout(() => { label.textContent = "Copy"; button.classList.remove("copied"); }, 2500);
+});
+
+// The audit filters fold into a "Filters" disclosure on phones (app.css shows its summary there only):
+// open on wider screens, folded when the page loads narrow, and opened again if the window widens.
+function foldFilters() {
+  const fold = document.querySelector("[data-fold-filters]");
+  if (!fold) return;
+  const narrow = window.matchMedia("(max-width: 600px)");
+  fold.open = !narrow.matches;
+  narrow.addEventListener("change", () => { if (!narrow.matches) fold.open = true; });
+}
+document.addEventListener("DOMContentLoaded", foldFilters);
