@@ -1,0 +1,14 @@
+"""Hold → booking conversion: one definition for every page that shows it (the agents list per agent, the
+metrics page per workspace and window), so their numbers can be checked against each other."""
+
+from __future__ import annotations
+
+# Shown beside the number wherever it appears.
+CONVERSION_DEFINITION = (
+    "Holds that became bookings ÷ holds placed. Bookings made without a hold are not counted."
+)
+
+
+def conversion_percent(*, holds: int, commits_from_holds: int) -> int | None:
+    """Percent of `holds` that became bookings; None when there is no hold to convert."""
+    return round(100 * commits_from_holds / holds) if holds else None
