@@ -9,7 +9,15 @@ import pytest
 
 from bookings.engine import booking_create, hold_commit, hold_create
 from dashboard.viewmodels.conversion import CONVERSION_DEFINITION, conversion_percent
-from tests.dashboard.pages_helpers import actor, future_day, make_calendar, make_team, signed_in, span_on, text
+from tests.dashboard.pages_helpers import (
+    actor,
+    future_day,
+    make_calendar,
+    make_team,
+    signed_in,
+    span_on,
+    text,
+)
 
 
 @pytest.fixture
@@ -33,8 +41,9 @@ def test_a_direct_booking_counts_on_neither_page(team):
     owner = signed_in(team.owner)
 
     agents = text(owner.get("/w/acme/agents"))
-    assert (cell(agents, team.sdr.public_id, "holds"), cell(agents, team.sdr.public_id, "commits")) == ("0", "1")
-    assert "—" in cell(agents, team.sdr.public_id, "conversion")
+    sdr = team.sdr.public_id
+    assert (cell(agents, sdr, "holds"), cell(agents, sdr, "commits")) == ("0", "1")
+    assert "—" in cell(agents, sdr, "conversion")
     metrics = owner.get("/w/acme/metrics")
     assert metrics.context["conversion"] is None
     assert CONVERSION_DEFINITION in text(metrics)
