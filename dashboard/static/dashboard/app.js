@@ -88,9 +88,40 @@ function wireCopyButtons(root) {
   });
 }
 
-// Elements with data-countdown="<ISO time>" show the time left, e.g. "12s".
+// Elements with data-countdown="<ISO time>" show the time left, e.g. "12s". Where the page says what time
+// the server had (data-server-now: the database's clock, which decides when a hold lapses or a booking
+// freezes), countdowns run on that clock, so they end when the server's label changes, not a browser
+// clock's skew earlier or later.
+let serverClockOffset = 0;
+
+function readServerClock(root) {
+  const stamp = root.querySelector && root.querySelector("[data-server-now]");
+  if (stamp) serverClockOffset = Date.parse(stamp.dataset.serverNow) - Date.now();
+}
+
+// A label with data-until="<ISO time>" (a status word, then its countdown) becomes data-after-text, whole,
+// at that moment: its first child (the status word) takes the new text and the countdown goes, so the old
+// and the new state never show side by side. data-after-kind restyles the block around it the same way
+// (its next poll brings the server's own label).
+function settleLabels(now) {
+  document.querySelectorAll("[data-until]").forEach((label) => {
+    if (Date.parse(label.dataset.until) > now) return;
+    const status = label.firstElementChild;
+    status.textContent = label.dataset.afterText;
+    label.replaceChildren(status);
+    label.removeAttribute("data-until");
+    const block = label.closest(".block");
+    if (block && label.dataset.afterKind) {
+      block.classList.remove("held", "committed", "frozen", "ended");
+      block.classList.add(label.dataset.afterKind);
+      block.dataset.status = label.dataset.afterText;
+    }
+  });
+}
+
 function tickCountdowns() {
-  const now = Date.now();
+  const now = Date.now() + serverClockOffset;
+  settleLabels(now);
   document.querySelectorAll("[data-countdown]").forEach((el) => {
     const left = Math.round((Date.parse(el.dataset.countdown) - now) / 1000);
     if (left <= 0) { el.textContent = el.dataset.doneText || "lapsed"; return; }
@@ -143,12 +174,14 @@ document.addEventListener("DOMContentLoaded", () => {
   applyGeometry(document);
   wirePasskeys();
   wireCopyButtons(document);
+  readServerClock(document);
   tickCountdowns();
   setInterval(tickCountdowns, 1000);
 });
 document.addEventListener("htmx:afterSwap", (event) => {
   applyGeometry(event.target);
   wireCopyButtons(event.target);
+  readServerClock(event.target);
   tickCountdowns();
 });
 // Also content htmx adds outside the swap target (out-of-band swaps, history restores).
@@ -309,6 +342,54 @@ function wireCalendarDrawer() {
 }
 
 document.addEventListener("DOMContentLoaded", wireCalendarDrawer);
+
+// Phones: a week is seven columns on a screen that fits one, and opened at Monday it hides today. A calendar
+// whose URL names no view opens on a day instead (the toolbar's data-narrow-url: the day view of the date
+// asked for, today by default); a week chosen on purpose scrolls sideways to today's column, and keeps its
+// place when the timeline polls.
+const PHONE_SCREEN = window.matchMedia("(max-width: 599px)");
+
+function scrollTodayIntoView() {
+  const box = document.querySelector(".timeline-scroll");
+  const today = box && box.querySelector(".timeline-col.today");
+  if (!today || box.scrollWidth <= box.clientWidth) return;
+  const gutter = box.querySelector(".timeline-col.gutter");
+  const hidden = gutter ? gutter.getBoundingClientRect().width : 0;  // the sticky hours cover the left edge
+  box.scrollLeft += today.getBoundingClientRect().left - box.getBoundingClientRect().left - hidden;
+}
+
+function fitCalendarToScreen() {
+  const toolbar = document.querySelector(".cal-toolbar");
+  if (!toolbar) return;
+  if (PHONE_SCREEN.matches && toolbar.dataset.narrowUrl) {
+    window.location.replace(toolbar.dataset.narrowUrl + window.location.hash);
+    return;
+  }
+  scrollTodayIntoView();
+}
+document.addEventListener("DOMContentLoaded", fitCalendarToScreen);
+
+let timelineScrollLeft = null;
+document.addEventListener("htmx:beforeSwap", (event) => {
+  if (event.detail.target.id !== "timeline-live") return;
+  const box = event.detail.target.querySelector(".timeline-scroll");
+  timelineScrollLeft = box ? box.scrollLeft : null;
+});
+document.addEventListener("htmx:afterSwap", (event) => {
+  if (event.detail.target.id !== "timeline-live" || timelineScrollLeft === null) return;
+  const box = event.detail.target.querySelector(".timeline-scroll");
+  if (box) box.scrollLeft = timelineScrollLeft;
+  timelineScrollLeft = null;
+});
+
+// The phone's "View" button shows or hides the calendar's switches (a disclosure, like the Menu button).
+document.addEventListener("click", (event) => {
+  const button = event.target.closest("[data-view-toggle]");
+  if (!button) return;
+  const open = button.getAttribute("aria-expanded") !== "true";
+  button.setAttribute("aria-expanded", String(open));
+  document.getElementById(button.getAttribute("aria-controls")).classList.toggle("open", open);
+});
 
 // Term links (a.term, href="#term-…") explain a word in a tooltip and lead to the page's glossary, a
 // <details> closed by default: open it before the browser scrolls to the entry.
