@@ -155,10 +155,58 @@ document.addEventListener("click", (event) => {
   window.location.assign(row.dataset.href);
 });
 
-// Forms with data-confirm="<question>" are submitted only once the question is answered yes.
+// Forms with data-confirm="<question>" ask first, in the page, as approving, denying and cancelling do: the
+// form steps aside for a confirm box with the question, "Yes, …" (data-confirm-yes) and "Keep it". Yes
+// submits the form as it was; Keep it (or Escape) brings the form back with the focus on its button.
+let confirmCount = 0;
+
+function askInline(form, submitter) {
+  const box = document.createElement("div");
+  box.className = "confirm inline-confirm";
+  box.dataset.testid = "inline-confirm";
+  box.setAttribute("role", "group");
+  const question = document.createElement("p");
+  question.id = `inline-confirm-${++confirmCount}`;
+  question.tabIndex = -1;
+  question.textContent = form.dataset.confirm;
+  box.setAttribute("aria-labelledby", question.id);
+  const yes = document.createElement("button");
+  yes.type = "button";
+  yes.className = "button small danger solid";
+  yes.dataset.testid = "confirm-yes";
+  yes.textContent = form.dataset.confirmYes || "Yes";
+  const keep = document.createElement("button");
+  keep.type = "button";
+  keep.className = "button small";
+  keep.dataset.testid = "confirm-keep";
+  keep.textContent = "Keep it";
+  const buttons = document.createElement("div");
+  buttons.className = "row";
+  buttons.append(yes, keep);
+  box.append(question, buttons);
+  const back = () => {
+    box.remove();
+    form.hidden = false;
+    (submitter || form.querySelector("button")).focus();
+  };
+  yes.addEventListener("click", () => {
+    form.dataset.confirmed = "yes";
+    box.remove();
+    form.hidden = false;
+    form.requestSubmit(submitter || undefined);
+  });
+  keep.addEventListener("click", back);
+  box.addEventListener("keydown", (event) => { if (event.key === "Escape") { event.preventDefault(); back(); } });
+  form.hidden = true;
+  form.after(box);
+  question.focus();
+}
+
 document.addEventListener("submit", (event) => {
-  const question = event.target.dataset.confirm;
-  if (question && !window.confirm(question)) event.preventDefault();
+  const form = event.target;
+  if (!form.dataset.confirm || form.dataset.confirmed === "yes") return;
+  event.preventDefault();
+  askInline(form, event.submitter);
 });
 
 // Forms with data-omit-blank do not send the fields left blank, so the URLs htmx pushes (the audit
