@@ -256,6 +256,7 @@ def _render_agent_detail(
     context = page_context(
         request,
         "agents",
+        page_url=reverse("dashboard:agent", args=[workspace.slug, agent.public_id]),
         agent=agent,
         stats=agent_stats(workspace, [agent])[agent.pk],
         keys=[{"key": key, "status": key_status(key, now, agent_is_active=agent.is_active)} for key in keys],

@@ -88,6 +88,15 @@ function wireCopyButtons(root) {
   });
 }
 
+// A page sent in answer to a POST (a form back with its errors, a confirm step) carries its GET address in
+// data-replace-url (templates/base.html). Put there in place of the POST's, the history entry no longer
+// holds the POST: a reload fetches the page with GET instead of sending the form again. The fragment stays.
+function forgetPost() {
+  const url = document.body.dataset.replaceUrl;
+  if (url) history.replaceState(null, "", url + window.location.hash);
+}
+document.addEventListener("DOMContentLoaded", forgetPost);
+
 // Elements with data-countdown="<ISO time>" show the time left, e.g. "12s". Where the page says what time
 // the server had (data-server-now: the database's clock, which decides when a hold lapses or a booking
 // freezes), countdowns run on that clock, so they end when the server's label changes, not a browser
