@@ -45,7 +45,12 @@ def test_disable_and_revoke_confirm_in_the_page(
     page = browser_page
     page.set_viewport_size(viewport)
     dialogs: list[str] = []
-    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+
+    def refuse(dialog: Any) -> None:
+        dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    page.on("dialog", refuse)
     csp_violations = watch_csp_violations(page)
     sign_in(page, owner, base)
     page.goto(f"{base}/w/acme/agents/{agent.public_id}")
