@@ -3,10 +3,9 @@ metrics page per workspace and window), so their numbers can be checked against 
 
 from __future__ import annotations
 
-# Shown beside the number wherever it appears.
-CONVERSION_DEFINITION = (
-    "Holds that became bookings ÷ holds placed. Bookings made without a hold are not counted."
-)
+# Shown beside the number wherever it appears; a booking made without a hold is in neither count.
+CONVERSION_DEFINITION = "Holds booked ÷ holds placed"
+CONVERSION_EXCLUDES = "Bookings made without a hold are not counted."
 
 
 def conversion_percent(*, holds: int, commits_from_holds: int) -> int | None:

@@ -33,7 +33,7 @@ from dashboard.http import DashboardRequest
 from dashboard.lookups import agent_in
 from dashboard.one_time import keep_for_display, see_other, take_for_display
 from dashboard.viewmodels.agent_stats import agent_stats, endpoint_status, key_status
-from dashboard.viewmodels.conversion import CONVERSION_DEFINITION
+from dashboard.viewmodels.conversion import CONVERSION_DEFINITION, CONVERSION_EXCLUDES
 from dashboard.viewmodels.guardrails import agent_limits_context, notice_lines
 from dashboard.wording import holds_released
 from guardrails.selectors import open_notices, workspace_live_holds
@@ -182,6 +182,7 @@ def _render_agent_list(
         notices=notice_lines(open_notices(workspace)),
         confirm_pause=confirm_pause,
         conversion_definition=CONVERSION_DEFINITION,
+        conversion_excludes=CONVERSION_EXCLUDES,
         live_holds=workspace_live_holds(workspace) if confirm_pause else 0,
         min_priority=MIN_PRIORITY,
         max_priority=MAX_PRIORITY,

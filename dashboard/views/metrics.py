@@ -22,7 +22,7 @@ from audit.selectors import activity_by_bucket
 from bookings.selectors import workspace_hold_counts
 from dashboard.access import page_context, workspace_page
 from dashboard.http import DashboardRequest
-from dashboard.viewmodels.conversion import CONVERSION_DEFINITION, conversion_percent
+from dashboard.viewmodels.conversion import CONVERSION_DEFINITION, CONVERSION_EXCLUDES, conversion_percent
 from dashboard.wording import provider_name
 from sync.models import Connection, ConnectionStatus
 from sync.selectors import workspace_connections
@@ -215,6 +215,7 @@ def metrics(request: DashboardRequest, workspace: Workspace) -> HttpResponse:
         ],
         conversion=conversion_percent(**workspace_hold_counts(workspace, placed_within=length)),
         conversion_definition=CONVERSION_DEFINITION,
+        conversion_excludes=CONVERSION_EXCLUDES,
         conflict_rate=(charts[2].total / attempts) if attempts else None,
         has_data=any(chart.total for chart in charts),
         sync=sync_summary(workspace),

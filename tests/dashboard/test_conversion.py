@@ -8,7 +8,11 @@ from datetime import time
 import pytest
 
 from bookings.engine import booking_create, hold_commit, hold_create
-from dashboard.viewmodels.conversion import CONVERSION_DEFINITION, conversion_percent
+from dashboard.viewmodels.conversion import (
+    CONVERSION_DEFINITION,
+    CONVERSION_EXCLUDES,
+    conversion_percent,
+)
 from tests.dashboard.pages_helpers import (
     actor,
     future_day,
@@ -66,4 +70,5 @@ def test_the_metrics_card_and_the_agents_list_agree(team):
     assert metrics.context["conversion"] == 33
     html = text(metrics)
     assert 'data-testid="conversion">33%<' in html
-    assert f'data-testid="conversion-definition">{CONVERSION_DEFINITION}' in html
+    assert f">{CONVERSION_DEFINITION}, in this window</p>" in html and CONVERSION_EXCLUDES in html
+    assert f"{CONVERSION_DEFINITION}, since the agent's first hold. {CONVERSION_EXCLUDES}" in agents
