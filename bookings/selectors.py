@@ -10,6 +10,7 @@ from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import Count, Q
+from django.db.models.functions import Now
 
 from agentcal.db import bound_cursor
 from bookings.models import LIVE_STATUSES, BusyBlock, Calendar, Reservation, overlapping_q
@@ -256,6 +257,17 @@ def agent_reservation_counts(agent_ids: Iterable[int]) -> list[Any]:
             ),
         )
     )
+
+
+def workspace_hold_counts(workspace: Workspace, *, placed_within: timedelta) -> dict[str, int]:
+    """The workspace's holds placed in the last `placed_within` (database clock) and how many of them have
+    become bookings: the same rows and filters as `agent_reservation_counts`, over a window."""
+    return Reservation.objects.filter(
+        calendar__workspace=workspace,
+        is_primary=True,
+        hold_token_hash__isnull=False,
+        created_at__gt=Now() - placed_within,
+    ).aggregate(holds=Count("id"), commits_from_holds=Count("id", filter=Q(committed_at__isnull=False)))
 
 
 def first_calendar(workspace: Workspace) -> Calendar | None:

@@ -56,11 +56,20 @@ def workspace_page(*, needs: Permission = Permission.READ) -> Callable[[View], V
     return decorate
 
 
-def page_context(request: DashboardRequest, section: str, **extra: Any) -> dict[str, Any]:
+def page_context(
+    request: DashboardRequest, section: str, *, page_url: str | None = None, **extra: Any
+) -> dict[str, Any]:
     """What base.html needs on every workspace page. `can` answers templates' permission questions:
-    `{% if can.manage_workspace %}`, keyed by accounts.roles.Permission's values."""
+    `{% if can.manage_workspace %}`, keyed by accounts.roles.Permission's values.
+
+    `page_url` is the address of the page as a GET, for a page that also answers a POST to another
+    address (a form sent back with its errors, a confirm step without JavaScript); by default the
+    request's own path. base.html gives it to app.js, which puts it in the address bar in place of the
+    POST's: a reload then opens the page again and never sends the form a second time.
+    """
     workspace = request.workspace
     return {
+        "page_url": page_url or request.path,
         "workspace": workspace,
         "membership": request.membership,
         "can": {permission.value: request.membership.may(permission) for permission in Permission},

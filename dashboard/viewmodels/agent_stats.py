@@ -10,6 +10,7 @@ from datetime import datetime
 from audit.events import AuditEvent
 from audit.selectors import rejections_by_agent
 from bookings.selectors import agent_reservation_counts
+from dashboard.viewmodels.conversion import conversion_percent
 from webhooks.models import WebhookEndpoint
 from workspaces.models import Agent, ApiKey, Workspace
 
@@ -25,8 +26,7 @@ class AgentStats:
 
     @property
     def conversion(self) -> int | None:
-        """Percent of holds that became bookings; None before the first hold."""
-        return round(100 * self.commits_from_holds / self.holds) if self.holds else None
+        return conversion_percent(holds=self.holds, commits_from_holds=self.commits_from_holds)
 
 
 def agent_stats(workspace: Workspace, agents: Sequence[Agent]) -> dict[int, AgentStats]:
@@ -45,12 +45,20 @@ def agent_stats(workspace: Workspace, agents: Sequence[Agent]) -> dict[int, Agen
     return stats
 
 
-def key_status(key: ApiKey, now: datetime) -> str:
+# A key of a disabled agent is refused like a revoked one, but comes back when the agent is enabled again:
+# it shows neither as usable nor as revoked.
+AGENT_DISABLED = "agent disabled"
+
+
+def key_status(key: ApiKey, now: datetime, *, agent_is_active: bool) -> str:
+    """What a key's row says: revoked, expired, agent disabled, expiring (works until its end) or active."""
     if key.revoked_at is not None:
         return "revoked"
-    if key.expires_at is not None:
-        return "expiring" if key.expires_at > now else "expired"
-    return "active"
+    if key.expires_at is not None and key.expires_at <= now:
+        return "expired"
+    if not agent_is_active:
+        return AGENT_DISABLED
+    return "expiring" if key.expires_at is not None else "active"
 
 
 def endpoint_status(endpoint: WebhookEndpoint) -> str:

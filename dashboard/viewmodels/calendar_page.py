@@ -169,6 +169,8 @@ def calendar_page(
             "dashboard:calendar_reservation", args=[workspace.slug, calendar.public_id, "__id__"]
         ),
         "is_current": today in days,
+        # A phone opens a calendar whose URL names no view on one day (a week is wider than its screen).
+        "view_chosen": "view" in params,
         "now": now,
     }
 

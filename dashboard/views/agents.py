@@ -33,6 +33,7 @@ from dashboard.http import DashboardRequest
 from dashboard.lookups import agent_in
 from dashboard.one_time import keep_for_display, see_other, take_for_display
 from dashboard.viewmodels.agent_stats import agent_stats, endpoint_status, key_status
+from dashboard.viewmodels.conversion import CONVERSION_DEFINITION, CONVERSION_EXCLUDES
 from dashboard.viewmodels.guardrails import agent_limits_context, notice_lines
 from dashboard.wording import holds_released
 from guardrails.selectors import open_notices, workspace_live_holds
@@ -180,6 +181,8 @@ def _render_agent_list(
         can_manage=request.membership.may(Permission.MANAGE_WORKSPACE),
         notices=notice_lines(open_notices(workspace)),
         confirm_pause=confirm_pause,
+        conversion_definition=CONVERSION_DEFINITION,
+        conversion_excludes=CONVERSION_EXCLUDES,
         live_holds=workspace_live_holds(workspace) if confirm_pause else 0,
         min_priority=MIN_PRIORITY,
         max_priority=MAX_PRIORITY,
@@ -254,9 +257,10 @@ def _render_agent_detail(
     context = page_context(
         request,
         "agents",
+        page_url=reverse("dashboard:agent", args=[workspace.slug, agent.public_id]),
         agent=agent,
         stats=agent_stats(workspace, [agent])[agent.pk],
-        keys=[{"key": key, "status": key_status(key, now)} for key in keys],
+        keys=[{"key": key, "status": key_status(key, now, agent_is_active=agent.is_active)} for key in keys],
         endpoints=endpoint_rows,
         can_manage=request.membership.may(Permission.MANAGE_WORKSPACE),
         rename_form=rename_form or RenameForm(initial={"name": agent.name}),
@@ -480,7 +484,7 @@ def key_new(request: DashboardRequest, workspace: Workspace, agent_id: str, key_
         "agents",
         agent=agent,
         key=key,
-        status=key_status(key, server_now()),
+        status=key_status(key, server_now(), agent_is_active=agent.is_active),
         reveal=reveal,
         rotated_from=rotated_from,
         grace_label=reveal.facts.get("grace_label", ""),

@@ -15,6 +15,7 @@ from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_GET, require_POST
 
@@ -143,6 +144,7 @@ def render_detail(
     context = page_context(
         request,
         "approvals",
+        page_url=reverse("dashboard:approval", args=[workspace.slug, approval.public_id]),
         **live,
         **subject,
         bump_window=bump_window_words(booking.primary.calendar.bump_window_seconds) if booking else "",

@@ -18,6 +18,7 @@ from django.contrib import messages
 from django.forms.models import model_to_dict
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
 from accounts.roles import Permission
@@ -247,7 +248,14 @@ def render_calendar(
     panel = connection_panel(
         calendar, can_manage=request.membership.may(Permission.MANAGE_WORKSPACE), now=now, form=connect_form
     )
-    context = page_context(request, "calendars", **page, poll_seconds=TIMELINE_POLL_SECONDS, panel=panel)
+    context = page_context(
+        request,
+        "calendars",
+        page_url=reverse("dashboard:calendar", args=[workspace.slug, calendar.public_id]),
+        **page,
+        poll_seconds=TIMELINE_POLL_SECONDS,
+        panel=panel,
+    )
     template = "dashboard/calendars/calendar.html"
     if request.htmx:
         # Two things poll this page: the timeline, and the panel of a linked calendar (its sync status).
@@ -401,7 +409,14 @@ def render_drawer(
         move_form=move_form,
     )
     context = page_context(
-        request, "calendars", **drawer, notice=notice, error=error, move_error=move_error, offers=offers or []
+        request,
+        "calendars",
+        page_url=drawer["drawer_url"],
+        **drawer,
+        notice=notice,
+        error=error,
+        move_error=move_error,
+        offers=offers or [],
     )
     template = "dashboard/calendars/reservation.html"
     if request.htmx:

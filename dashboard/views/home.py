@@ -19,6 +19,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_GET, require_POST
 
@@ -122,6 +123,7 @@ def _render_start(
     context = page_context(
         request,
         "start",
+        page_url=reverse("dashboard:start", args=[workspace.slug]),
         setup=setup,
         reveal=reveal,
         agent_form=agent_form or GuideAgentForm(),

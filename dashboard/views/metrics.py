@@ -19,8 +19,10 @@ from django.shortcuts import render
 from agentcal.clock import server_now
 from agentcal.metrics import lock_wait_percentiles
 from audit.selectors import activity_by_bucket
+from bookings.selectors import workspace_hold_counts
 from dashboard.access import page_context, workspace_page
 from dashboard.http import DashboardRequest
+from dashboard.viewmodels.conversion import CONVERSION_DEFINITION, CONVERSION_EXCLUDES, conversion_percent
 from dashboard.wording import provider_name
 from sync.models import Connection, ConnectionStatus
 from sync.selectors import workspace_connections
@@ -190,7 +192,7 @@ def metrics(request: DashboardRequest, workspace: Workspace) -> HttpResponse:
     if window not in WINDOWS:
         window = "hour"
     length, bucket = WINDOWS[window]
-    (step, *_), charts, from_hold = _series(workspace, length, bucket)
+    (step, *_), charts, _from_hold = _series(workspace, length, bucket)
     buckets = buckets_of(server_now(), length, bucket)
     for chart in charts:
         chart.buckets = buckets
@@ -211,7 +213,9 @@ def metrics(request: DashboardRequest, workspace: Workspace) -> HttpResponse:
         table_rows=[
             {"bucket": b, "counts": [chart.counts[i] for chart in charts]} for i, b in enumerate(buckets)
         ],
-        conversion=(from_hold / holds) if holds else None,
+        conversion=conversion_percent(**workspace_hold_counts(workspace, placed_within=length)),
+        conversion_definition=CONVERSION_DEFINITION,
+        conversion_excludes=CONVERSION_EXCLUDES,
         conflict_rate=(charts[2].total / attempts) if attempts else None,
         has_data=any(chart.total for chart in charts),
         sync=sync_summary(workspace),

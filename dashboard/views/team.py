@@ -15,6 +15,7 @@ from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
@@ -87,6 +88,7 @@ def _render_team(
     context = page_context(
         request,
         "team",
+        page_url=reverse("dashboard:team", args=[workspace.slug]),
         members=[_member_row(m, request, manages=manages, owners=owners) for m in members],
         invitations=[
             {

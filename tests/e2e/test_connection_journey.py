@@ -127,8 +127,8 @@ def test_owner_links_a_caldav_calendar_and_its_events_block_the_timeline(
 
     # 5. Disconnect, after the confirmation: the busy time stops blocking at once.
     page.goto(calendar_page)
-    page.once("dialog", lambda dialog: dialog.accept())
     page.get_by_role("button", name="Disconnect").click()
+    page.get_by_role("button", name="Yes, disconnect").click()
     page.wait_for_url(f"{base}/w/acme/calendars/{calendar.public_id}")
     assert page.get_by_test_id("connection-panel").get_attribute("data-state") == "unlinked"
     assert not Connection.objects.exists()

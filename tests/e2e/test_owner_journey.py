@@ -175,18 +175,14 @@ def test_owner_signs_up_with_a_magic_link_adds_a_passkey_and_approves_an_agents_
     assert page.locator(".audit-row:not(.rejected)").count() == 0
 
     page.goto(f"{base}/w/acme/agents/{agent.public_id}")
-    questions = []
-
-    def say_no(dialog):
-        questions.append(dialog.message)
-        dialog.dismiss()
-
-    page.once("dialog", say_no)
+    # Revoking asks first, in the page: "Keep it" changes nothing, "Yes, revoke" revokes.
     page.get_by_role("button", name="Revoke").click()
-    assert questions and questions[0].startswith("Revoke avs_live_")
+    confirm = page.get_by_test_id("inline-confirm")
+    assert confirm.inner_text().startswith("Revoke avs_live_")
+    confirm.get_by_role("button", name="Keep it").click()
     assert ApiKey.objects.get(agent=agent).revoked_at is None
-    page.once("dialog", lambda dialog: dialog.accept())
     page.get_by_role("button", name="Revoke").click()
+    page.get_by_role("button", name="Yes, revoke").click()
     page.locator('[data-testid="key-row"][data-status="revoked"]').wait_for()
 
     # 9. Not one refusal across the journey; and the watcher does hear one (an inline script, refused).

@@ -134,7 +134,9 @@ def seed_tour() -> Tour:
         ("approvals", f"/w/{slug}/approvals"),
         ("approval-detail", f"/w/{slug}/approvals/{gated.public_id}"),
         ("calendars", f"/w/{slug}/calendars"),
-        ("calendar-week", f"/w/{slug}/calendars/{sales.public_id}?date={day.isoformat()}"),
+        ("calendar-week", f"/w/{slug}/calendars/{sales.public_id}?view=week&date={day.isoformat()}"),
+        # No view named: a phone opens the day (the page replaces itself), a desktop the week.
+        ("calendar", f"/w/{slug}/calendars/{sales.public_id}"),
         ("calendar-settings", f"/w/{slug}/calendars/{sales.public_id}/settings"),
         ("audit-trail", f"/w/{slug}/audit"),
         ("audit-filtered", f"/w/{slug}/audit?event_type=calendar.hold.*&outcome=rejected"),
@@ -199,6 +201,9 @@ def overflow(page: Any) -> str:
 def check_page(page: Any, base: str, name: str, path: str, width: int) -> list[str]:
     page.goto(base + path)
     page.wait_for_load_state("load")
+    if name == "calendar" and width < 600:
+        page.wait_for_url("**view=day**")  # a phone's calendar replaces itself with today's day
+        page.wait_for_load_state("load")
     problems = []
     too_wide = overflow(page)
     if too_wide:

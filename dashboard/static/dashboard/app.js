@@ -88,9 +88,49 @@ function wireCopyButtons(root) {
   });
 }
 
-// Elements with data-countdown="<ISO time>" show the time left, e.g. "12s".
+// A page sent in answer to a POST (a form back with its errors, a confirm step) carries its GET address in
+// data-replace-url (templates/base.html). Put there in place of the POST's, the history entry no longer
+// holds the POST: a reload fetches the page with GET instead of sending the form again. The fragment stays.
+function forgetPost() {
+  const url = document.body.dataset.replaceUrl;
+  if (url) history.replaceState(null, "", url + window.location.hash);
+}
+document.addEventListener("DOMContentLoaded", forgetPost);
+
+// Elements with data-countdown="<ISO time>" show the time left, e.g. "12s". Where the page says what time
+// the server had (data-server-now: the database's clock, which decides when a hold lapses or a booking
+// freezes), countdowns run on that clock, so they end when the server's label changes, not a browser
+// clock's skew earlier or later.
+let serverClockOffset = 0;
+
+function readServerClock(root) {
+  const stamp = root.querySelector && root.querySelector("[data-server-now]");
+  if (stamp) serverClockOffset = Date.parse(stamp.dataset.serverNow) - Date.now();
+}
+
+// A label with data-until="<ISO time>" (a status word, then its countdown) becomes data-after-text, whole,
+// at that moment: its first child (the status word) takes the new text and the countdown goes, so the old
+// and the new state never show side by side. data-after-kind restyles the block around it the same way
+// (its next poll brings the server's own label).
+function settleLabels(now) {
+  document.querySelectorAll("[data-until]").forEach((label) => {
+    if (Date.parse(label.dataset.until) > now) return;
+    const status = label.firstElementChild;
+    status.textContent = label.dataset.afterText;
+    label.replaceChildren(status);
+    label.removeAttribute("data-until");
+    const block = label.closest(".block");
+    if (block && label.dataset.afterKind) {
+      block.classList.remove("held", "committed", "frozen", "ended");
+      block.classList.add(label.dataset.afterKind);
+      block.dataset.status = label.dataset.afterText;
+    }
+  });
+}
+
 function tickCountdowns() {
-  const now = Date.now();
+  const now = Date.now() + serverClockOffset;
+  settleLabels(now);
   document.querySelectorAll("[data-countdown]").forEach((el) => {
     const left = Math.round((Date.parse(el.dataset.countdown) - now) / 1000);
     if (left <= 0) { el.textContent = el.dataset.doneText || "lapsed"; return; }
@@ -124,10 +164,58 @@ document.addEventListener("click", (event) => {
   window.location.assign(row.dataset.href);
 });
 
-// Forms with data-confirm="<question>" are submitted only once the question is answered yes.
+// Forms with data-confirm="<question>" ask first, in the page, as approving, denying and cancelling do: the
+// form steps aside for a confirm box with the question, "Yes, …" (data-confirm-yes) and "Keep it". Yes
+// submits the form as it was; Keep it (or Escape) brings the form back with the focus on its button.
+let confirmCount = 0;
+
+function askInline(form, submitter) {
+  const box = document.createElement("div");
+  box.className = "confirm inline-confirm";
+  box.dataset.testid = "inline-confirm";
+  box.setAttribute("role", "group");
+  const question = document.createElement("p");
+  question.id = `inline-confirm-${++confirmCount}`;
+  question.tabIndex = -1;
+  question.textContent = form.dataset.confirm;
+  box.setAttribute("aria-labelledby", question.id);
+  const yes = document.createElement("button");
+  yes.type = "button";
+  yes.className = "button small danger solid";
+  yes.dataset.testid = "confirm-yes";
+  yes.textContent = form.dataset.confirmYes || "Yes";
+  const keep = document.createElement("button");
+  keep.type = "button";
+  keep.className = "button small";
+  keep.dataset.testid = "confirm-keep";
+  keep.textContent = "Keep it";
+  const buttons = document.createElement("div");
+  buttons.className = "row";
+  buttons.append(yes, keep);
+  box.append(question, buttons);
+  const back = () => {
+    box.remove();
+    form.hidden = false;
+    (submitter || form.querySelector("button")).focus();
+  };
+  yes.addEventListener("click", () => {
+    form.dataset.confirmed = "yes";
+    box.remove();
+    form.hidden = false;
+    form.requestSubmit(submitter || undefined);
+  });
+  keep.addEventListener("click", back);
+  box.addEventListener("keydown", (event) => { if (event.key === "Escape") { event.preventDefault(); back(); } });
+  form.hidden = true;
+  form.after(box);
+  question.focus();
+}
+
 document.addEventListener("submit", (event) => {
-  const question = event.target.dataset.confirm;
-  if (question && !window.confirm(question)) event.preventDefault();
+  const form = event.target;
+  if (!form.dataset.confirm || form.dataset.confirmed === "yes") return;
+  event.preventDefault();
+  askInline(form, event.submitter);
 });
 
 // Forms with data-omit-blank do not send the fields left blank, so the URLs htmx pushes (the audit
@@ -143,12 +231,14 @@ document.addEventListener("DOMContentLoaded", () => {
   applyGeometry(document);
   wirePasskeys();
   wireCopyButtons(document);
+  readServerClock(document);
   tickCountdowns();
   setInterval(tickCountdowns, 1000);
 });
 document.addEventListener("htmx:afterSwap", (event) => {
   applyGeometry(event.target);
   wireCopyButtons(event.target);
+  readServerClock(event.target);
   tickCountdowns();
 });
 // Also content htmx adds outside the swap target (out-of-band swaps, history restores).
@@ -309,6 +399,54 @@ function wireCalendarDrawer() {
 }
 
 document.addEventListener("DOMContentLoaded", wireCalendarDrawer);
+
+// Phones: a week is seven columns on a screen that fits one, and opened at Monday it hides today. A calendar
+// whose URL names no view opens on a day instead (the toolbar's data-narrow-url: the day view of the date
+// asked for, today by default); a week chosen on purpose scrolls sideways to today's column, and keeps its
+// place when the timeline polls.
+const PHONE_SCREEN = window.matchMedia("(max-width: 599px)");
+
+function scrollTodayIntoView() {
+  const box = document.querySelector(".timeline-scroll");
+  const today = box && box.querySelector(".timeline-col.today");
+  if (!today || box.scrollWidth <= box.clientWidth) return;
+  const gutter = box.querySelector(".timeline-col.gutter");
+  const hidden = gutter ? gutter.getBoundingClientRect().width : 0;  // the sticky hours cover the left edge
+  box.scrollLeft += today.getBoundingClientRect().left - box.getBoundingClientRect().left - hidden;
+}
+
+function fitCalendarToScreen() {
+  const toolbar = document.querySelector(".cal-toolbar");
+  if (!toolbar) return;
+  if (PHONE_SCREEN.matches && toolbar.dataset.narrowUrl) {
+    window.location.replace(toolbar.dataset.narrowUrl + window.location.hash);
+    return;
+  }
+  scrollTodayIntoView();
+}
+document.addEventListener("DOMContentLoaded", fitCalendarToScreen);
+
+let timelineScrollLeft = null;
+document.addEventListener("htmx:beforeSwap", (event) => {
+  if (event.detail.target.id !== "timeline-live") return;
+  const box = event.detail.target.querySelector(".timeline-scroll");
+  timelineScrollLeft = box ? box.scrollLeft : null;
+});
+document.addEventListener("htmx:afterSwap", (event) => {
+  if (event.detail.target.id !== "timeline-live" || timelineScrollLeft === null) return;
+  const box = event.detail.target.querySelector(".timeline-scroll");
+  if (box) box.scrollLeft = timelineScrollLeft;
+  timelineScrollLeft = null;
+});
+
+// The phone's "View" button shows or hides the calendar's switches (a disclosure, like the Menu button).
+document.addEventListener("click", (event) => {
+  const button = event.target.closest("[data-view-toggle]");
+  if (!button) return;
+  const open = button.getAttribute("aria-expanded") !== "true";
+  button.setAttribute("aria-expanded", String(open));
+  document.getElementById(button.getAttribute("aria-controls")).classList.toggle("open", open);
+});
 
 // Term links (a.term, href="#term-…") explain a word in a tooltip and lead to the page's glossary, a
 // <details> closed by default: open it before the browser scrolls to the entry.
