@@ -44,7 +44,7 @@ async function passkeySignIn(root, conditional) {
     request = { publicKey, mediation: "conditional", signal: conditionalRequest.signal };
   }
   const credential = await navigator.credentials.get(request);
-  const result = await postJSON(root.dataset.verifyUrl, { credential: credential.toJSON(), next: root.dataset.next });
+  const result = await postJSON(root.dataset.verifyUrl, { credential: credential.toJSON(), next: root.dataset.next, time_zone: browserZone() });
   window.location.assign(result.redirect);
 }
 
@@ -333,3 +333,21 @@ document.addEventListener("click", (event) => {
   button.setAttribute("aria-expanded", String(open));
   row.hidden = !open;
 });
+
+// Moments of people's and agents' actions render in the viewer's own zone, which only the browser knows:
+// tell the server when it differs from the stored one (a new person, or one who travelled). Pages from
+// the next one on read in it; this one stays as rendered, labelled with the zone it is in.
+function browserZone() {
+  try { return Intl.DateTimeFormat().resolvedOptions().timeZone || ""; } catch (e) { return ""; }
+}
+
+function rememberBrowserZone() {
+  const url = document.body.dataset.zoneUrl;
+  const zone = browserZone();
+  if (!url || !zone || zone === document.body.dataset.viewerZone) return;
+  const asked = `agentcal-zone-sent:${zone}`;
+  if (sessionStorage.getItem(asked)) return;  // once per zone and tab session, even if the server says no
+  sessionStorage.setItem(asked, "1");
+  postJSON(url, { time_zone: zone }).then(() => { document.body.dataset.viewerZone = zone; }).catch(() => {});
+}
+document.addEventListener("DOMContentLoaded", rememberBrowserZone);
