@@ -32,6 +32,16 @@ def zone_named(name: str | None) -> ZoneInfo | None:
         return None
 
 
+def zone_for_place(text: str) -> str | None:
+    """The IANA name a person most likely meant: the name itself, or the one zone whose place (the last
+    part, "Berlin" in "Europe/Berlin") it spells, ignoring case and spaces for underscores."""
+    if text in known_zone_names():
+        return text
+    place = text.strip().replace(" ", "_").lower()
+    matches = [name for name in known_zone_names() if name.rsplit("/", 1)[-1].lower() == place]
+    return matches[0] if len(matches) == 1 else None
+
+
 def zone_label(local: datetime) -> str:
     """The zone's abbreviation at that moment ("IST", "CET", "EDT"); zones without one ("+04") read
     as an offset from UTC ("UTC+04") rather than a bare number."""
