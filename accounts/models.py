@@ -11,7 +11,7 @@ from django.db.models import Q
 from accounts.roles import Permission, Role, role_may
 from workspaces.models import Workspace
 
-__all__ = ["Invitation", "MagicLink", "Membership", "Passkey", "Permission", "Role"]
+__all__ = ["Invitation", "MagicLink", "Membership", "Passkey", "Permission", "Profile", "Role"]
 
 # A role column holds one of the roles the permission table knows (accounts.roles): a row with any other
 # value would grant nothing and show as nonsense on the team page.
@@ -87,6 +87,17 @@ class Passkey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user}: {self.name}"
+
+
+class Profile(models.Model):
+    """What belongs to the person rather than to a workspace: the time zone their browser reports, so
+    the moments the dashboard and emails show read in it (accounts.time_zones)."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="profile")
+    time_zone = models.CharField(max_length=64, blank=True)  # an IANA name; blank until a browser told it
+
+    def __str__(self) -> str:
+        return f"{self.user}'s profile"
 
 
 class MagicLink(models.Model):

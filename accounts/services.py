@@ -44,7 +44,9 @@ from accounts.links import (
 from accounts.models import Invitation, MagicLink, Passkey
 from accounts.people import normalize_email
 from accounts.team import invitation_accept
+from accounts.time_zones import zone_for_email
 from agentcal.errors import SignInFailed
+from agentcal.moments import moment_text
 from workspaces.models import Workspace
 
 logger = logging.getLogger(__name__)
@@ -89,18 +91,20 @@ def magic_link_request(*, email: str, ip: str | None) -> None:
         )
         return
     token = secrets.token_urlsafe(32)
-    MagicLink.objects.create(
+    link = MagicLink.objects.create(
         email=email,
         token_hash=token_hash(token),
         requested_ip=ip,
         expires_at=timezone.now() + timedelta(seconds=settings.MAGIC_LINK_TTL_SECONDS),
     )
     minutes = settings.MAGIC_LINK_TTL_SECONDS // 60
+    expires = moment_text(link.expires_at, zone_for_email(email))
     try:
         send_mail(
             subject="Your AgentCal sign-in link",
             message=(
-                f"Use this link to sign in to AgentCal. It works once and expires in {minutes} minutes:\n\n"
+                f"Use this link to sign in to AgentCal. It works once and expires in {minutes} minutes "
+                f"({expires}):\n\n"
                 f"{magic_link_url(token)}\n\nIf you did not ask for it, ignore this email."
             ),
             from_email=None,

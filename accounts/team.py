@@ -25,6 +25,7 @@ from accounts.links import links_throttled_for, magic_link_issue, magic_link_url
 from accounts.models import Invitation, MagicLink, Membership, Permission, Role
 from accounts.people import normalize_email, person_get_or_create
 from accounts.roles import ROLE_SUMMARIES
+from accounts.time_zones import zone_for_email
 from agentcal.errors import (
     AgentCalError,
     AlreadyMember,
@@ -37,6 +38,7 @@ from agentcal.errors import (
     SignInFailed,
     TeamChangeNotAllowed,
 )
+from agentcal.moments import moment_text
 from audit.events import AuditEvent
 from audit.models import Outcome
 from audit.services import audit_record
@@ -263,6 +265,7 @@ def role_with_article(role: str) -> str:
 def _send_invitation(invitation: Invitation, token: str) -> bool:
     """Email the invitation; a relay failure is logged and reported, never raised (the owner resends)."""
     workspace = invitation.workspace
+    expires = moment_text(invitation.sent_at + INVITATION_LINK_TTL, zone_for_email(invitation.email))
     try:
         send_mail(
             subject=f"{invitation.invited_by_email} invited you to {workspace.name} on AgentCal",
@@ -270,7 +273,7 @@ def _send_invitation(invitation: Invitation, token: str) -> bool:
                 f"{invitation.invited_by_email} invited you to join the workspace {workspace.name} on "
                 f"AgentCal as {role_with_article(invitation.role)}: {ROLE_SUMMARIES[invitation.role]}\n\n"
                 f"Open this link to accept and sign in. It works once and expires in "
-                f"{INVITATION_LINK_TTL.days} days:\n\n{magic_link_url(token)}\n\n"
+                f"{INVITATION_LINK_TTL.days} days ({expires}):\n\n{magic_link_url(token)}\n\n"
                 "Then add a passkey: it signs you in from then on. If you did not expect this invitation, "
                 "ignore this email."
             ),

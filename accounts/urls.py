@@ -9,6 +9,7 @@ urlpatterns = [
     path("magic/<str:token>", views.magic_link_redeem, name="magic_link_redeem"),
     path("sign-out", views.sign_out, name="sign_out"),
     path("sign-out-everywhere", views.sign_out_everywhere, name="sign_out_everywhere"),
+    path("time-zone", views.time_zone_set, name="time_zone"),
     path("passkeys", views.passkeys, name="passkeys"),
     path("passkeys/<int:passkey_id>/rename", views.passkey_rename, name="passkey_rename"),
     path("passkeys/<int:passkey_id>/delete", views.passkey_delete, name="passkey_delete"),

@@ -15,6 +15,7 @@ from webauthn.helpers import bytes_to_base64url
 
 from accounts import services
 from accounts.models import Passkey
+from accounts.time_zones import person_time_zone_set, remember_in_session
 from agentcal.errors import SignInFailed
 
 _REG_CHALLENGE = "webauthn_registration_challenge"
@@ -103,6 +104,21 @@ def sign_out_everywhere(request: HttpRequest) -> HttpResponse:
 def passkeys(request: HttpRequest) -> HttpResponse:
     keys = _person(request).passkeys.order_by("created_at")
     return render(request, "accounts/passkeys.html", {"passkeys": keys, "section": "passkeys"})
+
+
+@require_POST
+@login_required
+def time_zone_set(request: HttpRequest) -> HttpResponse:
+    """The browser's own IANA zone (JSON `{"time_zone": …}`), posted by the dashboard's script when it
+    differs from the stored one: moments render in it from the next page on."""
+    try:
+        name = _json_body(request).get("time_zone")
+    except SignInFailed as exc:
+        return _problem(str(exc))
+    if not isinstance(name, str) or not person_time_zone_set(user=_person(request), name=name):
+        return _problem("Unknown IANA time zone.")
+    remember_in_session(request, name)
+    return HttpResponse(status=204)
 
 
 @require_POST
@@ -207,6 +223,10 @@ def passkey_authentication_verify(request: HttpRequest) -> HttpResponse:
     except SignInFailed as exc:
         return _problem(str(exc))
     login(request, result.user, backend="django.contrib.auth.backends.ModelBackend")
+    # The browser's zone comes along, so the very first page already reads in it.
+    zone = body.get("time_zone")
+    if isinstance(zone, str) and person_time_zone_set(user=result.user, name=zone):
+        remember_in_session(request, zone)
     return JsonResponse({"redirect": _safe_next(request, body.get("next"))})
 
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from datetime import tzinfo
 
 from django.conf import settings
 
 from accounts.owner_mail import email_owners
-from agentcal.clock import isoformat_z
+from agentcal.moments import moment_text
 from approvals.models import Approval
 
 logger = logging.getLogger(__name__)
@@ -32,14 +34,17 @@ def approval_queue_url(approval: Approval) -> str:
     return f"{settings.DASHBOARD_BASE_URL}/w/{approval.workspace.slug}/approvals/{approval.public_id}"
 
 
-def _notification(approval: Approval) -> tuple[str, str]:
+def _notification(approval: Approval) -> tuple[str, Callable[[tzinfo | None], str]]:
     agent, workspace = approval.agent, approval.workspace
     subject = f"[{workspace.name}] Approval requested by {agent.name}: {approval.summary}"
-    body = (
-        f"{agent.name} asks for approval in {workspace.name}:\n\n"
-        f"    {approval.summary}\n\n"
-        f"Review it in the AgentCal dashboard (you will be asked to sign in):\n"
-        f"{approval_queue_url(approval)}\n\n"
-        f"If nobody decides, it expires at {isoformat_z(approval.expires_at)}.\n"
-    )
+
+    def body(zone: tzinfo | None) -> str:
+        return (
+            f"{agent.name} asks for approval in {workspace.name}:\n\n"
+            f"    {approval.summary}\n\n"
+            f"Review it in the AgentCal dashboard (you will be asked to sign in):\n"
+            f"{approval_queue_url(approval)}\n\n"
+            f"If nobody decides, it expires on {moment_text(approval.expires_at, zone)}.\n"
+        )
+
     return subject, body

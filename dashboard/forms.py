@@ -10,6 +10,7 @@ from django import forms
 from django.db import models
 from rest_framework import serializers
 
+from agentcal.moments import zone_for_place
 from bookings.api.calendars import CalendarInput
 from bookings.models import Calendar
 from dashboard.wording import number_text
@@ -72,6 +73,12 @@ class CalendarForm(forms.Form):
     buffer_before_minutes = forms.IntegerField(required=False)
     buffer_after_minutes = forms.IntegerField(required=False)
     min_notice_minutes = forms.IntegerField(required=False)
+
+    def clean_timezone(self) -> str:
+        # A place typed without its region ("Berlin") is the one zone it names; anything else goes on
+        # to the API's rules, which refuse an unknown name.
+        typed: str = self.cleaned_data["timezone"]
+        return zone_for_place(typed) or typed
 
     @classmethod
     def of(cls, calendar: Calendar) -> CalendarForm:

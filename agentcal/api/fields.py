@@ -211,7 +211,7 @@ class TimezoneField(serializers.CharField):
         name = super().to_internal_value(data)
         try:
             ZoneInfo(name)
-        except (ZoneInfoNotFoundError, ValueError):
+        except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a region's folder, like "Europe"
             raise serializers.ValidationError(f"Unknown IANA time zone {name!r}.") from None
         return name
 

@@ -1,4 +1,5 @@
-"""Template helpers: JSON evidence rendered readably and safely (agent-written, so untrusted)."""
+"""Template helpers: JSON evidence rendered readably and safely (agent-written, so untrusted), and moments
+in the viewer's own time zone."""
 
 from __future__ import annotations
 
@@ -7,8 +8,12 @@ import re
 from typing import Any
 
 from django import template
-from django.utils.html import escape
+from django.utils import timezone
+from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
+
+from agentcal.clock import isoformat_z
+from agentcal.moments import STYLES, age_text, moment_text, utc_text
 
 register = template.Library()
 
@@ -41,13 +46,22 @@ def json_highlight(value: Any) -> SafeString:
 @register.filter
 def age(value: Any) -> str:
     """A compact "3m ago" for a datetime."""
-    from django.utils import timezone
+    return age_text(value, timezone.now())
 
-    seconds = int((timezone.now() - value).total_seconds())
-    if seconds < 60:
-        return f"{max(seconds, 0)}s ago"
-    if seconds < 3600:
-        return f"{seconds // 60}m ago"
-    if seconds < 86400:
-        return f"{seconds // 3600}h ago"
-    return f"{seconds // 86400}d ago"
+
+@register.simple_tag(takes_context=True)
+def moment(context: template.Context, value: Any, style: str = "datetime") -> SafeString:
+    """A moment of someone's action, for the person viewing: `<time>` in their own zone, named, with the
+    exact UTC time on hover (agentcal.moments holds the wording). `style` is one of moments.STYLES, or
+    "age" for "3m ago" (the hover then gives the local time too)."""
+    if value is None:
+        return mark_safe("")  # noqa: S308 — empty
+    zone = context.get("viewer_zone") or getattr(context.get("request"), "viewer_zone", None)
+    if style == "age":
+        text, title = age_text(value, timezone.now()), f"{moment_text(value, zone)} · {utc_text(value)}"
+    else:
+        if style not in STYLES:
+            raise template.TemplateSyntaxError(f"moment: unknown style {style!r}")
+        text, title = moment_text(value, zone, style), utc_text(value)
+    exact = isoformat_z(value)
+    return format_html('<time datetime="{}" title="{}" data-moment>{}</time>', exact, title, text)

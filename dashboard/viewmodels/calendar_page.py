@@ -6,12 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any
-from zoneinfo import available_timezones
+from zoneinfo import ZoneInfo, available_timezones
 
 from django.http import QueryDict
 from django.urls import reverse
 from django.utils.http import urlencode
 
+from agentcal.moments import zone_label
 from bookings.models import Calendar
 from bookings.selectors import calendar_window
 from bookings.spans import Span
@@ -46,6 +47,13 @@ def calendar_rows(workspace: Workspace) -> list[dict[str, Any]]:
         }
         for calendar in calendars_with_links(workspace)
     ]
+
+
+def zone_abbreviations(window: Span, zone: ZoneInfo) -> str:
+    # The window ends at the next midnight: the last visible day's zone is a moment before it.
+    first = zone_label(window.start.astimezone(zone))
+    last = zone_label((window.end - timedelta(seconds=1)).astimezone(zone))
+    return first if first == last else f"{first}/{last}"
 
 
 def timezone_names() -> list[str]:
@@ -137,6 +145,8 @@ def calendar_page(
     return {
         "calendar": calendar,
         "zone_name": str(zone),
+        # The grid keeps the calendar's own zone, named on it; a week that spans a DST change names both.
+        "zone_abbreviations": zone_abbreviations(window, zone),
         "query": query,
         "view": query.view,
         "range_label": range_label(days),

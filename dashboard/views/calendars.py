@@ -90,6 +90,8 @@ def render_calendar_list(
         form=form,
         setting_fields=setting_fields(form),
         timezones=timezone_names(),
+        # A new calendar starts in the browser's own zone (app.js), until someone picks another.
+        suggest_browser_zone=not form.is_bound,
     )
     return render(request, "dashboard/calendars/list.html", context, status=status)
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import pytest
 from django.test import Client
 
-from accounts.models import Passkey
+from accounts.models import Passkey, Profile
 from tests.accounts.authenticator import SoftAuthenticator
 from tests.accounts.helpers import ORIGIN, make_person
 
@@ -29,14 +29,16 @@ def register(
     )
 
 
-def sign_in(client: Client, authenticator: SoftAuthenticator, **kwargs) -> TestResponse:
+def sign_in(
+    client: Client, authenticator: SoftAuthenticator, time_zone: str | None = None, **kwargs
+) -> TestResponse:
     options = client.post("/auth/passkeys/authenticate/options").json()
     assert options["allowCredentials"] == []  # discoverable: no user named up front
     assert options["userVerification"] == "required"
     credential = authenticator.get(options, **kwargs)
     return client.post(
         "/auth/passkeys/authenticate/verify",
-        data=json.dumps({"credential": credential}),
+        data=json.dumps({"credential": credential, "time_zone": time_zone}),
         content_type="application/json",
     )
 
@@ -57,6 +59,27 @@ def test_a_signed_in_person_registers_a_passkey_and_signs_in_with_it(client, own
     assert client.get("/").url == "/w/acme/start"  # a new workspace: the getting-started guide
     passkey.refresh_from_db()
     assert passkey.sign_count == 1 and passkey.last_used_at is not None
+
+
+def test_signing_in_brings_the_browsers_time_zone_along(client, owner, authenticator):
+    client.force_login(owner)
+    register(client, authenticator)
+    client.post("/auth/sign-out")
+
+    assert sign_in(client, authenticator, time_zone="Asia/Kolkata").status_code == 200
+
+    assert Profile.objects.get(user=owner).time_zone == "Asia/Kolkata"
+    # The very first page already reads in it (no round trip through the page's script needed).
+    assert 'data-viewer-zone="Asia/Kolkata"' in client.get("/auth/passkeys").content.decode()
+
+
+def test_a_zone_the_server_does_not_know_does_not_stop_the_sign_in(client, owner, authenticator):
+    client.force_login(owner)
+    register(client, authenticator)
+    client.post("/auth/sign-out")
+
+    assert sign_in(client, authenticator, time_zone="Mars/Olympus_Mons").status_code == 200
+    assert not Profile.objects.filter(user=owner).exists()
 
 
 def test_registration_requires_user_verification(client, owner, webauthn_settings):

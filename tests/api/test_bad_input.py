@@ -206,6 +206,9 @@ def test_a_malformed_calendar_setting_is_400(sdr):
     response = sdr.client.post("/calendars", json={"name": "Bad", "timezone": "Mars/Olympus"})
     problem = assert_problem(response, 400, "invalid_request")
     assert "timezone" in problem["errors"]
+    # A region is a folder of the zone database, not a zone.
+    region = sdr.client.post("/calendars", json={"name": "Bad", "timezone": "Europe"})
+    assert "timezone" in assert_problem(region, 400, "invalid_request")["errors"]
     assert create_calendar(sdr)["timezone"] == "UTC"
 
 

@@ -115,6 +115,30 @@ def test_the_form_offers_the_apis_bounds_and_time_zones(team, calendar):
     assert 'value="Sales team"' in html and 'value="60"' in html  # the current settings
 
 
+def test_a_city_typed_without_its_region_is_the_zone_it_names(team):
+    owner = signed_in(team.owner)
+    response = owner.post("/w/acme/calendars", {"name": "Berlin office", "timezone": "berlin"})
+    assert response.status_code == 302
+    assert Calendar.objects.get(name="Berlin office").timezone == "Europe/Berlin"
+
+    created = owner.post("/w/acme/calendars", {"name": "NY office", "timezone": "New York"})
+    assert created.status_code == 302
+    assert Calendar.objects.get(name="NY office").timezone == "America/New_York"
+
+    # The server still judges anything else: no guessing between places or from fragments.
+    for vague in ("Berl", "Europe", "Mars"):
+        refused = owner.post("/w/acme/calendars", {"name": f"Vague {vague}", "timezone": vague})
+        assert refused.status_code == 400
+        assert "Unknown IANA time zone" in field_error(text(refused), "timezone")
+
+
+def test_the_new_calendar_form_starts_from_the_browsers_zone(team):
+    html = text(signed_in(team.owner).get("/w/acme/calendars"))
+    picker = r'<input id="c-timezone"[^>]* data-zone-picker="c-timezones"[^>]* data-suggest-browser-zone'
+    assert re.search(picker, html)
+    assert 'role="listbox" aria-label="Time zones"' in html
+
+
 def test_an_admin_edits_a_calendar_and_only_the_changes_are_audited(team, calendar):
     admin = signed_in(team.admin)
     form = {

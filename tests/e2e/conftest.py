@@ -36,7 +36,8 @@ def chromium_context_factory() -> Iterator[Any]:
     with playwright_sync.sync_playwright() as playwright:
         profiles: list[str] = []
 
-        def new_context() -> Any:
+        def new_context(**options: Any) -> Any:
+            """`options`: more of Playwright's context options, e.g. `timezone_id="Asia/Kolkata"`."""
             profile = tempfile.mkdtemp(prefix="agentcal-chromium-")
             profiles.append(profile)
             return playwright.chromium.launch_persistent_context(
@@ -45,6 +46,7 @@ def chromium_context_factory() -> Iterator[Any]:
                 headless=True,
                 args=CHROMIUM_ARGS,
                 viewport={"width": 1360, "height": 860},
+                **options,
             )
 
         yield new_context

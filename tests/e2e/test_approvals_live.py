@@ -103,7 +103,9 @@ def test_one_person_decides_and_the_others_open_page_badge_and_title_follow(
     # The watcher's page follows by itself: the decision card, the status, the badge and the title.
     line = watcher.get_by_test_id("decision-line")
     line.wait_for()
-    assert re.search(r"Approved by adam@acme\.test at \d\d:\d\d UTC", line.inner_text())
+    assert re.search(
+        r"Approved by adam@acme\.test at \w{3} \d+ \w{3} \d{4}, \d\d:\d\d UTC", line.inner_text()
+    )
     assert watcher.get_by_test_id("approve").count() == 0
     assert watcher.get_by_test_id("approval-status").get_attribute("data-status") == "approved"
     watcher.wait_for_function("() => document.title.startsWith('(1) ')")

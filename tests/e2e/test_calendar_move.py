@@ -97,7 +97,8 @@ def test_owner_moves_a_booking_from_its_drawer(
     )
     expect(drawer.get_by_test_id("drawer-local-time")).to_contain_text("15:00 – 15:30")
     expect(drawer.get_by_test_id("drawer-spans")).to_contain_text(f"Moved to {words} by olivia@acme.test")
-    expect(block).to_have_attribute("title", "Demo call · 15:00–15:30 · committed · priority 100 · SDR bot")
+    block_title = "Demo call · 15:00–15:30 CET · committed · priority 100 · SDR bot"  # in Berlin, named
+    expect(block).to_have_attribute("title", block_title)
     screenshot(page, f"calendar-drawer-moved-{width}")
     drawer.get_by_test_id("drawer-spans").scroll_into_view_if_needed()
     screenshot(page, f"calendar-drawer-moved-history-{width}")

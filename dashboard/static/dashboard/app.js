@@ -44,7 +44,7 @@ async function passkeySignIn(root, conditional) {
     request = { publicKey, mediation: "conditional", signal: conditionalRequest.signal };
   }
   const credential = await navigator.credentials.get(request);
-  const result = await postJSON(root.dataset.verifyUrl, { credential: credential.toJSON(), next: root.dataset.next });
+  const result = await postJSON(root.dataset.verifyUrl, { credential: credential.toJSON(), next: root.dataset.next, time_zone: browserZone() });
   window.location.assign(result.redirect);
 }
 
@@ -516,3 +516,140 @@ function foldFilters() {
   narrow.addEventListener("change", () => { if (!narrow.matches) fold.open = true; });
 }
 document.addEventListener("DOMContentLoaded", foldFilters);
+
+// Moments of people's and agents' actions render in the viewer's own zone, which only the browser knows:
+// tell the server when it differs from the stored one (a new person, or one who travelled). Pages from
+// the next one on read in it; this one stays as rendered, labelled with the zone it is in.
+function browserZone() {
+  try { return Intl.DateTimeFormat().resolvedOptions().timeZone || ""; } catch (e) { return ""; }
+}
+
+function rememberBrowserZone() {
+  const url = document.body.dataset.zoneUrl;
+  const zone = browserZone();
+  if (!url || !zone || zone === document.body.dataset.viewerZone) return;
+  const asked = `agentcal-zone-sent:${zone}`;
+  if (sessionStorage.getItem(asked)) return;  // once per zone and tab session, even if the server says no
+  sessionStorage.setItem(asked, "1");
+  postJSON(url, { time_zone: zone }).then(() => { document.body.dataset.viewerZone = zone; }).catch(() => {});
+}
+document.addEventListener("DOMContentLoaded", rememberBrowserZone);
+
+// The time zone picker: a combobox over the IANA names of the input's datalist, filtered as one types, so
+// "berlin" or "new york" finds the zone without knowing its region. The server still checks the name.
+const MAX_ZONE_OPTIONS = 40;
+
+function zoneMatches(zones, typed) {
+  const query = typed.trim().toLowerCase().replace(/\s+/g, "_");
+  if (!query) return zones.slice(0, MAX_ZONE_OPTIONS);
+  // Best first: the place itself starts with it ("Berlin"), then any part does ("Europe"), then anywhere.
+  const rank = (zone) => {
+    const name = zone.toLowerCase();
+    const parts = name.split("/");
+    if (parts[parts.length - 1].startsWith(query)) return 0;
+    if (parts.some((part) => part.startsWith(query)) || name.startsWith(query)) return 1;
+    return name.includes(query) ? 2 : 3;
+  };
+  return zones
+    .map((zone) => [rank(zone), zone])
+    .filter(([r]) => r < 3)
+    .sort((a, b) => a[0] - b[0] || a[1].localeCompare(b[1]))
+    .slice(0, MAX_ZONE_OPTIONS)
+    .map(([, zone]) => zone);
+}
+
+function wireZonePicker(input) {
+  const datalist = document.getElementById(input.dataset.zonePicker);
+  const listbox = document.getElementById(`${input.id}-options`);
+  if (!datalist || !listbox || input.dataset.zonePickerWired) return;
+  input.dataset.zonePickerWired = "1";
+  const zones = [...datalist.options].map((option) => option.value);
+  input.removeAttribute("list");  // our listbox replaces the browser's own suggestions
+  input.setAttribute("role", "combobox");
+  input.setAttribute("aria-autocomplete", "list");
+  input.setAttribute("aria-expanded", "false");
+  input.setAttribute("aria-controls", listbox.id);
+  let active = -1;
+
+  const options = () => [...listbox.querySelectorAll("[role=option]")];
+  const close = () => {
+    listbox.hidden = true;
+    input.setAttribute("aria-expanded", "false");
+    input.removeAttribute("aria-activedescendant");
+    active = -1;
+  };
+  const highlight = (index) => {
+    const all = options();
+    if (!all.length) return;
+    active = (index + all.length) % all.length;
+    all.forEach((option, i) => option.setAttribute("aria-selected", i === active ? "true" : "false"));
+    input.setAttribute("aria-activedescendant", all[active].id);
+    all[active].scrollIntoView({ block: "nearest" });
+  };
+  const pick = (zone) => {
+    input.value = zone;
+    close();
+    input.dispatchEvent(new Event("change", { bubbles: true }));
+  };
+  const open = () => {
+    const found = zoneMatches(zones, input.value);
+    listbox.replaceChildren(...found.map((zone, i) => {
+      const option = document.createElement("li");
+      option.id = `${listbox.id}-${i}`;
+      option.setAttribute("role", "option");
+      option.setAttribute("aria-selected", "false");
+      option.dataset.zone = zone;
+      option.textContent = zone.replaceAll("_", " ");
+      return option;
+    }));
+    if (!found.length) {
+      const none = document.createElement("li");
+      none.className = "zone-none";
+      none.textContent = "No time zone matches";
+      listbox.append(none);
+    }
+    listbox.hidden = false;
+    input.setAttribute("aria-expanded", "true");
+    active = -1;
+    input.removeAttribute("aria-activedescendant");
+  };
+
+  input.addEventListener("input", open);
+  input.addEventListener("keydown", (event) => {
+    if (event.key === "ArrowDown" || event.key === "ArrowUp") {
+      event.preventDefault();
+      if (listbox.hidden) open();
+      highlight(active + (event.key === "ArrowDown" ? 1 : -1));
+    } else if (event.key === "Enter" && !listbox.hidden && active >= 0) {
+      event.preventDefault();  // picks the zone rather than submitting the form
+      pick(options()[active].dataset.zone);
+    } else if (event.key === "Escape" && !listbox.hidden) {
+      event.preventDefault();
+      close();
+    }
+  });
+  // mousedown, not click: the input keeps the focus, so its blur does not close the list first.
+  listbox.addEventListener("mousedown", (event) => {
+    const option = event.target.closest("[role=option]");
+    event.preventDefault();
+    if (option) pick(option.dataset.zone);
+  });
+  input.addEventListener("blur", close);
+
+  // A calendar being created (or not set up yet) starts in the browser's own zone.
+  if (input.hasAttribute("data-suggest-browser-zone")) {
+    const zone = browserZone();
+    if (zone && zones.includes(zone) && zone !== input.value) {
+      input.value = zone;
+      const note = input.closest("form")?.querySelector("[data-zone-note]");
+      if (note) note.hidden = false;
+      // The rules preview redraws in the suggested zone; on "load", once htmx has wired it up.
+      const redraw = () => input.dispatchEvent(new Event("change", { bubbles: true }));
+      if (document.readyState === "complete") redraw();
+      else window.addEventListener("load", redraw);
+    }
+  }
+}
+
+document.addEventListener("DOMContentLoaded", () => document.querySelectorAll("[data-zone-picker]").forEach(wireZonePicker));
+document.addEventListener("htmx:afterSwap", (event) => event.target.querySelectorAll("[data-zone-picker]").forEach(wireZonePicker));

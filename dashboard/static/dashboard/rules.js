@@ -1,6 +1,6 @@
 // The calendar rules editor (settings page): adds and removes time rows and override dates in the page,
-// copies Monday to the other weekdays, and suggests the browser's time zone for a calendar not set up
-// yet. Saving is a plain form post; without this file the same buttons do their work through the server.
+// and copies Monday to the other weekdays (app.js's zone picker suggests the browser's time zone for a
+// calendar not set up yet). Saving is a plain form post; without this file the same buttons do their work through the server.
 "use strict";
 
 function dayRow(el) { return el.closest("[data-day], [data-override]"); }
@@ -76,25 +76,9 @@ function addOverride(form) {
   row.querySelector('input[type="date"]').focus();
 }
 
-function suggestBrowserZone(form) {
-  const input = form.querySelector("[data-suggest-browser-zone]");
-  if (!input) return;
-  const zone = Intl.DateTimeFormat().resolvedOptions().timeZone;
-  const known = [...document.querySelectorAll(`#${input.getAttribute("list")} option`)].some((o) => o.value === zone);
-  if (!zone || !known || zone === input.value) return;
-  input.value = zone;
-  const note = form.querySelector("[data-zone-note]");
-  if (note) note.hidden = false;
-  // The preview redraws in the suggested zone; on "load", once htmx has wired the preview up.
-  const redraw = () => input.dispatchEvent(new Event("change", { bubbles: true }));
-  if (document.readyState === "complete") redraw();
-  else window.addEventListener("load", redraw);
-}
-
 function wireRulesEditor() {
   const form = document.querySelector("[data-rules-form]");
   if (!form) return;
-  suggestBrowserZone(form);
   form.addEventListener("click", (event) => {
     const button = event.target.closest("button");
     if (!button || !form.contains(button)) return;
