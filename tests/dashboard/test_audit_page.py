@@ -270,7 +270,12 @@ def test_the_trail_is_a_table_with_a_caption_and_column_headers(team):
     html = text(signed_in(team.member).get(AUDIT))
     assert '<table class="table audit-table">' in html and "<caption" in html
     headers = re.findall(r'<th scope="col"[^>]*>(.*?)</th>', html, re.S)
-    assert len(headers) == 4 and "Time" in headers[0] and "(UTC)" not in headers[0] and "What happened" in headers[1]
+    assert (
+        len(headers) == 4
+        and "Time" in headers[0]
+        and "(UTC)" not in headers[0]
+        and "What happened" in headers[1]
+    )
     assert 'aria-sort="descending"' in html and 'aria-hidden="true"><span' not in html
     # Each row's Details button controls the row below it, which htmx fills with the full record.
     (record_id,) = row_ids(html)
