@@ -118,6 +118,17 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
+# What agents' requests (/v1/) and providers' callbacks (/hooks/) go through (agentcal/wsgi.py): the
+# request id, the early refusals, and the headers every answer carries; nothing that exists for people.
+MACHINE_MIDDLEWARE = [
+    "agentcal.middleware.RequestIdMiddleware",
+    "agentcal.middleware.RefusedKeysMiddleware",
+    "agentcal.middleware.ChunkedBodyMiddleware",
+    "agentcal.middleware.UnstorableQueryMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
 
 ROOT_URLCONF = "agentcal.urls"
 WSGI_APPLICATION = "agentcal.wsgi.application"
