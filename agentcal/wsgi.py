@@ -7,6 +7,8 @@ docs/performance-notes.md has what the lean stack saves.
 """
 
 import os
+from collections.abc import Iterable
+from wsgiref.types import StartResponse, WSGIEnvironment
 
 from django.core.handlers.wsgi import WSGIHandler
 from django.core.wsgi import get_wsgi_application
@@ -33,6 +35,6 @@ machines = MachineRequestsHandler()
 MACHINE_PATHS = ("/v1/", "/hooks/")
 
 
-def application(environ: dict, start_response):  # type: ignore[no-untyped-def]
+def application(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
     handler = machines if environ.get("PATH_INFO", "").startswith(MACHINE_PATHS) else pages
     return handler(environ, start_response)
