@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from django.utils.dateparse import parse_datetime
 
 from agentcal.ids import is_public_id
+from agentcal.moments import moment_text
 from audit.events import AuditEvent
 from audit.models import AuditRecord
 from bookings.models import Calendar, Reservation
@@ -214,7 +215,9 @@ def _span_words(value: Any) -> str:
     return f"{start:%a} {start.day} {start:%b %Y, %H:%M}–{end:%H:%M} UTC"
 
 
-def _fact(key: str, value: Any, names: dict[str, str], *, nested: bool = False) -> Fact | None:
+def _fact(
+    key: str, value: Any, names: dict[str, str], zone: tzinfo | None, *, nested: bool = False
+) -> Fact | None:
     if value in (None, "", [], {}):
         return None
     label = _label(key)
@@ -227,7 +230,7 @@ def _fact(key: str, value: Any, names: dict[str, str], *, nested: bool = False) 
             return Fact(label, value, "id", names.get(value, ""))
         moment = parse_datetime(value) if "T" in value and value[:4].isdigit() else None
         if isinstance(moment, datetime):
-            return Fact(label, f"{moment:%a} {moment.day} {moment:%b %Y, %H:%M:%S} UTC", "time")
+            return Fact(label, moment_text(moment, zone, "seconds"), "time")
         return Fact(label, value)
     if span := _span_words(value):
         return Fact(label, span, "time")
@@ -241,25 +244,26 @@ def _fact(key: str, value: Any, names: dict[str, str], *, nested: bool = False) 
         return Fact(label, "; ".join(_span_words(item) for item in value), "time")
     if isinstance(value, dict) and not nested:
         # An object one level down (a conflict's details) reads as its own labelled values.
-        parts = [fact for k, v in value.items() if (fact := _fact(k, v, names, nested=True))]
+        parts = [fact for k, v in value.items() if (fact := _fact(k, v, names, zone, nested=True))]
         return Fact(label, "", "group", parts=parts)
     return Fact(label, json.dumps(value, ensure_ascii=False, sort_keys=True), "json")
 
 
-def record_facts(full: dict[str, Any], names: dict[str, str]) -> list[Fact]:
+def record_facts(full: dict[str, Any], names: dict[str, str], zone: tzinfo | None) -> list[Fact]:
     """The record (its API representation) as labelled values: its fields, then each key of its details.
-    `names`: agent and calendar names by public id, shown beside their ids."""
+    `names`: agent and calendar names by public id, shown beside their ids; moments read in `zone`, the
+    viewer's (UTC when not known yet)."""
     facts = []
     for key, value in full.items():
         if key in ("details", "event_type"):
             continue
-        fact = _fact(key, value, names)
+        fact = _fact(key, value, names, zone)
         if fact:
             facts.append(fact)
     details = full.get("details")
     if isinstance(details, dict):
         for key, value in details.items():
-            fact = _fact(key, value, names)
+            fact = _fact(key, value, names, zone)
             if fact:
                 facts.append(fact)
     return facts

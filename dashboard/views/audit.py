@@ -211,7 +211,7 @@ def _record(request: DashboardRequest, workspace: Workspace, record_id: str) -> 
         "audit",
         record=record,
         row=row,
-        facts=record_facts(full, {**agents, **calendars}),
+        facts=record_facts(full, {**agents, **calendars}, getattr(request, "viewer_zone", None)),
         failure_words=failure_words(record.failure_reason),
         full_record=full,
     )
