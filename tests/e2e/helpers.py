@@ -1,10 +1,18 @@
-"""Helpers for the browser tests: a virtual passkey authenticator, CSP refusals, screenshots."""
+"""Helpers for the browser tests: a virtual passkey authenticator, CSP refusals, screenshots, a signed-in
+owner of a workspace with one agent."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from accounts.models import Membership
+from accounts.roles import Role
+from workspaces.models import Agent, Workspace
 
 # SCREENSHOT_DIR sends one run's screenshots elsewhere (to look at them side by side with another branch's).
 ARTIFACTS = Path(os.environ.get("SCREENSHOT_DIR") or Path(__file__).resolve().parents[2] / "test-artifacts")
@@ -58,3 +66,21 @@ def screenshot(page: Any, name: str) -> Path:
     path = ARTIFACTS / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
     return path
+
+
+def acme_owner_and_agent() -> tuple[Workspace, Any, Agent]:
+    """Workspace acme, its owner olivia@acme.test and its agent "SDR bot" (priority 100)."""
+    workspace = Workspace.objects.create(slug="acme", name="Acme")
+    owner = get_user_model().objects.create_user(username="olivia@acme.test", email="olivia@acme.test")
+    Membership.objects.create(user=owner, workspace=workspace, role=Role.OWNER)
+    agent = Agent.objects.create(
+        workspace=workspace, name="SDR bot", slug="sdr", priority=100, max_priority=100
+    )
+    return workspace, owner, agent
+
+
+def sign_in(page: Any, user: Any, base: str) -> None:
+    """The session of a signed-in person (passkey sign-in has its own browser test: the owner journey)."""
+    client = Client()
+    client.force_login(user)
+    page.context.add_cookies([{"name": "sessionid", "value": client.cookies["sessionid"].value, "url": base}])

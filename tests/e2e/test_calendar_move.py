@@ -12,17 +12,13 @@ from zoneinfo import ZoneInfo
 import pytest
 from playwright.sync_api import expect
 
-from accounts.models import Membership
-from accounts.roles import Role
 from audit.events import AuditEvent
 from audit.models import AuditRecord
 from bookings.engine import booking_create, calendar_create
 from bookings.models import Reservation
 from bookings.spans import Span
-from tests.e2e.helpers import screenshot, watch_csp_violations
-from tests.e2e.test_calendar_view import sign_in
+from tests.e2e.helpers import acme_owner_and_agent, screenshot, sign_in, watch_csp_violations
 from workspaces.actor import Actor
-from workspaces.models import Agent, Workspace
 
 pytestmark = pytest.mark.slow
 
@@ -34,17 +30,11 @@ def test_owner_moves_a_booking_from_its_drawer(
     live_server: Any,
     browser_page: Any,
     transactional_db: Any,
-    django_user_model: Any,
     settings: Any,
 ) -> None:
     base = live_server.url.replace("127.0.0.1", "localhost")
     settings.CSRF_TRUSTED_ORIGINS = [base]
-    workspace = Workspace.objects.create(slug="acme", name="Acme")
-    owner = django_user_model.objects.create_user(username="olivia@acme.test", email="olivia@acme.test")
-    Membership.objects.create(user=owner, workspace=workspace, role=Role.OWNER)
-    agent = Agent.objects.create(
-        workspace=workspace, name="SDR bot", slug="sdr", priority=100, max_priority=100
-    )
+    workspace, owner, agent = acme_owner_and_agent()
     as_agent = Actor(workspace=workspace, agent=agent)
     calendar = calendar_create(actor=as_agent, name="Berlin office", timezone="Europe/Berlin")
     day = (datetime.now(UTC) + timedelta(days=2)).date()

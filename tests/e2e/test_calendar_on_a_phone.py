@@ -10,16 +10,12 @@ from datetime import UTC, datetime, time, timedelta
 from typing import Any
 
 import pytest
-from django.test import Client
 from playwright.sync_api import expect
 
-from accounts.models import Membership
-from accounts.roles import Role
 from bookings.engine import booking_create, calendar_create
 from bookings.spans import Span
-from tests.e2e.helpers import screenshot, watch_csp_violations
+from tests.e2e.helpers import acme_owner_and_agent, screenshot, sign_in, watch_csp_violations
 from workspaces.actor import Actor
-from workspaces.models import Agent, Workspace
 
 pytestmark = pytest.mark.slow
 
@@ -27,22 +23,11 @@ PHONE = {"width": 390, "height": 844}
 DESKTOP = {"width": 1280, "height": 860}
 
 
-def sign_in(page: Any, user: Any, base: str) -> None:
-    client = Client()
-    client.force_login(user)
-    page.context.add_cookies([{"name": "sessionid", "value": client.cookies["sessionid"].value, "url": base}])
-
-
 @pytest.fixture
-def sales(live_server: Any, transactional_db: Any, django_user_model: Any, settings: Any) -> dict[str, Any]:
+def sales(live_server: Any, transactional_db: Any, settings: Any) -> dict[str, Any]:
     base = live_server.url.replace("127.0.0.1", "localhost")
     settings.CSRF_TRUSTED_ORIGINS = [base]
-    workspace = Workspace.objects.create(slug="acme", name="Acme")
-    owner = django_user_model.objects.create_user(username="olivia@acme.test", email="olivia@acme.test")
-    Membership.objects.create(user=owner, workspace=workspace, role=Role.OWNER)
-    agent = Agent.objects.create(
-        workspace=workspace, name="SDR bot", slug="sdr", priority=100, max_priority=100
-    )
+    workspace, owner, agent = acme_owner_and_agent()
     as_agent = Actor(workspace=workspace, agent=agent)
     calendar = calendar_create(actor=as_agent, name="Sales team", timezone="UTC", bump_window_seconds=4)
     return {"base": base, "owner": owner, "agent": as_agent, "calendar": calendar}

@@ -9,29 +9,18 @@ from datetime import UTC, datetime, time, timedelta
 from typing import Any
 
 import pytest
-from django.test import Client
 from playwright.sync_api import expect
 
-from accounts.models import Membership
-from accounts.roles import Role
 from audit.events import AuditEvent
 from audit.models import AuditRecord
 from bookings.engine import booking_create, calendar_create, hold_create
 from bookings.models import Reservation, ReservationStatus
 from bookings.spans import Span
-from tests.e2e.helpers import screenshot, watch_csp_violations
+from tests.e2e.helpers import acme_owner_and_agent, screenshot, sign_in, watch_csp_violations
 from webhooks.models import OutboxEvent
 from workspaces.actor import Actor
-from workspaces.models import Agent, Workspace
 
 pytestmark = pytest.mark.slow
-
-
-def sign_in(page: Any, user: Any, base: str) -> None:
-    """The session of a signed-in owner (passkey sign-in has its own browser test: the owner journey)."""
-    client = Client()
-    client.force_login(user)
-    page.context.add_cookies([{"name": "sessionid", "value": client.cookies["sessionid"].value, "url": base}])
 
 
 def press_tab_until(page: Any, selector: str, *, most: int = 12) -> None:
@@ -43,16 +32,11 @@ def press_tab_until(page: Any, selector: str, *, most: int = 12) -> None:
 
 
 def test_owner_opens_a_booking_by_keyboard_and_cancels_it(
-    live_server: Any, browser_page: Any, transactional_db: Any, django_user_model: Any, settings: Any
+    live_server: Any, browser_page: Any, transactional_db: Any, settings: Any
 ) -> None:
     base = live_server.url.replace("127.0.0.1", "localhost")
     settings.CSRF_TRUSTED_ORIGINS = [base]
-    workspace = Workspace.objects.create(slug="acme", name="Acme")
-    owner = django_user_model.objects.create_user(username="olivia@acme.test", email="olivia@acme.test")
-    Membership.objects.create(user=owner, workspace=workspace, role=Role.OWNER)
-    agent = Agent.objects.create(
-        workspace=workspace, name="SDR bot", slug="sdr", priority=100, max_priority=100
-    )
+    workspace, owner, agent = acme_owner_and_agent()
     as_agent = Actor(workspace=workspace, agent=agent)
     calendar = calendar_create(actor=as_agent, name="Sales team", timezone="UTC")
     day = (datetime.now(UTC) + timedelta(days=2)).date()

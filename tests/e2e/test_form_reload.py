@@ -6,34 +6,20 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.test import Client
 from playwright.sync_api import expect
 
-from accounts.models import Membership
-from accounts.roles import Role
-from tests.e2e.helpers import watch_csp_violations
-from workspaces.models import Agent, Workspace
+from tests.e2e.helpers import acme_owner_and_agent, sign_in, watch_csp_violations
+from workspaces.models import Agent
 
 pytestmark = pytest.mark.slow
 
 
-def sign_in(page: Any, user: Any, base: str) -> None:
-    client = Client()
-    client.force_login(user)
-    page.context.add_cookies([{"name": "sessionid", "value": client.cookies["sessionid"].value, "url": base}])
-
-
 def test_a_reload_after_a_refused_form_fetches_the_page_and_posts_nothing(
-    live_server: Any, browser_page: Any, transactional_db: Any, django_user_model: Any, settings: Any
+    live_server: Any, browser_page: Any, transactional_db: Any, settings: Any
 ) -> None:
     base = live_server.url.replace("127.0.0.1", "localhost")
     settings.CSRF_TRUSTED_ORIGINS = [base]
-    workspace = Workspace.objects.create(slug="acme", name="Acme")
-    owner = django_user_model.objects.create_user(username="olivia@acme.test", email="olivia@acme.test")
-    Membership.objects.create(user=owner, workspace=workspace, role=Role.OWNER)
-    agent = Agent.objects.create(
-        workspace=workspace, name="SDR bot", slug="sdr", priority=100, max_priority=100
-    )
+    workspace, owner, agent = acme_owner_and_agent()
     page = browser_page
     csp_violations = watch_csp_violations(page)
     documents: list[tuple[str, str]] = []

@@ -6,22 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.test import Client
 from playwright.sync_api import expect
 
-from accounts.models import Membership
-from accounts.roles import Role
-from tests.e2e.helpers import screenshot, watch_csp_violations
+from tests.e2e.helpers import acme_owner_and_agent, screenshot, sign_in, watch_csp_violations
 from workspaces.keys import api_key_create, verified_keys
-from workspaces.models import Agent, ApiKey, Workspace
+from workspaces.models import Agent, ApiKey
 
 pytestmark = pytest.mark.slow
-
-
-def sign_in(page: Any, user: Any, base: str) -> None:
-    client = Client()
-    client.force_login(user)
-    page.context.add_cookies([{"name": "sessionid", "value": client.cookies["sessionid"].value, "url": base}])
 
 
 @pytest.mark.parametrize("viewport", [{"width": 1280, "height": 860}, {"width": 390, "height": 844}])
@@ -29,18 +20,12 @@ def test_disable_and_revoke_confirm_in_the_page(
     live_server: Any,
     browser_page: Any,
     transactional_db: Any,
-    django_user_model: Any,
     settings: Any,
     viewport: dict[str, int],
 ) -> None:
     base = live_server.url.replace("127.0.0.1", "localhost")
     settings.CSRF_TRUSTED_ORIGINS = [base]
-    workspace = Workspace.objects.create(slug="acme", name="Acme")
-    owner = django_user_model.objects.create_user(username="olivia@acme.test", email="olivia@acme.test")
-    Membership.objects.create(user=owner, workspace=workspace, role=Role.OWNER)
-    agent = Agent.objects.create(
-        workspace=workspace, name="SDR bot", slug="sdr", priority=100, max_priority=100
-    )
+    workspace, owner, agent = acme_owner_and_agent()
     key, _ = api_key_create(agent=agent, scopes=["calendars:read"])
     page = browser_page
     page.set_viewport_size(viewport)
