@@ -10,6 +10,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from agentcal.api.fields import FreeFormObjectField, OutputSerializer
+from agentcal.api.schema import FreeSpanOutput, SpanOutput
 from agentcal.clock import isoformat_z
 from bookings import engine
 from bookings.models import BOOKING_STATUSES, Reservation, ReservationStatus, UpstreamSource
@@ -231,11 +232,6 @@ class ReservationEventOutput(OutputSerializer):
     upstream_conflict = serializers.BooleanField()
 
 
-class SpanOutput(OutputSerializer):
-    start_time = serializers.DateTimeField()
-    end_time = serializers.DateTimeField()
-
-
 class DisplacerOutput(OutputSerializer):
     id = serializers.CharField(help_text="The hold or booking that took the span.")
     agent_id = serializers.CharField()
@@ -263,7 +259,9 @@ class _Displacement(OutputSerializer):
         help_text="`priority`: a strictly higher priority took the span (`displaced_by`); `upstream_event`: "
         "the person's own calendar did (`upstream`).",
     )
-    alternatives = SpanOutput(many=True, help_text="Free spans near the lost one, computed when it was lost.")
+    alternatives = FreeSpanOutput(
+        many=True, help_text="Free spans near the lost one, computed when it was lost."
+    )
     displaced_by = DisplacerOutput(required=False)
     upstream = UpstreamBusyOutput(required=False)
 

@@ -63,9 +63,14 @@ class ForbiddenProblemOutput(ProblemOutput):
     required_scope = serializers.CharField(required=False, help_text="The scope the key lacks.")
 
 
-class FreeSpanOutput(serializers.Serializer):
+class SpanOutput(serializers.Serializer):
     start_time = serializers.DateTimeField()
     end_time = serializers.DateTimeField()
+
+
+class FreeSpanOutput(SpanOutput):
+    # A span nothing was in when it was computed (a conflict's or a lost reservation's alternatives).
+    pass
 
 
 class ConflictProblemOutput(ProblemOutput):

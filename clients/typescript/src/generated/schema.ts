@@ -1630,7 +1630,7 @@ export interface components {
             /** @description `priority`: a strictly higher priority took the span (`displaced_by`); `upstream_event`: the person's own calendar did (`upstream`). */
             reason: components["schemas"]["ReasonEnum"];
             /** @description Free spans near the lost one, computed when it was lost. */
-            alternatives: components["schemas"]["SpanOutput"][];
+            alternatives: components["schemas"]["FreeSpanOutput"][];
             displaced_by?: components["schemas"]["DisplacerOutput"];
             upstream?: components["schemas"]["UpstreamBusyOutput"];
             booking: components["schemas"]["ReservationEventOutput"];
@@ -2389,7 +2389,7 @@ export interface components {
             /** @description `priority`: a strictly higher priority took the span (`displaced_by`); `upstream_event`: the person's own calendar did (`upstream`). */
             reason: components["schemas"]["ReasonEnum"];
             /** @description Free spans near the lost one, computed when it was lost. */
-            alternatives: components["schemas"]["SpanOutput"][];
+            alternatives: components["schemas"]["FreeSpanOutput"][];
             displaced_by?: components["schemas"]["DisplacerOutput"];
             upstream?: components["schemas"]["UpstreamBusyOutput"];
             hold: components["schemas"]["ReservationEventOutput"];
