@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from datetime import time
 
-import pytest
-
 from bookings.engine import booking_create, hold_commit, hold_create
 from dashboard.viewmodels.conversion import (
     CONVERSION_DEFINITION,
@@ -17,16 +15,10 @@ from tests.dashboard.pages_helpers import (
     actor,
     future_day,
     make_calendar,
-    make_team,
     signed_in,
     span_on,
     text,
 )
-
-
-@pytest.fixture
-def team(db, django_user_model):
-    return make_team(django_user_model)
 
 
 def cell(html: str, agent_public_id: str, testid: str) -> str:

@@ -6,15 +6,8 @@ from __future__ import annotations
 
 import re
 
-import pytest
-
 from approvals.services import approval_request
-from tests.dashboard.pages_helpers import actor, make_calendar, make_team, signed_in, text
-
-
-@pytest.fixture
-def team(db, django_user_model):
-    return make_team(django_user_model)
+from tests.dashboard.pages_helpers import actor, make_calendar, signed_in, text
 
 
 def replace_url(html: str) -> str | None:
