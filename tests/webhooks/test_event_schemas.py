@@ -7,7 +7,6 @@ sync, invite answers, expiry) are checked on payloads recorded from the server's
 
 from __future__ import annotations
 
-import copy
 import json
 from functools import cache
 from pathlib import Path
@@ -48,9 +47,10 @@ def _document() -> dict[str, Any]:
     return json.loads(json.dumps(document, default=str))
 
 
+@cache
 def _validator(ref: str) -> Draft202012Validator:
-    components = _closed(copy.deepcopy(_document()["components"]))
-    return Draft202012Validator({"$ref": ref, "components": components})
+    # _closed builds new objects: the cached document stays as generated.
+    return Draft202012Validator({"$ref": ref, "components": _closed(_document()["components"])})
 
 
 def _webhook_schema_ref(event_type: str) -> str:
