@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
+from agentcal.moments import zone_label
 from audit.events import AuditEvent
 from bookings.models import UpstreamSource
 
@@ -40,13 +41,21 @@ def setting_duration(seconds: int) -> str:
     return f"{days} day" + ("s" if days > 1 else "")
 
 
-def local_range(start: datetime, end: datetime, zone: ZoneInfo) -> str:
-    """ "Tue 3 Dec 2024, 14:00–14:30", or with both dates when it crosses midnight."""
+def local_range(start: datetime, end: datetime, zone: tzinfo, *, year: bool = True) -> str:
+    """ "Tue 3 Dec 2024, 14:00–14:30" ("Tue 3 Dec 14:00–14:30" without the year), or with both dates when
+    it crosses midnight."""
     local_start, local_end = start.astimezone(zone), end.astimezone(zone)
-    first = f"{local_start:%a} {local_start.day} {local_start:%b %Y, %H:%M}"
+
+    def when(moment: datetime) -> str:
+        return (
+            f"{moment:%a} {moment.day} {moment:%b %Y, %H:%M}"
+            if year
+            else f"{moment:%a} {moment.day} {moment:%b %H:%M}"
+        )
+
     if local_end.date() == local_start.date():
-        return f"{first}–{local_end:%H:%M}"
-    return f"{first} – {local_end:%a} {local_end.day} {local_end:%b %Y, %H:%M}"
+        return f"{when(local_start)}–{local_end:%H:%M}"
+    return f"{when(local_start)} – {when(local_end)}"
 
 
 def attendee_text(value: Any) -> str:
@@ -463,11 +472,7 @@ class AuditParts:
 def short_range(start: datetime, end: datetime, zone: ZoneInfo | None) -> str:
     """ "Thu 3 Dec 14:00–14:30 CET" in the calendar's zone (UTC when it is not known)."""
     zone = zone or ZoneInfo("UTC")
-    local_start, local_end = start.astimezone(zone), end.astimezone(zone)
-    first = f"{local_start:%a} {local_start.day} {local_start:%b %H:%M}"
-    if local_end.date() == local_start.date():
-        return f"{first}–{local_end:%H:%M} {local_end:%Z}"
-    return f"{first} – {local_end:%a} {local_end.day} {local_end:%b %H:%M} {local_end:%Z}"
+    return f"{local_range(start, end, zone, year=False)} {zone_label(end.astimezone(zone))}"
 
 
 def audit_sentence(parts: AuditParts) -> SafeString:

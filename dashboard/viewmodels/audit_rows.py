@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import datetime, tzinfo
+from datetime import UTC, datetime, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -19,7 +19,7 @@ from bookings.models import Calendar, Reservation
 from bookings.selectors import primaries_by_id
 from dashboard.links import reservation_url
 from dashboard.timeline import calendar_zone
-from dashboard.wording import EVENT_GROUPS, AuditParts, audit_sentence, event_name, failure_words
+from dashboard.wording import EVENT_GROUPS, AuditParts, audit_sentence, event_name, failure_words, local_range
 from workspaces.models import Workspace
 
 
@@ -212,7 +212,7 @@ def _span_words(value: Any) -> str:
     start, end = parse_datetime(str(value["start_time"])), parse_datetime(str(value["end_time"]))
     if not (start and end):
         return ""
-    return f"{start:%a} {start.day} {start:%b %Y, %H:%M}–{end:%H:%M} UTC"
+    return f"{local_range(start, end, UTC)} UTC"
 
 
 def _fact(

@@ -12,15 +12,12 @@ from audit.events import AuditEvent
 from audit.models import AuditRecord, Outcome
 from bookings.models import Reservation
 from bookings.spans import Span
+from dashboard.wording import local_range
 
 
 def span_words(span: Span, zone: tzinfo) -> str:
     """ "Thu 3 Dec 15:00–15:30", or both days when it ends on another day, in `zone`."""
-    start, end = span.start.astimezone(zone), span.end.astimezone(zone)
-    first = f"{start:%a} {start.day} {start:%b %H:%M}"
-    if end.date() == start.date():
-        return f"{first}–{end:%H:%M}"
-    return f"{first} – {end:%a} {end.day} {end:%b %H:%M}"
+    return local_range(span.start, span.end, zone, year=False)
 
 
 def wall_clock(day: date, at: time, zone: tzinfo) -> datetime | None:
