@@ -13,11 +13,17 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from django.db import connection, models
+from django.db.models.base import ModelState
 from psycopg.raw_cursor import RawCursorMixin
+from psycopg.types.json import Jsonb
+
+from agentcal.json_codec import dumps_jsonb
+
+M = TypeVar("M", bound=models.Model)
 
 
 class _BinaryCursor(psycopg.Cursor[Any]):
@@ -131,8 +137,30 @@ def _adapters(model: type[models.Model], names: tuple[str, ...]) -> list[Callabl
     adapters: list[Callable[[Any], Any]] = []
     for name in names:
         field = _field(model, name)
-        adapters.append(_unchanged if isinstance(field, plain) else functools.partial(_db_value, field))
+        if isinstance(field, models.JSONField):
+            adapters.append(json_value)
+        else:
+            adapters.append(_unchanged if isinstance(field, plain) else functools.partial(_db_value, field))
     return adapters
+
+
+def json_value(value: Any) -> Jsonb | None:
+    """A JSON column's value as a statement parameter: what the ORM sends (None is SQL NULL), written by
+    orjson (agentcal.json_codec)."""
+    return None if value is None else Jsonb(value, dumps=dumps_jsonb)
+
+
+def copy_of(instance: M) -> M:
+    """A shallow copy of a saved model instance (what the copy's user sets stays with it): what
+    copy.copy() makes, without the pickling protocol it goes through (Model.__reduce__ and __getstate__
+    were most of the copy's cost, on every request that copies a cached row)."""
+    clone = object.__new__(type(instance))
+    clone.__dict__ = instance.__dict__.copy()
+    clone._state = ModelState()
+    clone._state.db = instance._state.db
+    clone._state.adding = False
+    clone._state.fields_cache = dict(instance._state.fields_cache)
+    return clone
 
 
 def _unchanged(value: Any) -> Any:

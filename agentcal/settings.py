@@ -238,7 +238,8 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["workspaces.authentication.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["workspaces.authentication.HasRequiredScope"],
     "DEFAULT_PARSER_CLASSES": ["agentcal.api.parsers.BoundedJSONParser"],
-    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_RENDERER_CLASSES": ["agentcal.api.renderers.JSONRenderer"],
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "agentcal.api.negotiation.JSONNegotiation",
     "EXCEPTION_HANDLER": "agentcal.api.problems.problem_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "agentcal.api.schema.AgentAPISchema",
     "UNAUTHENTICATED_USER": None,
@@ -369,6 +370,10 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    # Django logs every 4xx answer as a warning: for the agent API that is a line per refused request (each
+    # loser of a herd), all of them answered as documented and audited. Server errors are still logged;
+    # REQUEST_LOG_LEVEL=WARNING brings the 4xx lines back.
+    "loggers": {"django.request": {"level": env_str("REQUEST_LOG_LEVEL", "ERROR")}},
 }
 
 # A publish's connect timeout per attempt (redis-py retries: a refused connection takes ~2 s in all).

@@ -107,7 +107,10 @@ def goals_table(
             misses.append(
                 f"{big.extra['agents']} racers on {big.extra.get('nodes', 1)} node(s) of {workers} workers: "
                 f"winner p99 {fmt_ms(big.extra['winner_latency_ms']['p99'])}, "
-                f"loser p99 {fmt_ms(big.extra['loser_latency_ms']['p99'])}"
+                f"loser p99 {fmt_ms(big.extra['loser_latency_ms']['p99'])}; CPU per attempt: web "
+                f"{fmt_ms(big.extra.get('web_cpu_ms_per_attempt'))}, the racers' client "
+                f"{fmt_ms(big.extra.get('client_cpu_ms_per_attempt'))} on the same "
+                f"{machine.get('cpu_count') or '?'} cores"
             )
         goals.append(
             _goal(

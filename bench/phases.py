@@ -291,6 +291,8 @@ class Phases:
         window = Span(spans[0].start, spans[-1].end)
         nodes = min(config.herd_racers_nodes, len(self.deployment.node_urls)) or 1
         calendar = self.target.calendar_create(f"bench herd of {config.herd_racers}")
+        web = self.deployment.node_urls[:nodes]
+        web_cpu_before, client_cpu_before = self.deployment.web_cpu(web), time.process_time()
         result = self._herd_phase(
             "engine",
             HTTP,
@@ -299,8 +301,14 @@ class Phases:
             agents=config.herd_racers,
             scenario=BIG_HERD,
         )
+        client_cpu, web_cpu_after = time.process_time() - client_cpu_before, self.deployment.web_cpu(web)
         result.double_bookings = self.target.double_bookings([calendar], window)
         result.extra.update(nodes=nodes, workers_per_node=config.workers if config.url is None else None)
+        if attempts := result.attempts:
+            # The racers' own CPU shares the machine's cores with the web workers: where a round's time went.
+            result.extra["client_cpu_ms_per_attempt"] = 1000 * client_cpu / attempts
+            if web_cpu_before is not None and web_cpu_after is not None:
+                result.extra["web_cpu_ms_per_attempt"] = 1000 * (web_cpu_after - web_cpu_before) / attempts
         self.results.append(result)
 
     # --- 2. disjoint -----------------------------------------------------------------------------------

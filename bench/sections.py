@@ -197,6 +197,8 @@ def _big_herd_markdown(results: list[dict[str, Any]]) -> list[str]:
         f"{big['double_bookings']} double bookings; every attempt p50 {fmt_ms(latency['p50'])}, "
         f"p99 {fmt_ms(latency['p99'])}; winner p99 {fmt_ms(big['winner_latency_ms']['p99'])}, loser p99 "
         f"{fmt_ms(big['loser_latency_ms']['p99'])} (ratio {fmt_ratio(big['loser_p99_over_winner_p99'])}). "
+        f"CPU per attempt: web workers {fmt_ms(big.get('web_cpu_ms_per_attempt'))}, the racers' own client "
+        f"(this process, on the same cores) {fmt_ms(big.get('client_cpu_ms_per_attempt'))}. "
         f"The seed product published {SEED_HEADLINE['racers']} concurrent attempts, "
         f"{SEED_HEADLINE['double_bookings']} double bookings, p99 {SEED_HEADLINE['p99_ms']:.0f} ms "
         "(docs/scaling.md compares them).",

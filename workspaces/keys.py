@@ -11,7 +11,6 @@ Design: docs/architecture.md, "API keys".
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import math
 import secrets
@@ -28,10 +27,10 @@ from argon2 import PasswordHasher, Type
 from argon2.exceptions import InvalidHashError, VerificationError
 from django.conf import settings
 from django.db import connection
-from django.db.models import Model, Q
-from django.db.models.base import ModelState
+from django.db.models import Q
 from django.db.models.functions import Now
 
+from agentcal.db import copy_of
 from agentcal.errors import InvalidKey, WrongKeysRateLimited
 from agentcal.local_cache import LocalCache, rows_changed
 from agentcal.metrics import KEY_VERIFICATIONS_SPARED
@@ -121,7 +120,7 @@ class _VerifiedKeyCache:
 
     @staticmethod
     def digest(raw: str) -> bytes:
-        return hmac.new(settings.SECRET_KEY.encode(), raw.encode(), hashlib.sha256).digest()
+        return hmac.digest(settings.SECRET_KEY.encode(), raw.encode(), "sha256")  # one call, in C
 
     def matches(self, key_id: int, digest: bytes) -> bool:
         cached = self._digests.get(key_id)
@@ -158,28 +157,13 @@ class _KeyRow:
     def fresh_copy(self) -> ApiKey:
         """Instances of the request's own: a view may set attributes on its agent or workspace."""
         key, agent, workspace = (
-            _shallow_copy(self.key),
-            _shallow_copy(self.key.agent),
-            _shallow_copy(self.key.agent.workspace),
+            copy_of(self.key),
+            copy_of(self.key.agent),
+            copy_of(self.key.agent.workspace),
         )
         agent.workspace = workspace
         key.agent = agent
         return key
-
-
-M = TypeVar("M", bound=Model)
-
-
-def _shallow_copy(instance: M) -> M:
-    # What copy.copy() makes of a saved model instance, without the pickling protocol it goes through
-    # (Model.__reduce__ and __getstate__ were most of this copy's cost on every request).
-    clone = object.__new__(type(instance))
-    clone.__dict__ = instance.__dict__.copy()
-    clone._state = ModelState()
-    clone._state.db = instance._state.db
-    clone._state.adding = False
-    clone._state.fields_cache = dict(instance._state.fields_cache)
-    return clone
 
 
 # prefix -> the key row; a copy is used only while no key, agent or workspace changed (local_cache).

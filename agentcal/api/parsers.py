@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -9,6 +8,7 @@ from django.conf import settings
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 
+from agentcal import json_codec
 from agentcal.errors import PayloadTooLarge
 from agentcal.text import is_storable
 
@@ -33,9 +33,7 @@ class BoundedJSONParser(JSONParser):
         if not raw.strip():
             return {}
         try:
-            value = json.loads(
-                raw.decode("utf-8"), parse_constant=_refuse_constant, parse_float=_finite_float
-            )
+            value = json_codec.loads(raw, parse_constant=_refuse_constant, parse_float=_finite_float)
         except RecursionError:
             raise ParseError(f"The body nests deeper than {MAX_JSON_DEPTH} levels.") from None
         except (UnicodeDecodeError, ValueError) as exc:

@@ -6,6 +6,7 @@ import logging
 from typing import Any, ClassVar
 
 from django.db import DatabaseError
+from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -38,6 +39,19 @@ logger = logging.getLogger(__name__)
 MUTATING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
+_INSTANCES: dict[tuple[type, str], list[Any]] = {}
+
+
+def _shared_instances(view_class: type, attribute: str) -> list[Any]:
+    """One instance of each class a view class names in `attribute` (a list of classes, or one class)."""
+    found = _INSTANCES.get((view_class, attribute))
+    if found is None:
+        named = getattr(view_class, attribute)
+        classes = named if isinstance(named, list | tuple) else [named]
+        found = _INSTANCES.setdefault((view_class, attribute), [made() for made in classes])
+    return found
+
+
 class _Replay(Exception):
     def __init__(self, stored: StoredResponse) -> None:
         self.stored = stored
@@ -64,6 +78,24 @@ class AgentAPIView(APIView):
     # The agent counted in flight in this process (its pk), and what its rate buckets said.
     _in_flight: int | None = None
     _rate: Decision | None = None
+
+    # DRF makes its parsers, renderers, authenticators and permission checks anew for every request; they
+    # keep no state, and their classes are fixed when the view class is made, so each view class makes
+    # them once.
+    def get_parsers(self) -> list[Any]:
+        return _shared_instances(type(self), "parser_classes")
+
+    def get_renderers(self) -> list[Any]:
+        return _shared_instances(type(self), "renderer_classes")
+
+    def get_authenticators(self) -> list[Any]:
+        return _shared_instances(type(self), "authentication_classes")
+
+    def get_permissions(self) -> list[Any]:
+        return _shared_instances(type(self), "permission_classes")
+
+    def get_content_negotiator(self) -> BaseContentNegotiation:
+        return _shared_instances(type(self), "content_negotiation_class")[0]
 
     @property
     def actor(self) -> Actor:

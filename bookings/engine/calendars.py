@@ -10,9 +10,9 @@ here, and readers that show it (GET /calendars/{id}) read the row itself.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 
+from agentcal.db import copy_of
 from agentcal.errors import NotFound
 from agentcal.local_cache import LocalCache
 from bookings.models import Calendar
@@ -33,7 +33,7 @@ def calendar_for_write(*, workspace_id: int, public_id: str) -> Calendar | None:
             return None
         found.rules  # noqa: B018 parsed once, here: every copy handed out shares the parsed rules
         calendar_settings.put(key, found, token)
-    return copy.copy(found)  # the request's own: nothing it sets reaches the next request
+    return copy_of(found)  # the request's own: nothing it sets reaches the next request
 
 
 def calendars_for_write(*, workspace_id: int, public_ids: Sequence[str]) -> list[Calendar]:

@@ -24,7 +24,7 @@ from django.db import IntegrityError, connection, models, transaction
 from psycopg import pq
 from psycopg.errors import LockNotAvailable
 
-from agentcal.db import InsertBatch, bound_cursor
+from agentcal.db import InsertBatch, bound_cursor, json_value
 from agentcal.errors import SlotConflict
 from audit.models import AuditRecord
 from bookings.engine.budgets import budget_sql
@@ -116,9 +116,7 @@ def _insert_params(model: type[models.Model], values: Mapping[str, Any]) -> dict
     """The parameters of _insert_select() for one row (unused ones are simply not sent)."""
     table = model._meta.db_table
     return {
-        f"{table}__{name}": _field(model, name).get_db_prep_save(value, connection)
-        if name in _json_fields(model)
-        else value
+        f"{table}__{name}": json_value(value) if name in _json_fields(model) else value
         for name, value in values.items()
     }
 

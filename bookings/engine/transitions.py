@@ -6,7 +6,6 @@ fewer rows moved, someone else moved the hold first, and moved_first() explains 
 
 from __future__ import annotations
 
-import copy
 import hmac
 from datetime import datetime
 from typing import NoReturn
@@ -15,7 +14,7 @@ from django.db import connection, transaction
 from django.db.models import F
 
 from agentcal.clock import isoformat_z, server_now
-from agentcal.db import InsertBatch, bound_cursor
+from agentcal.db import InsertBatch, bound_cursor, copy_of
 from agentcal.errors import (
     BookingNotLive,
     HoldAlreadyCommitted,
@@ -208,7 +207,7 @@ def _commit_in_one_statement(*, actor: Actor, hold: Reservation, approved: bool)
     """Commit a one-calendar hold, its audit row and event in one statement (bookings/engine/fastpath.py).
     Raises what the hold became if it is no longer live; None: other writes kept the calendar's lock
     busy, and the general path (which queues for it) commits."""
-    booked = copy.copy(hold)  # as it will be; the database fills in its times (fastpath.py)
+    booked = copy_of(hold)  # as it will be; the database fills in its times (fastpath.py)
     booked.status, booked.booking_id = ReservationStatus.COMMITTED, "bk_" + hold.hold_id.removeprefix("hld_")
     rows = RowsFor()
     budget = budget_params(actor, holds=0, bookings=1, enforced=not approved)
