@@ -45,3 +45,19 @@ def test_agents_requests_go_through_the_lean_stack_and_pages_through_the_full_on
     assert "CsrfViewMiddleware" in view_middleware(wsgi.pages)
     assert "CsrfViewMiddleware" not in view_middleware(wsgi.machines)
     assert wsgi.MACHINE_PATHS == ("/v1/", "/hooks/")
+
+
+def test_content_negotiation_answers_as_drf_does(sdr: Persona, app_server: str) -> None:
+    """The plain cases skip parsing `Accept`; the others still get DRF's answer."""
+    with http_client(app_server, headers={"Authorization": f"Bearer {sdr.raw_key}"}) as client:
+        for accept in ("*/*", "application/json", "application/*", "text/html, application/json;q=0.9"):
+            answer = client.get("/v1/me", headers={"Accept": accept})
+            assert answer.status_code == 200, (accept, answer.text)
+            assert answer.headers["Content-Type"] == "application/json"
+        pretty = client.get("/v1/me", headers={"Accept": "application/json; indent=2"})
+        refused = client.get("/v1/me", headers={"Accept": "text/html"})
+        unknown_format = client.get("/v1/me", params={"format": "xml"})
+    assert pretty.status_code == 200 and pretty.text.startswith("{\n  ")
+    assert pretty.json() == answer.json()
+    assert refused.status_code == 406 and refused.json()["error"] == "not_acceptable"
+    assert unknown_format.status_code == 404  # DRF's answer to a format no renderer has
