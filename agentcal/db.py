@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import psycopg
 from django.db import connection, models
 from django.db.models.base import ModelState
+from django.db.models.signals import post_init, pre_init
 from psycopg.raw_cursor import RawCursorMixin
 from psycopg.types.json import Jsonb
 
@@ -148,6 +149,36 @@ def json_value(value: Any) -> Jsonb | None:
     """A JSON column's value as a statement parameter: what the ORM sends (None is SQL NULL), written by
     orjson (agentcal.json_codec)."""
     return None if value is None else Jsonb(value, dumps=dumps_jsonb)
+
+
+def unsaved(model: type[M], **values: Any) -> M:
+    """`model(**values)`: an unsaved instance with these values (by attname, or a foreign key's name with
+    the related instance) and every other field's default, without Model.__init__'s generic walk of its
+    arguments (the rows a write builds are made on every request). A model with pre_init or post_init
+    receivers is made by Model.__init__, which sends them."""
+    if pre_init.has_listeners(model) or post_init.has_listeners(model):
+        return model(**values)
+    instance = object.__new__(model)
+    state = instance._state = ModelState()
+    attributes, used = instance.__dict__, 0
+    for name, attname, field in _concrete_fields(model):
+        if attname in values:
+            attributes[attname], used = values[attname], used + 1
+        elif name in values:
+            related = values[name]
+            attributes[attname], used = (None if related is None else related.pk), used + 1
+            state.fields_cache[name] = related
+        else:
+            attributes[attname] = field.get_default()
+    if used != len(values):
+        known = {n for fields in _concrete_fields(model) for n in fields[:2]}
+        raise TypeError(f"{model.__name__}() got unexpected arguments {sorted(set(values) - known)}")
+    return instance
+
+
+@functools.cache
+def _concrete_fields(model: type[models.Model]) -> tuple[tuple[str, str, Any], ...]:
+    return tuple((f.name, f.attname, f) for f in model._meta.concrete_fields)
 
 
 def copy_of(instance: M) -> M:

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from agentcal.db import InsertBatch
+from agentcal.db import InsertBatch, unsaved
 from agentcal.ids import new_public_id
 from agentcal.metrics import record_audit_event
 from audit.events import AuditEvent
@@ -58,7 +58,7 @@ def audit_record(
     }
     if batch is not None:
         batch.add(AuditRecord, values)  # `timestamp` comes from the column's default, now()
-        record = AuditRecord(**values)  # unsaved: the row is written when the batch is
+        record = unsaved(AuditRecord, **values)  # the row is written when the batch is
     else:
         record = AuditRecord.objects.create(**values)
     # Counted once the audited change commits (immediately outside a transaction).

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.db import IntegrityError
 
-from agentcal.db import InsertBatch
+from agentcal.db import InsertBatch, unsaved
 from agentcal.errors import SlotConflict
 from agentcal.ids import new_public_id
 from audit.events import AuditEvent
@@ -83,7 +83,8 @@ def new_group(
     primary = calendars[0]
     ttl = timedelta(seconds=ttl_seconds or primary.hold_ttl_seconds)
     rows = [
-        Reservation(
+        unsaved(
+            Reservation,
             hold_id=f"hld_{suffix}",
             booking_id=f"bk_{suffix}" if commit else None,
             calendar=cal,

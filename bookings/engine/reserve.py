@@ -8,7 +8,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from agentcal.db import InsertBatch, bound_cursor
+from agentcal.db import InsertBatch, bound_cursor, unsaved
 from agentcal.errors import SlotConflict
 from audit.events import AuditEvent
 from audit.models import Outcome
@@ -378,7 +378,8 @@ def _blocker_row(
     agent_public_id: str,
 ) -> Reservation:
     """The pre-check's blocker as an (unsaved) row with what slot_conflict reads."""
-    return Reservation(
+    return unsaved(
+        Reservation,
         id=row_id,
         status=status,
         priority=priority,
@@ -386,8 +387,8 @@ def _blocker_row(
         end_time=end,
         expires_at=expires_at,
         bump_window_ends_at=bump_window_ends_at,
-        calendar=Calendar(id=calendar_id, public_id=calendar_public_id, slot_minutes=slot_minutes),
-        agent=Agent(id=agent_id, public_id=agent_public_id),
+        calendar=unsaved(Calendar, id=calendar_id, public_id=calendar_public_id, slot_minutes=slot_minutes),
+        agent=unsaved(Agent, id=agent_id, public_id=agent_public_id),
     )
 
 

@@ -126,3 +126,28 @@ def test_the_pooler_setting_turns_preparing_off_unless_told_the_pooler_carries_t
     assert _settings_with(DB_TRANSACTION_POOLER="0") == settings.PREPARE_THRESHOLD
     assert _settings_with(DB_TRANSACTION_POOLER="1") is None
     assert _settings_with(DB_TRANSACTION_POOLER="1", DB_PREPARED_STATEMENTS="1") == settings.PREPARE_THRESHOLD
+
+
+def test_unsaved_makes_what_the_model_makes(actor: Actor) -> None:
+    """agentcal.db.unsaved: the instance Model.__init__ would make (defaults, related instances, ids),
+    field for field, and the same refusal of an unknown argument."""
+    from datetime import UTC, datetime
+
+    from agentcal.db import unsaved
+    from bookings.models import Calendar
+
+    calendar = engine.calendar_create(actor=actor, name="room")
+    at = datetime(2027, 1, 4, 9, tzinfo=UTC)
+    given = {"hold_id": "hld_x", "calendar": calendar, "agent": actor.agent, "start_time": at, "end_time": at}
+    ours, theirs = unsaved(Reservation, **given), Reservation(**given)
+    for field in Reservation._meta.concrete_fields:
+        assert getattr(ours, field.attname) == getattr(theirs, field.attname), field.name
+    assert ours.calendar is calendar and ours.agent is actor.agent  # no query: the instances given
+    assert ours._state.adding and ours._state.db is None
+    assert ours.attendees == [] and ours.attendees is not unsaved(Reservation, **given).attendees
+    assert unsaved(Calendar, id=7, public_id="cal_x").public_id == "cal_x"
+    assert unsaved(Calendar).public_id != unsaved(Calendar).public_id  # callable defaults run per instance
+    with pytest.raises(TypeError, match="nonsense"):
+        unsaved(Reservation, nonsense=1)
+    with pytest.raises(TypeError):
+        Reservation(nonsense=1)
