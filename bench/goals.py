@@ -12,6 +12,10 @@ from bench.stats import ScenarioResult, find, ratio
 
 # The seed product's published headline, which the big herd is set against.
 SEED_HEADLINE = {"racers": 500, "double_bookings": 0, "p99_ms": 112.0}
+# The big herd's p99 as published before the agent request path was cut (docs/benchmark.md at f6f887c):
+# the cut is to halve it.
+PUBLISHED_BIG_HERD_P99_MS = 3272.3
+HTTP_RATIO_TARGET, IN_PROCESS_RATIO_TARGET, WEB_CPU_TARGET_MS = 0.6, 0.7, 3.0
 
 
 def _is_herd(result: ScenarioResult) -> bool:
@@ -127,6 +131,20 @@ def goals_table(
                 "; ".join(misses),
             )
         )
+    if big is not None:
+        p99, target = big.latency()["p99"], PUBLISHED_BIG_HERD_P99_MS / 2
+        goals.append(
+            _goal(
+                f"the big herd's p99 at most half the one published before "
+                f"({PUBLISHED_BIG_HERD_P99_MS:,.0f} ms)",
+                f"≤ {target:,.0f} ms",
+                f"{fmt_ms(p99)} ({fmt_ratio(ratio(p99, PUBLISHED_BIG_HERD_P99_MS))} of it)",
+                p99 <= target,
+                f"CPU per attempt: web {fmt_ms(big.extra.get('web_cpu_ms_per_attempt'))}, the racers' client "
+                f"{fmt_ms(big.extra.get('client_cpu_ms_per_attempt'))}, on {machine.get('cpu_count') or '?'} "
+                f"cores shared by both; {big.extra['agents']} racers",
+            )
+        )
     goals += meeting_goals(results)
     goals += runaway_goals(results)
     goals += _cost_goals(cost)
@@ -172,15 +190,25 @@ def _throughput_goals(
         lock_cpu = _extra(find(results, "disjoint", "advisory_lock", "http"), "web_cpu_ms_per_write")
         goals.append(
             _goal(
-                "HTTP engine throughput on disjoint ≥ 0.5 × (b) advisory lock through HTTP",
-                "≥ 0.50 per write",
+                f"HTTP engine throughput on disjoint ≥ {HTTP_RATIO_TARGET} × (b) advisory lock through HTTP",
+                f"≥ {HTTP_RATIO_TARGET:.2f} per write",
                 f"{fmt_ratio(value)} per write "
                 f"({fmt_ratio(http_lock['bookings_per_second_ratio'])} per completed booking)",
-                None if value is None else value >= 0.5,
+                None if value is None else value >= HTTP_RATIO_TARGET,
                 f"web CPU {fmt_ms(engine_cpu)} per write vs (b) {fmt_ms(lock_cpu)}; "
                 f"{machine.get('cpu_count') or '?'} cores",
             )
         )
+        if engine_cpu is not None:
+            goals.append(
+                _goal(
+                    f"web CPU per HTTP engine write ≤ {WEB_CPU_TARGET_MS:.0f} ms (disjoint)",
+                    f"≤ {WEB_CPU_TARGET_MS:.2f} ms",
+                    f"{fmt_ms(engine_cpu)} ((b): {fmt_ms(lock_cpu)})",
+                    engine_cpu <= WEB_CPU_TARGET_MS,
+                    f"{fmt_ms(engine_cpu)} of gunicorn's CPU per write, read from /proc around the phase",
+                )
+            )
     same_rows = _ratio_of(ratios, "in-process", "guarded", "psycopg")
     if same_rows:
         value = same_rows["ops_per_second_ratio"]
@@ -188,10 +216,11 @@ def _throughput_goals(
         guarded_cpu = _extra(find(results, "disjoint", "guarded", "psycopg"), "process_cpu_ms_per_write")
         goals.append(
             _goal(
-                "in-process engine throughput on disjoint ≥ 0.6 × (d) the same rows in bare SQL",
-                "≥ 0.60 per write",
+                f"in-process engine throughput on disjoint ≥ {IN_PROCESS_RATIO_TARGET} × (d) the same "
+                "rows in bare SQL",
+                f"≥ {IN_PROCESS_RATIO_TARGET:.2f} per write",
                 f"{fmt_ratio(value)} per write",
-                None if value is None else value >= 0.6,
+                None if value is None else value >= IN_PROCESS_RATIO_TARGET,
                 # Both run inside the benchmark process: its CPU per write is what the engine adds to (d).
                 f"benchmark process CPU {fmt_ms(engine_cpu)} per write vs (d) {fmt_ms(guarded_cpu)}",
             )
