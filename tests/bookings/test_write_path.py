@@ -150,4 +150,4 @@ def test_unsaved_makes_what_the_model_makes(actor: Actor) -> None:
     with pytest.raises(TypeError, match="nonsense"):
         unsaved(Reservation, nonsense=1)
     with pytest.raises(TypeError):
-        Reservation(nonsense=1)
+        Reservation(nonsense=1)  # type: ignore[misc]
