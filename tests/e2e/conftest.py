@@ -68,6 +68,9 @@ def dashboard_settings(live_server: Any, settings: Any) -> Any:
 def browser_page(chromium_context_factory: Any) -> Iterator[Any]:
     context = chromium_context_factory()
     page = context.pages[0] if context.pages else context.new_page()
-    page.set_default_timeout(15_000)
+    # Generous: CI runs four test processes, a live server and Chromium on two cores, and a passkey's
+    # registration (the virtual authenticator, the server's verification, the page's swap) once took
+    # longer than 15 s there. A passing step is not slowed by it.
+    page.set_default_timeout(30_000)
     yield page
     context.close()
