@@ -19,10 +19,12 @@ from rest_framework.utils.encoders import JSONEncoder
 
 # Long enough to lose precision as a float: the standard library reads such a number exactly.
 _WIDE_INTEGER = re.compile(rb"[0-9]{19}")
-_DUMP_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_NON_STR_KEYS
-# What json.dumps stores as is; the rest (datetimes, integers past 64 bits) goes to json.dumps.
-_STORE_OPTIONS = orjson.OPT_NON_STR_KEYS
-_LINE_SEPARATORS = (b"\xe2\x80\xa8", b"\xe2\x80\xa9")  # U+2028, U+2029 in UTF-8
+# Datetimes and dataclasses are passed through: to DRF's encoder when answering, to json.dumps (which
+# refuses them, as it always did) when storing.
+_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_NON_STR_KEYS
+# U+2028 and U+2029 in UTF-8, and as DRF escapes them.
+_LINE_SEPARATORS = ((b"\xe2\x80\xa8", b"\\u2028"), (b"\xe2\x80\xa9", b"\\u2029"))
+_drf_encoder = JSONEncoder()
 
 
 def loads(raw: bytes, *, parse_float: Callable[[str], float], parse_constant: Callable[[str], Any]) -> Any:
@@ -35,14 +37,11 @@ def loads(raw: bytes, *, parse_float: Callable[[str], float], parse_constant: Ca
     return json.loads(raw.decode("utf-8"), parse_constant=parse_constant, parse_float=parse_float)
 
 
-_drf_encoder = JSONEncoder()
-
-
 def dumps_jsonb(value: Any) -> bytes | str:
     """A JSON column's value as psycopg sends it (psycopg.types.json.Jsonb's `dumps`): what json.dumps
     would store, and its TypeError for what it cannot store (a datetime, say)."""
     try:
-        return orjson.dumps(value, option=_STORE_OPTIONS)
+        return orjson.dumps(value, option=_OPTIONS)
     except orjson.JSONEncodeError:
         return json.dumps(value)
 
@@ -51,10 +50,10 @@ def dumps(data: Any) -> bytes | None:
     """Compact UTF-8 JSON, as DRF's JSONRenderer writes it; None when orjson cannot say the same (the
     caller then renders with the standard library)."""
     try:
-        rendered = orjson.dumps(data, default=_drf_encoder.default, option=_DUMP_OPTIONS)
+        rendered = orjson.dumps(data, default=_drf_encoder.default, option=_OPTIONS)
     except orjson.JSONEncodeError:
         return None
     if b"\xe2\x80" in rendered:
-        for separator in _LINE_SEPARATORS:
-            rendered = rendered.replace(separator, separator.decode().encode("unicode_escape"))
+        for separator, escaped in _LINE_SEPARATORS:
+            rendered = rendered.replace(separator, escaped)
     return rendered

@@ -116,6 +116,20 @@ def test_values_outside_plain_json_render_as_drf_renders_them(value: Any) -> Non
     assert outcome_of(JSONRenderer().render, value) == outcome_of(StandardJSONRenderer().render, value)
 
 
+@pytest.mark.parametrize(
+    "value", [{"a": [1, "é", None]}, {1: True}, {"wide": 2**70}, {"at": datetime(2026, 1, 1, tzinfo=UTC)}]
+)
+def test_a_stored_json_value_is_what_json_dumps_stores(value: Any) -> None:
+    def stored(dump: Any) -> tuple[str, Any]:
+        try:
+            written = dump(value)
+        except TypeError:
+            return "refused", None
+        return "stored", json.loads(written)
+
+    assert stored(json_codec.dumps_jsonb) == stored(json.dumps)
+
+
 def test_a_pretty_printed_answer_is_still_pretty() -> None:
     rendered = JSONRenderer().render({"a": [1]}, "application/json; indent=2")
     assert rendered == StandardJSONRenderer().render({"a": [1]}, "application/json; indent=2")
