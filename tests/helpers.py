@@ -91,6 +91,17 @@ def overlapping_live_pairs(calendar_public_id: str | None = None) -> list[tuple[
         return list(cursor.fetchall())
 
 
+def backends_blocked_by_this_transaction() -> int:
+    """How many backends wait for a lock this connection's open transaction holds. Narrower than any
+    lock wait on the server: parallel test workers (and a pooler's other clients) wait on their own."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE pg_backend_pid() = ANY(pg_blocking_pids(pid))"
+        )
+        (count,) = cursor.fetchone()
+    return int(count)
+
+
 def audit_rows(**filters: Any) -> list[Any]:
     from audit.models import AuditRecord
 

@@ -19,7 +19,13 @@ from bookings.models import BusyBlock, Calendar, Reservation
 from bookings.search import SearchQuery, find_common_time, rank, read_calendars
 from bookings.spans import Span
 from tests.bookings.helpers import NINE_TO_FIVE, commit, created, utc
-from tests.helpers import Persona, create_calendar, iso, overlapping_live_pairs
+from tests.helpers import (
+    Persona,
+    backends_blocked_by_this_transaction,
+    create_calendar,
+    iso,
+    overlapping_live_pairs,
+)
 
 
 def search(persona: Persona, **body: Any) -> dict[str, Any]:
@@ -192,17 +198,12 @@ def test_a_candidate_taken_between_the_search_and_the_lock_is_skipped(sdr, exec_
 
 
 def _wait_for_a_lock_wait(deadline: float = 15.0) -> None:
-    """Until another backend waits for a row lock (find-and-hold, queued behind our lock)."""
+    """Until find-and-hold waits behind our transaction's lock."""
     ends = time.monotonic() + deadline
-    with connection.cursor() as cursor:
-        while time.monotonic() < ends:
-            cursor.execute(
-                "SELECT count(*) FROM pg_stat_activity"
-                " WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
-            )
-            if cursor.fetchone()[0]:
-                return
-            time.sleep(0.02)
+    while time.monotonic() < ends:
+        if backends_blocked_by_this_transaction():
+            return
+        time.sleep(0.02)
     raise AssertionError("find-and-hold never waited for the calendar's lock")
 
 

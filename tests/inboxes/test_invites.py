@@ -28,7 +28,7 @@ from inboxes.invite_cancels import invite_cancel, invites_cancel_ended
 from inboxes.models import BookingInvite, InboundRaw, InviteResponse, Message, MessageStatus
 from inboxes.services import inbound_parse
 from tests.bookings.helpers import commit, created, hold, problem
-from tests.helpers import slot
+from tests.helpers import backends_blocked_by_this_transaction, slot
 from tests.inboxes import test_sending
 from tests.inboxes.helpers import address_of, deliver_raw, mail
 from tests.webhooks.helpers import wait_until
@@ -224,20 +224,11 @@ def test_an_answer_never_overwrites_a_concurrent_change_to_the_attendees(sdr, ca
             attendees=[{"email": ANA}, {"email": "cy@example.org"}], version=F("version") + 1
         )
         replier.start()
-        wait_until(lambda: waiting_for_a_lock())
+        wait_until(lambda: backends_blocked_by_this_transaction() > 0)
     replier.join()
 
     attendees = sdr.client.get(f"/bookings/{booking['id']}").json()["attendees"]
     assert attendees == [{"email": ANA, "response": "tentative"}, {"email": "cy@example.org"}]
-
-
-def waiting_for_a_lock() -> bool:
-    from django.db import connection as db
-
-    with db.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
-        (waiting,) = cursor.fetchone()
-    return bool(waiting)
 
 
 def test_a_reply_from_someone_else_is_recorded_but_not_applied(sdr, calendar):
