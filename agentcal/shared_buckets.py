@@ -9,6 +9,7 @@ limit must never turn a Redis outage into an outage of the API. Design: docs/arc
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import os
@@ -85,6 +86,16 @@ return {first_in_window, first_today}
 """
 
 
+class _Script:
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.sha = hashlib.sha1(text.encode()).hexdigest()  # Redis names a cached script by its SHA-1
+
+
+_BUCKETS = _Script(_SCRIPT)
+_MARKS = _Script(_MARKS_SCRIPT)
+
+
 @dataclass(frozen=True)
 class Bucket:
     """`key` names the bucket (the caller's and the limit's, e.g. `agt_…:requests`); it holds `burst`
@@ -128,35 +139,57 @@ FAILED_OPEN = Decision(states=())
 
 
 class _Client:
-    """This process's Redis connection for the buckets (a new one after a fork) and the back-off."""
+    """This process's Redis connections for the buckets (one per thread, made anew after a fork) and the
+    back-off. A script call is one packed EVALSHA written to the thread's connection and one reply read:
+    redis-py's pool, retry and script wrappers around it cost more CPU than the call itself
+    (docs/performance-notes.md, "The rate check's round trip")."""
 
     def __init__(self) -> None:
         self._pid = 0
-        self._script: Any = None
-        self._marks: Any = None
+        self._pool: Any = None
+        self._local = threading.local()
         self._down_until = 0.0
         self._lock = threading.Lock()
 
-    def script(self) -> Any:
+    def _connection(self) -> Any:
         if self._pid != os.getpid():
             with self._lock:
                 if self._pid != os.getpid():
                     import redis
 
-                    client = redis.Redis.from_url(
+                    self._pool = redis.ConnectionPool.from_url(
                         str(settings.REDIS_URL),
                         socket_connect_timeout=SHARED_BUCKETS_TIMEOUT_SECONDS,
                         socket_timeout=SHARED_BUCKETS_TIMEOUT_SECONDS,
-                        retry=None,  # a failure fails open; retrying would only make the request wait
                     )
-                    self._script = client.register_script(_SCRIPT)
-                    self._marks = client.register_script(_MARKS_SCRIPT)
+                    self._local = threading.local()
                     self._pid = os.getpid()
-        return self._script
+        connection = getattr(self._local, "connection", None)
+        if connection is None:
+            connection = self._local.connection = self._pool.make_connection()
+        return connection
 
-    def marks_script(self) -> Any:
-        self.script()
-        return self._marks
+    def run(self, script: _Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """The script's answer; raises on any failure (the connection is dropped, the next call makes
+        another). A Redis that lost its script cache (a restart, SCRIPT FLUSH) gets the script's text."""
+        from redis.exceptions import NoScriptError
+
+        connection = self._connection()
+        try:
+            try:
+                return self._call(connection, "EVALSHA", script.sha, keys, args)
+            except NoScriptError:
+                return self._call(connection, "EVAL", script.text, keys, args)
+        except Exception:
+            connection.disconnect()
+            raise
+
+    @staticmethod
+    def _call(connection: Any, command: str, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        connection.send_packed_command(
+            connection.pack_command(command, script, len(keys), *keys, *args), check_health=False
+        )
+        return connection.read_response()
 
     def backing_off(self) -> bool:
         return time.monotonic() < self._down_until
@@ -166,7 +199,9 @@ class _Client:
 
     def reset(self) -> None:
         with self._lock:
-            self._pid, self._script, self._marks, self._down_until = 0, None, None, 0.0
+            if self._pool is not None:
+                self._pool.disconnect()
+            self._pid, self._pool, self._local, self._down_until = 0, None, threading.local(), 0.0
 
 
 _client = _Client()
@@ -188,7 +223,7 @@ def take(buckets: Sequence[Bucket], *, window_seconds: int) -> Decision:
     for bucket in buckets:
         args += [max(1, round(1_000_000 / bucket.per_second)), bucket.burst]
     try:
-        out = _client.script()(keys=names + marks, args=args)
+        out = _client.run(_BUCKETS, names + marks, args)
     except Exception as exc:  # noqa: BLE001 — any failure of Redis (or of its client) fails open
         logger.warning("rate limit check failed open: %s", type(exc).__name__)
         _client.failed()
@@ -226,9 +261,7 @@ def mark_refusal(key: str, *, window_seconds: int) -> tuple[bool, bool]:
     if _client.backing_off():
         return False, False
     try:
-        first_in_window, first_today = _client.marks_script()(
-            keys=list(_marks(_namespaced(key))), args=[window_seconds * 1000]
-        )
+        first_in_window, first_today = _client.run(_MARKS, _marks(_namespaced(key)), [window_seconds * 1000])
     except Exception as exc:  # noqa: BLE001 — as in take(): Redis is never needed to answer
         logger.warning("refusal marks unavailable: %s", type(exc).__name__)
         _client.failed()

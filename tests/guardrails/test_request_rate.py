@@ -113,6 +113,18 @@ def test_without_redis_requests_are_served_and_the_metric_says_so(sdr: Persona, 
     )
 
 
+def test_a_redis_that_forgot_the_script_still_counts(sdr: Persona, settings: Any) -> None:
+    """A restarted Redis (or SCRIPT FLUSH) has no cached script: the check sends its text, not a failure."""
+    import redis
+
+    set_limits(sdr, requests_per_second=0.01, request_burst=3)
+    before = REGISTRY.get_sample_value("agentcal_rate_limit_failed_open_total") or 0.0
+    assert sdr.client.get("/calendars").headers["RateLimit-Remaining"] == "2"
+    redis.Redis.from_url(settings.REDIS_URL).script_flush()
+    assert sdr.client.get("/calendars").headers["RateLimit-Remaining"] == "1"
+    assert (REGISTRY.get_sample_value("agentcal_rate_limit_failed_open_total") or 0.0) == before
+
+
 def test_a_refused_key_is_refused_again_at_once_but_not_a_forged_one_with_its_prefix(
     sdr: Persona, anonymous: httpx.Client
 ) -> None:
