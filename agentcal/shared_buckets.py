@@ -166,7 +166,10 @@ class _Client:
                     self._pid = os.getpid()
         connection = getattr(self._local, "connection", None)
         if connection is None:
-            connection = self._local.connection = self._pool.make_connection()
+            # Not pool.make_connection(): that counts toward the pool's limit, and a thread's connection
+            # is never handed back (it closes with the thread's end).
+            pool = self._pool
+            connection = self._local.connection = pool.connection_class(**pool.connection_kwargs)
         return connection
 
     def run(self, script: _Script, keys: Sequence[str], args: Sequence[Any]) -> Any:

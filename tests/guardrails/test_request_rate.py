@@ -125,6 +125,22 @@ def test_a_redis_that_forgot_the_script_still_counts(sdr: Persona, settings: Any
     assert (REGISTRY.get_sample_value("agentcal_rate_limit_failed_open_total") or 0.0) == before
 
 
+def test_threads_that_come_and_go_never_run_out_of_connections() -> None:
+    """A server that starts a thread per request (or replaces its threads) gives each its connection:
+    more threads than any connection pool's limit still get answers, not a failed-open check."""
+    import threading
+
+    bucket = shared_buckets.Bucket("agt_threads:requests", 1000.0, 1000)
+    decisions: list[shared_buckets.Decision] = []
+    for _ in range(150):
+        thread = threading.Thread(
+            target=lambda: decisions.append(shared_buckets.take([bucket], window_seconds=60))
+        )
+        thread.start()
+        thread.join()
+    assert [d.failed_open for d in decisions] == [False] * 150
+
+
 def test_a_refused_key_is_refused_again_at_once_but_not_a_forged_one_with_its_prefix(
     sdr: Persona, anonymous: httpx.Client
 ) -> None:
