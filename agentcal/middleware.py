@@ -23,7 +23,7 @@ class RequestIdMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        supplied = request.headers.get("X-Request-ID", "")
+        supplied = request.META.get("HTTP_X_REQUEST_ID", "")  # not request.headers: it copies every header
         request.request_id = supplied if _CLIENT_REQUEST_ID.match(supplied) else new_public_id("req", 16)  # type: ignore[attr-defined]
         response = self.get_response(request)
         response["X-Request-ID"] = request.request_id  # type: ignore[attr-defined]

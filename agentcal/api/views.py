@@ -116,7 +116,7 @@ class AgentAPIView(APIView):
                     "Query parameters may not contain U+0000 or unpaired surrogates.",
                     errors={storable_text(name, 64): ["Unstorable characters."]},
                 )
-        key = request.headers.get("Idempotency-Key")
+        key = request.META.get("HTTP_IDEMPOTENCY_KEY")
         if key is None or request.method not in MUTATING_METHODS or not hasattr(self, request.method.lower()):
             return  # a method the view lacks is answered 405 by DRF, whatever its headers
         fingerprint = request_fingerprint(

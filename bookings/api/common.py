@@ -35,7 +35,7 @@ def calendars_for(actor: Actor, public_ids: list[str]) -> list[Calendar]:
 
 
 def parse_if_match(request: Request) -> int | None:
-    raw = request.headers.get("If-Match")
+    raw = request.META.get("HTTP_IF_MATCH")
     if raw is None or raw.strip() == "*":
         return None
     value = raw.strip().removeprefix("W/").strip('"')
