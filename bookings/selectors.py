@@ -73,9 +73,13 @@ def availability(*, calendar: Calendar, window: Span, duration: timedelta | None
     return Availability(busy=busy, upstream=upstream, free_slots=free, version=version, server_time=now)
 
 
-def reservation_group(*, workspace: Workspace, **lookup: Any) -> list[Reservation]:
+def reservation_group(
+    *, workspace: Workspace, known: tuple[Calendar, Agent] | None = None, **lookup: Any
+) -> list[Reservation]:
     """All rows of one hold or booking in the workspace, primary first (empty if none).
-    `lookup`: exactly one of hold_id=, booking_id=, or hold_token_hash= (of the hold's token)."""
+    `lookup`: exactly one of hold_id=, booking_id=, or hold_token_hash= (of the hold's token).
+    `known`: a calendar and an agent the caller already holds: rows on that calendar (if it is the
+    workspace's) and of that agent get these instances instead of their columns read again."""
     ((name, value),) = lookup.items()
     if name == "hold_token_hash":
         # A token belongs to the primary row; the group is every row sharing its hold_id.
@@ -90,7 +94,20 @@ def reservation_group(*, workspace: Workspace, **lookup: Any) -> list[Reservatio
     else:
         raise TypeError(f"reservation_group() cannot look up by {name}")
     params = {"value": value, "workspace": workspace.pk}
-    return reservation_rows(f"{where} AND c.workspace_id = %(workspace)s", params)
+    if known is None or known[0].workspace_id != workspace.pk:
+        return reservation_rows(f"{where} AND c.workspace_id = %(workspace)s", params)
+    calendar, agent = known
+    params |= {"calendar": calendar.pk, "agent": agent.pk}
+    with bound_cursor() as cursor:
+        cursor.execute(f"{_ROWS_BESIDE_KNOWN} WHERE {where} AND {_IN_WORKSPACE_BESIDE_KNOWN}", params)
+        found = cursor.fetchall()
+    rows = []
+    for values in found:
+        reservation, read_calendar, read_agent = _instances(values)
+        reservation.calendar = read_calendar or calendar
+        reservation.agent = read_agent or agent
+        rows.append(reservation)
+    return sorted(rows, key=lambda r: (not r.is_primary, r.calendar_id))
 
 
 # Hand-written (the group is read on every commit, release, cancel and GET): the ORM spent longer
@@ -107,6 +124,15 @@ RESERVATION_ROW_WIDTH = sum(len(fields) for fields in _FIELDS)
 RESERVATION_ROW_JOINS = (
     "JOIN bookings_calendar c ON c.id = r.calendar_id JOIN workspaces_agent a ON a.id = r.agent_id"
 )
+# The same columns beside a known calendar and agent: theirs come back NULL (a commit reads its hold's
+# rows on the calendar the request named, made by the agent that sent it: half the columns, two fewer
+# instances). The known calendar is the workspace's (checked before); any other must be.
+_ROWS_BESIDE_KNOWN = (
+    f"SELECT {RESERVATION_ROW_COLUMNS} FROM bookings_reservation r"
+    " LEFT JOIN bookings_calendar c ON c.id = r.calendar_id AND r.calendar_id <> %(calendar)s"
+    " LEFT JOIN workspaces_agent a ON a.id = r.agent_id AND r.agent_id <> %(agent)s"
+)
+_IN_WORKSPACE_BESIDE_KNOWN = "(r.calendar_id = %(calendar)s OR c.workspace_id = %(workspace)s)"
 
 
 def reservation_rows(where: str, params: dict[str, Any]) -> list[Reservation]:
@@ -135,10 +161,12 @@ def reservation_rows_from(found: Iterable[Sequence[Any]]) -> list[Reservation]:
 
 def _instances(values: Sequence[Any]) -> list[Any]:
     """One instance per model in _LOADED from a row of RESERVATION_ROW_COLUMNS read by bound_cursor()
-    (binary results: JSON columns arrive decoded, so no ORM converter is needed)."""
+    (binary results: JSON columns arrive decoded, so no ORM converter is needed); None for a model
+    whose columns are all NULL (its id is)."""
     instances, start = [], 0
     for model, names in zip(_LOADED, _ATTNAMES, strict=True):
-        instances.append(model.from_db("default", names, values[start : start + len(names)]))
+        part = values[start : start + len(names)]
+        instances.append(None if part[0] is None else model.from_db("default", names, part))
         start += len(names)
     return instances
 

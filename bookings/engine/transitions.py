@@ -148,7 +148,8 @@ def hold_commit(
     *, actor: Actor, calendar: Calendar, hold_token: str, fencing_token: int | None = None
 ) -> ReservationGroup:
     """Phase 2: promote a live hold (all its calendars) to a booking."""
-    rows = reservation_group(workspace=actor.workspace, hold_token_hash=hash_token(hold_token))
+    known = (calendar, actor.agent) if actor.agent is not None else None
+    rows = reservation_group(workspace=actor.workspace, known=known, hold_token_hash=hash_token(hold_token))
     if not rows or rows[0].calendar_id != calendar.pk:
         raise NotFound(f"No hold with this hold_token on calendar {calendar.public_id}.")
     refuse_unless_owner(actor, rows[0])

@@ -19,8 +19,10 @@ from agentcal.db import InsertBatch
 from audit.models import AuditRecord
 from bookings import engine
 from bookings.models import Reservation, ReservationStatus
+from bookings.selectors import reservation_group
 from tests.bookings.helpers import half_hour
 from workspaces.actor import Actor
+from workspaces.models import Agent, Workspace
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -151,3 +153,37 @@ def test_unsaved_makes_what_the_model_makes(actor: Actor) -> None:
         unsaved(Reservation, nonsense=1)
     with pytest.raises(TypeError):
         Reservation(nonsense=1)  # type: ignore[misc]
+
+
+def test_a_group_read_beside_a_known_calendar_and_agent_is_the_group_read_whole(actor: Actor) -> None:
+    """A commit reads its hold's rows without the columns of the calendar and agent it already holds:
+    rows on other calendars, or of another agent, still get theirs, and another workspace's stay out."""
+    calendars = [engine.calendar_create(actor=actor, name=f"room {i}") for i in range(3)]
+    group = engine.hold_create(
+        actor=actor, calendar=calendars[1], span=half_hour(40), also_calendars=[calendars[0], calendars[2]]
+    )
+    hold_id = group.primary.hold_id
+    other = Agent.objects.create(workspace=actor.workspace, name="ae", slug="ae", priority=1, max_priority=5)
+
+    def described(rows: list[Reservation]) -> list[tuple[object, ...]]:
+        return [
+            (
+                {name: value for name, value in row.__dict__.items() if name != "_state"},
+                (row.calendar.pk, row.calendar.public_id, row.calendar.workspace_id),
+                (row.agent.pk, row.agent.public_id),
+            )
+            for row in rows
+        ]
+
+    whole = reservation_group(workspace=actor.workspace, hold_id=hold_id)
+    assert len(whole) == 3
+    for calendar, agent in ((calendars[1], actor.agent), (calendars[2], other)):
+        assert agent is not None
+        beside = reservation_group(workspace=actor.workspace, known=(calendar, agent), hold_id=hold_id)
+        assert described(beside) == described(whole)
+        assert [row.calendar is calendar for row in beside] == [
+            row.calendar_id == calendar.pk for row in whole
+        ]
+        assert [row.agent is agent for row in beside] == [row.agent_id == agent.pk for row in whole]
+    elsewhere = Workspace.objects.create(slug="elsewhere", name="Elsewhere")
+    assert reservation_group(workspace=elsewhere, known=(calendars[1], other), hold_id=hold_id) == []
