@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import functools
 import os
 import ssl
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -16,6 +19,14 @@ from django.db import connection
 from workspaces.models import Agent, ApiKey, Scope
 
 ALL_SCOPES = list(Scope.values)
+T = TypeVar("T")
+
+
+def run_coroutine(main: Coroutine[Any, Any, T]) -> T:
+    """asyncio.run() in a thread of its own: once a browser test has run in this process, Playwright's
+    sync API keeps an event loop running in the test thread, where asyncio.run() refuses to start."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, main).result()
 
 
 @functools.cache

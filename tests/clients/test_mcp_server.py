@@ -5,7 +5,6 @@ process over stdio, and to the streamable HTTP app on a real socket, in front of
 
 from __future__ import annotations
 
-import asyncio
 import os
 import socket
 import sys
@@ -29,7 +28,7 @@ from mcp.types import CallToolResult
 
 from bookings.models import Reservation
 from tests.clients.helpers import FaultyProxy, Plan, every_day, problem, utc_midnight
-from tests.helpers import Persona, audit_rows, create_calendar, iso, slot
+from tests.helpers import Persona, audit_rows, create_calendar, iso, run_coroutine, slot
 
 READ_TOOLS = {
     "list_calendars",
@@ -152,7 +151,7 @@ def test_over_stdio_an_agent_finds_holds_and_commits_a_slot(sdr: Persona, live_s
             )
             return tools, found, held, committed
 
-    tools, found, held, committed = asyncio.run(session())
+    tools, found, held, committed = run_coroutine(session())
 
     assert tools == READ_TOOLS | WRITE_TOOLS
     assert content(found)["outcome"] == "found"
@@ -197,7 +196,7 @@ def test_over_http_each_session_acts_as_its_own_agent_and_the_loser_gets_alterna
             )
             return results
 
-    results = asyncio.run(race())
+    results = run_coroutine(race())
 
     assert content(results["held"])["outcome"] == "held"
     for lost in (results["lost_hold"], results["lost_commit"]):
@@ -246,7 +245,7 @@ def test_find_meeting_time_offers_the_times_every_required_person_is_free(sdr: P
             none = await session.call_tool("find_meeting_time", {**arguments, "duration_minutes": 90})
             return found, none
 
-    found, none = asyncio.run(ask())
+    found, none = run_coroutine(ask())
 
     times = content(found)["candidates"]
     assert content(found)["outcome"] == "found"
@@ -273,7 +272,7 @@ def test_a_read_only_key_is_offered_no_write_tools(make_agent: Any, mcp_url: str
             )
             return await tool_names(read_only), await tool_names(booker), refused
 
-    reader_tools, writer_tools, refused = asyncio.run(sessions())
+    reader_tools, writer_tools, refused = run_coroutine(sessions())
 
     assert reader_tools == READ_TOOLS
     assert writer_tools == {
@@ -341,7 +340,7 @@ def test_hold_meeting_holds_the_best_time_and_tells_it_on_each_attendees_clock(
             nothing = await session.call_tool("hold_meeting", {"calendars": [calendars[0], early], **window})
             return found, held, nothing
 
-    found, held, nothing = asyncio.run(plan())
+    found, held, nothing = run_coroutine(plan())
 
     (candidate,) = content(found)["candidates"]
     assert at(candidate["start_time"]) == first_common
@@ -391,7 +390,7 @@ def test_reschedule_booking_moves_the_booking_and_offers_alternatives_on_a_confl
             )
             return refused, moved, too_late
 
-    refused, moved, too_late = asyncio.run(reschedule())
+    refused, moved, too_late = run_coroutine(reschedule())
 
     conflict = content(refused)
     assert not refused.is_error and conflict["outcome"] == "conflict"
@@ -431,7 +430,7 @@ def test_reschedule_to_earliest_moves_the_booking_to_the_first_time_its_calendar
             )
             return moved, nowhere
 
-    moved, nowhere = asyncio.run(reschedule())
+    moved, nowhere = run_coroutine(reschedule())
 
     result = content(moved)
     assert result["outcome"] == "rescheduled" and result["booking"]["id"] == booking["id"]
@@ -460,7 +459,7 @@ def test_a_paused_agent_is_told_to_stop_and_ask_its_owner_and_may_still_read(
             listed = await session.call_tool("list_calendars", {})
             return held, listed
 
-    held, listed = asyncio.run(act())
+    held, listed = run_coroutine(act())
 
     refused = content(held)
     assert held.is_error and refused["outcome"] == "error" and refused["error"] == "agent_paused"
@@ -505,7 +504,7 @@ def test_rate_limits_and_quotas_say_how_long_to_wait_and_what_to_do(
                 for _ in refusals
             ]
 
-    too_fast, too_many_at_once, too_many_holds = (content(result) for result in asyncio.run(act()))
+    too_fast, too_many_at_once, too_many_holds = (content(result) for result in run_coroutine(act()))
 
     assert too_fast["error"] == "rate_limited" and too_fast["retry_after_seconds"] == 90
     assert "Wait 90 seconds before calling again" in too_fast["next_step"]
@@ -536,7 +535,7 @@ def test_tool_calls_wait_for_the_agents_rate_limit(
         async with http_session(mcp_url, sdr.raw_key) as session:
             return [await session.call_tool("list_calendars", {}) for _ in range(2)]
 
-    results = asyncio.run(read_twice())
+    results = run_coroutine(read_twice())
 
     assert all(content(result)["outcome"] == "listed" for result in results)
     # The key's check (GET /v1/me), then each tool's request, a token apart.
@@ -552,7 +551,7 @@ def test_arguments_that_do_not_fit_get_a_structured_invalid_request(sdr: Persona
         async with http_session(mcp_url, sdr.raw_key) as session:
             return await session.call_tool("hold_slot", {"calendar": 42, "start_time": "soon"})
 
-    result = asyncio.run(act())
+    result = run_coroutine(act())
     refused = content(result)
     assert result.is_error and refused["outcome"] == "error" and refused["error"] == "invalid_request"
     assert {"calendar", "start_time", "end_time"} <= set(refused["errors"]), refused["errors"]

@@ -27,7 +27,7 @@ from agentcal_client import (
 )
 
 from tests.clients.helpers import FaultyProxy, Plan, async_agentcal, forward_everything, problem
-from tests.helpers import Persona, overlapping_live_pairs
+from tests.helpers import Persona, overlapping_live_pairs, run_coroutine
 from tests.webhooks.helpers import Receiver
 from workspaces.models import Scope
 
@@ -266,7 +266,7 @@ def test_the_async_client_holds_and_commits(sdr: Persona, live_server: Any) -> N
                 booking = await session.commit()
             return session.hold, booking
 
-    hold, booking = asyncio.run(book())
+    hold, booking = run_coroutine(book())
 
     assert booking.status == "committed" and booking.hold_id == hold.id and booking.title == "Sync"
     assert booking.fencing_token == hold.fencing_token
@@ -352,7 +352,7 @@ def test_the_async_client_finds_a_meeting_time(sdr: Persona, live_server: Any) -
                 [calendar.id], timedelta(minutes=30), start, start + timedelta(hours=1)
             )
 
-    found = asyncio.run(find())
+    found = run_coroutine(find())
 
     assert [c.start_time for c in found.candidates] == [start + timedelta(minutes=30)]
     assert found.searched.start == start

@@ -3,7 +3,6 @@ holds the best time on every calendar, and the rules' refusals arrive as typed e
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -21,7 +20,7 @@ from agentcal_client import (
 
 from bookings.models import Reservation
 from tests.clients.helpers import async_agentcal, every_day, utc_midnight
-from tests.helpers import Persona
+from tests.helpers import Persona, run_coroutine
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -74,7 +73,7 @@ def test_the_async_client_holds_a_meeting_and_commits_it(sdr: Persona, live_serv
             hold = await client.hold_meeting([ana.id, ben.id], HALF_HOUR, day, day + timedelta(days=1))
             return hold, await client.holds.commit(hold)
 
-    hold, booking = asyncio.run(book())
+    hold, booking = run_coroutine(book())
 
     assert hold.start_time == day + timedelta(hours=11) and hold.candidate_rank == 1
     assert booking.hold_id == hold.id and booking.start_time == hold.start_time

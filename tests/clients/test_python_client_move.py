@@ -3,7 +3,6 @@ calendars (sync and async), and every refusal typed with its fields while the bo
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
@@ -20,7 +19,7 @@ from agentcal_client import (
 
 from bookings.models import Reservation
 from tests.clients.helpers import async_agentcal, utc_midnight
-from tests.helpers import Persona
+from tests.helpers import Persona, run_coroutine
 from webhooks.models import OutboxEvent
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -75,7 +74,7 @@ def test_the_async_client_moves_a_booking_and_a_stale_fencing_token_moves_nothin
                 await client.move_booking(booking.id, *at_hour(12), fencing_token=booking.fencing_token)
             return booking, moved, stale.value
 
-    booking, moved, stale = asyncio.run(move())
+    booking, moved, stale = run_coroutine(move())
 
     assert moved.id == booking.id and moved.start_time == at_hour(10)[0]
     assert stale.status == 409 and stale.code == "stale_fencing_token"
@@ -169,7 +168,7 @@ def test_reschedule_booking_moves_it_to_the_earliest_time_its_calendars_share(
                 )
             return refused.value
 
-    assert asyncio.run(nowhere()).reasons
+    assert run_coroutine(nowhere()).reasons
     assert spans_of(booking.id) == {
         (ana.id, at_hour(12.5)[0], "committed"),
         (ben.id, at_hour(12.5)[0], "committed"),

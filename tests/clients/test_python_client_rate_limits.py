@@ -5,7 +5,6 @@ paused agent's AgentPaused, and which 429s are retried."""
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -21,7 +20,7 @@ from agentcal_client import (
 )
 
 from tests.clients.helpers import FaultyProxy, Plan, async_agentcal, problem
-from tests.helpers import Persona
+from tests.helpers import Persona, run_coroutine
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -155,7 +154,7 @@ def test_the_async_client_reads_the_budget_and_waits_for_a_token(
                 [calendar async for calendar in client.calendars.list()]
             return client.rate_limit
 
-    last = asyncio.run(twice())
+    last = run_coroutine(twice())
 
     (wait,) = gaps(proxy)
     assert wait >= 1.0
