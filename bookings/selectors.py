@@ -101,13 +101,7 @@ def reservation_group(
     with bound_cursor() as cursor:
         cursor.execute(f"{_ROWS_BESIDE_KNOWN} WHERE {where} AND {_IN_WORKSPACE_BESIDE_KNOWN}", params)
         found = cursor.fetchall()
-    rows = []
-    for values in found:
-        reservation, read_calendar, read_agent = _instances(values)
-        reservation.calendar = read_calendar or calendar
-        reservation.agent = read_agent or agent
-        rows.append(reservation)
-    return sorted(rows, key=lambda r: (not r.is_primary, r.calendar_id))
+    return _primary_first(reservation_rows_from(found, known=known))
 
 
 # Hand-written (the group is read on every commit, release, cancel and GET): the ORM spent longer
@@ -145,16 +139,24 @@ def reservation_rows(where: str, params: dict[str, Any]) -> list[Reservation]:
             params,
         )
         found = cursor.fetchall()
-    return sorted(reservation_rows_from(found), key=lambda r: (not r.is_primary, r.calendar_id))
+    return _primary_first(reservation_rows_from(found))
 
 
-def reservation_rows_from(found: Iterable[Sequence[Any]]) -> list[Reservation]:
-    """Instances from rows of RESERVATION_ROW_COLUMNS, in the order given."""
+def _primary_first(rows: list[Reservation]) -> list[Reservation]:
+    return sorted(rows, key=lambda r: (not r.is_primary, r.calendar_id))
+
+
+def reservation_rows_from(
+    found: Iterable[Sequence[Any]], *, known: tuple[Calendar, Agent] | None = None
+) -> list[Reservation]:
+    """Instances from rows of RESERVATION_ROW_COLUMNS, in the order given; `known` stands in for a
+    calendar or agent whose columns came back NULL (reservation_group)."""
+    known_calendar, known_agent = known or (None, None)
     rows = []
     for values in found:
         reservation, calendar, agent = _instances(values)
-        reservation.calendar = calendar
-        reservation.agent = agent
+        reservation.calendar = calendar or known_calendar
+        reservation.agent = agent or known_agent
         rows.append(reservation)
     return rows
 
