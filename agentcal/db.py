@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import psycopg
@@ -158,27 +159,53 @@ def unsaved(model: type[M], **values: Any) -> M:
     receivers is made by Model.__init__, which sends them."""
     if pre_init.has_listeners(model) or post_init.has_listeners(model):
         return model(**values)
+    fields = _fields_of(model)
     instance = object.__new__(model)
     state = instance._state = ModelState()
-    attributes, used = instance.__dict__, 0
-    for name, attname, field in _concrete_fields(model):
-        if attname in values:
-            attributes[attname], used = values[attname], used + 1
-        elif name in values:
-            related = values[name]
-            attributes[attname], used = (None if related is None else related.pk), used + 1
-            state.fields_cache[name] = related
+    attributes = instance.__dict__
+    attributes.update(fields.constant_defaults)
+    for name, attname, make_default in fields.made_defaults:
+        if attname not in values and name not in values:
+            attributes[attname] = make_default()
+    for key, value in values.items():
+        if key in fields.attnames:
+            attributes[key] = value
+        elif key in fields.related:
+            attributes[fields.related[key]] = None if value is None else value.pk
+            state.fields_cache[key] = value
         else:
-            attributes[attname] = field.get_default()
-    if used != len(values):
-        known = {n for fields in _concrete_fields(model) for n in fields[:2]}
-        raise TypeError(f"{model.__name__}() got unexpected arguments {sorted(set(values) - known)}")
+            unknown = sorted(set(values) - fields.attnames - set(fields.related))
+            raise TypeError(f"{model.__name__}() got unexpected arguments {unknown}")
     return instance
 
 
+@dataclass(frozen=True)
+class _Fields:
+    """What unsaved() needs of a model's concrete fields: the defaults that are the same value every
+    time (None, "", or a default given as a value), those made each time (a default given as a callable,
+    e.g. `default=dict`, or by the database), every attname, and each foreign key's name → attname."""
+
+    constant_defaults: dict[str, Any]
+    made_defaults: tuple[tuple[str, str, Callable[[], Any]], ...]
+    attnames: frozenset[str]
+    related: dict[str, str]
+
+
 @functools.cache
-def _concrete_fields(model: type[models.Model]) -> tuple[tuple[str, str, Any], ...]:
-    return tuple((f.name, f.attname, f) for f in model._meta.concrete_fields)
+def _fields_of(model: type[models.Model]) -> _Fields:
+    constant, made = {}, []
+    for field in model._meta.concrete_fields:
+        if (field.has_default() and callable(field.default)) or field.has_db_default():
+            made.append((field.name, field.attname, field.get_default))
+        else:
+            constant[field.attname] = field.get_default()
+    concrete = model._meta.concrete_fields
+    return _Fields(
+        constant_defaults=constant,
+        made_defaults=tuple(made),
+        attnames=frozenset(f.attname for f in concrete),
+        related={f.name: f.attname for f in concrete if f.name != f.attname},
+    )
 
 
 def copy_of(instance: M) -> M:

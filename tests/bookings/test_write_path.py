@@ -149,6 +149,20 @@ def test_unsaved_makes_what_the_model_makes(actor: Actor) -> None:
     assert ours.attendees == [] and ours.attendees is not unsaved(Reservation, **given).attendees
     assert unsaved(Calendar, id=7, public_id="cal_x").public_id == "cal_x"
     assert unsaved(Calendar).public_id != unsaved(Calendar).public_id  # callable defaults run per instance
+    from audit.models import AuditRecord
+
+    # Defaults the database makes (DatabaseDefault markers) and ones given as values, as the model has them.
+    ours_audit, model_audit = unsaved(AuditRecord, outcome="success"), AuditRecord(outcome="success")
+    for field in AuditRecord._meta.concrete_fields:
+        if field.name != "public_id":  # a callable default: a new id each time
+            ours_value, model_value = getattr(ours_audit, field.attname), getattr(model_audit, field.attname)
+            assert type(ours_value) is type(model_value), field.name
+            # A DatabaseDefault compares by identity; what it stands for is its expression.
+            assert (
+                vars(ours_value) == vars(model_value)
+                if hasattr(ours_value, "expression")
+                else (ours_value == model_value)
+            ), field.name
     with pytest.raises(TypeError, match="nonsense"):
         unsaved(Reservation, nonsense=1)
     with pytest.raises(TypeError):
