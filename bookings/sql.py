@@ -83,3 +83,12 @@ def span_params(span: Span, *, params: str = "") -> dict[str, Any]:
         f"{params}end": span.end,
         f"{params}earliest": span.start - MAX_RESERVATION_LENGTH,
     }
+
+
+def iso_z(expression: str) -> str:
+    """A timestamptz as agentcal.clock.isoformat_z() writes it (UTC, `Z`, microseconds only when not
+    zero); NULL stays NULL. For payload fields the database fills in."""
+    return (
+        f"(regexp_replace(to_char(({expression}) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US'),"
+        r" '\.000000$', '') || 'Z')"
+    )

@@ -30,10 +30,11 @@ from audit.models import AuditRecord
 from bookings.engine.budgets import budget_sql
 from bookings.engine.locking import CalendarBusy, observe_lock_wait
 from bookings.engine.statements import PRECHECK_SQL, busy_near_sql
+from bookings.events import reservation_event_sql
 from bookings.models import Calendar, Reservation
 from bookings.spans import Span
-from bookings.sql import live_hold, overlaps, span_params
-from webhooks.models import OutboxEvent
+from bookings.sql import iso_z, live_hold, overlaps, span_params
+from webhooks.models import EventType, OutboxEvent
 
 # Tries of a one-statement write while other writes hold the calendar's lock, each after waiting for the
 # write in flight to end (or after finding its snapshot older than the lock); then the write takes the
@@ -88,15 +89,6 @@ def one_statement_transaction() -> Iterator[None]:
 
 
 # --- Statement building ------------------------------------------------------------------------------
-
-
-def iso_z(expression: str) -> str:
-    """A timestamptz as agentcal.clock.isoformat_z() writes it (UTC, `Z`, microseconds only when not
-    zero); NULL stays NULL. For payload fields the database fills in."""
-    return (
-        f"(regexp_replace(to_char(({expression}) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US'),"
-        r" '\.000000$', '') || 'Z')"
-    )
 
 
 def _insert_select(
@@ -302,34 +294,65 @@ def reserve_in_one_statement(
 # --- The commit of a one-calendar hold ---------------------------------------------------------------
 
 
+# A reservation's columns, as the commit returns the row it moved (and its instance is made from).
+_RESERVATION_ATTNAMES = tuple(f.attname for f in Reservation._meta.concrete_fields)
+
+
 @functools.cache
-def _commit_statement(audit: tuple[str, ...], event: tuple[str, ...]) -> _Statement:
+def _commit_statement(audit: tuple[str, ...], event: tuple[str, ...], *, by_token: bool) -> _Statement:
     """The one statement of a one-calendar hold's commit whose audit and outbox rows name these fields.
+
+    The hold is named by its token (`by_token`: the agent's own commit, which has read nothing), or by
+    its row's id and hold id (a commit whose caller read the rows). By token, the statement looks for a
+    hold on the request's calendar, of the requesting agent, not waiting for an approval and alone on
+    its calendar (else the caller reads the rows and finds out why). The row is named by its id
+    once found, not by the hold's id: the plan must not depend on statistics a busy table may not have
+    yet (by hold id, without them, the planner scanned every live row).
 
     A commit needs no look at what is in the way, only a CAS on its own row, which UPDATE re-reads as it
     is once locked whatever the statement's snapshot (so, unlike a hold, it needs no check that its
-    snapshot is as new as the lock). The row is named by its id, not the hold's id: the plan must not
-    depend on statistics a busy table may not have yet (by hold id, without them, the planner scanned
-    every live row). The calendar's lock comes first (NOWAIT: queueing inside
-    the statement measured slower, the queue starving the holds' NOWAIT), then the rows — the order of
+    snapshot is as new as the lock). The calendar's lock comes first (NOWAIT: queueing inside the
+    statement measured slower, the queue starving the holds' NOWAIT), then the rows — the order of
     every write —, the clock is read after the lock, and the version moves only if the hold did: a
-    commit that finds its hold gone changes nothing."""
-    audited = _insert_select(AuditRecord, audit, {}, source="moved m")
-    decided = {
-        "committed_at": iso_z("m.committed_at"),
-        "bump_window_ends_at": iso_z("m.bump_window_ends_at"),
-        "expires_at": iso_z("m.expires_at"),  # a heartbeat may have moved it since the caller's read
-    }
-    announced = _insert_select(
-        OutboxEvent, event, {"payload": _patched_payload("booking", decided)}, source="moved m"
+    commit that finds its hold gone changes nothing. The audit row and the event are made from the row
+    as it moved (a heartbeat may have moved its expiry since any read)."""
+    if by_token:
+        target = """SELECT r.id FROM bookings_reservation r
+             WHERE r.hold_token_hash = %(token_hash)s AND r.is_primary AND r.calendar_id = %(calendar)s
+               AND r.agent_id = %(agent)s AND r.awaiting_approval IS NULL
+               AND NOT EXISTS (SELECT 1 FROM bookings_reservation o
+                                WHERE o.hold_id = r.hold_id AND o.id <> r.id)"""
+    else:
+        target = "SELECT id FROM bookings_reservation WHERE id = %(row_id)s AND hold_id = %(hold_id)s"
+    audited = _insert_select(
+        AuditRecord,
+        audit,
+        {
+            "reservation_public_id": "m.booking_id",
+            "requested_start": "m.start_time",
+            "requested_end": "m.end_time",
+            "fencing_token": "m.fencing_token",
+            # The caller's details, with the hold's id it did not know.
+            "details": f"jsonb_set(%({AuditRecord._meta.db_table}__details)s::jsonb, '{{hold_id}}',"
+            " to_jsonb(m.hold_id))",
+        },
+        source="moved m",
     )
+    announced = _insert_select(
+        OutboxEvent,
+        event,
+        {"payload": reservation_event_sql(EventType.BOOKING_COMMITTED, "m")},
+        source="moved m",
+    )
+    returned = ", ".join(f"r.{name}" for name in _RESERVATION_ATTNAMES)
     return _Statement.from_named(f"""
-WITH locked AS (
+WITH target AS ({target}),
+locked AS (
     SELECT clock_timestamp() AS now, clock_timestamp() - statement_timestamp() AS waited
       FROM (SELECT id FROM bookings_calendar
              WHERE id = %(calendar)s
                AND EXISTS (SELECT 1 FROM bookings_reservation
-                            WHERE id = %(row_id)s AND {live_hold("", now="clock_timestamp()")}
+                            WHERE id = (SELECT id FROM target) AND {live_hold("", now="clock_timestamp()")}
                               AND (awaiting_approval IS NULL OR %(approved)s))
                FOR NO KEY UPDATE NOWAIT) AS calendar
 ),
@@ -340,10 +363,10 @@ moved AS (
            booking_id = 'bk_' || substr(r.hold_id, 5),
            bump_window_ends_at = k.now + make_interval(secs => c.bump_window_seconds)
       FROM locked k, bookings_calendar c
-     WHERE r.id = %(row_id)s AND r.hold_id = %(hold_id)s
+     WHERE r.id = (SELECT id FROM target)
        AND c.id = r.calendar_id AND {live_hold("r", now="k.now")}
        AND (r.awaiting_approval IS NULL OR %(approved)s) AND EXISTS (SELECT 1 FROM budget)
-    RETURNING r.id, r.version, r.booking_id, r.committed_at, r.bump_window_ends_at, r.expires_at
+    RETURNING {returned}
 ),
 bumped AS (
     UPDATE bookings_calendar SET version = version + 1
@@ -353,45 +376,60 @@ bumped AS (
 audited AS ({audited}),
 announced AS ({announced})
 SELECT k.now IS NULL OR EXISTS (SELECT 1 FROM budget), COALESCE(k.now, clock_timestamp()), k.waited,
-       (SELECT version FROM bumped), m.version, m.booking_id, m.committed_at, m.bump_window_ends_at
+       (SELECT version FROM bumped), {", ".join(f"m.{name}" for name in _RESERVATION_ATTNAMES)}
   FROM (SELECT 1) AS one LEFT JOIN locked k ON true LEFT JOIN moved m ON true
 """)
 
 
 @dataclass
 class CommitOutcome:
-    """`now`: the clock the commit decided by; `moved`: the committed row's (version, booking id,
-    committed_at, bump_window_ends_at), or None: the hold was no longer live (or gated) by then, or,
-    not `within_budget`, the agent's bookings for the day are used up."""
+    """`now`: the clock the commit decided by; `moved`: the committed row (its calendar and agent not
+    loaded), or None: no live hold to commit (none by that token on that calendar of that agent, one
+    waiting for approval or on several calendars, or no longer live), or, not `within_budget`, the
+    agent's bookings for the day are used up."""
 
     within_budget: bool
     now: datetime
-    moved: tuple[int, str, datetime, datetime] | None
+    moved: Reservation | None
 
 
 def commit_in_one_statement(
-    *, hold: Reservation, approved: bool, rows: RowsFor, budget: Mapping[str, Any]
+    *,
+    calendar: Calendar,
+    agent_id: int,
+    agent_public_id: str,
+    token_hash: str | None = None,
+    hold: Reservation | None = None,
+    approved: bool,
+    rows: RowsFor,
+    budget: Mapping[str, Any],
 ) -> CommitOutcome:
-    """Commit a one-calendar hold (the caller checked owner, token and gate on its read) with its audit
-    and outbox rows, in one statement. Raises CalendarBusy when another write holds the lock."""
+    """Commit a one-calendar hold on `calendar` — the one `token_hash` names, if the agent's and not
+    gated; or `hold`, whose owner, token and gate the caller checked on its read — with its audit and
+    outbox rows (emit_event_of_a_statement()), in one statement. Raises CalendarBusy when another write
+    holds the lock."""
     audit, event = rows.one(AuditRecord), rows.one(OutboxEvent)
-    statement = _commit_statement(tuple(audit), tuple(event))
+    statement = _commit_statement(tuple(audit), tuple(event), by_token=hold is None)
     params = {
         **_insert_params(AuditRecord, audit),
         **_insert_params(OutboxEvent, event),
-        "calendar": hold.calendar_id,
-        "row_id": hold.pk,
-        "hold_id": hold.hold_id,
+        "calendar": calendar.pk,
+        "agent": agent_id,
+        "token_hash": token_hash,
+        "row_id": hold.pk if hold is not None else None,
+        "hold_id": hold.hold_id if hold is not None else None,
         "approved": approved,
+        "calendar_public_id": calendar.public_id,
+        "agent_public_id": agent_public_id,
         **budget,
     }
     with bound_cursor(raw=True) as cursor:
         statement.execute(cursor, params)
         found = cursor.fetchone()
     assert found is not None
-    within_budget, now, waited, bumped, version, booking_id, committed_at, bump_window_ends_at = found
+    (within_budget, now, waited, bumped), values = found[:4], found[4:]
     if waited is not None:
         observe_lock_wait(waited)
-    assert (bumped is None) == (version is None)  # the calendar's version moved iff the hold did
-    moved = (version, booking_id, committed_at, bump_window_ends_at) if version is not None else None
+    moved = None if values[0] is None else Reservation.from_db("default", _RESERVATION_ATTNAMES, values)
+    assert (bumped is None) == (moved is None)  # the calendar's version moved iff the hold did
     return CommitOutcome(within_budget=bool(within_budget), now=now, moved=moved)

@@ -14,7 +14,7 @@ from django.db import connection, transaction
 from django.db.models import F
 
 from agentcal.clock import isoformat_z, server_now
-from agentcal.db import InsertBatch, bound_cursor, copy_of
+from agentcal.db import InsertBatch, bound_cursor
 from agentcal.errors import (
     BookingNotLive,
     HoldAlreadyCommitted,
@@ -28,6 +28,8 @@ from agentcal.errors import (
     StaleFencingToken,
 )
 from audit.events import AuditEvent
+from audit.models import Outcome
+from audit.services import audit_record
 from bookings.engine.auditing import audit_rejections, audit_reservation
 from bookings.engine.budgets import budget_params, over_budget, spend_budget
 from bookings.engine.fastpath import (
@@ -39,7 +41,7 @@ from bookings.engine.fastpath import (
 from bookings.engine.groups import ReservationGroup, hash_token, ordered
 from bookings.engine.locking import CalendarBusy, await_writers, lock_calendars
 from bookings.engine.statements import CLOCK_SQL, COMMIT_SQL, EXTEND_SQL, TRANSITION_SQL
-from bookings.events import emit_reservation_event
+from bookings.events import emit_event_of_a_statement, emit_reservation_event
 from bookings.models import Calendar, Reservation, ReservationStatus
 from bookings.selectors import reservation_group, reservation_rows_from
 from bookings.spans import Span
@@ -148,8 +150,15 @@ def hold_commit(
     *, actor: Actor, calendar: Calendar, hold_token: str, fencing_token: int | None = None
 ) -> ReservationGroup:
     """Phase 2: promote a live hold (all its calendars) to a booking."""
+    token_hash = hash_token(hold_token)
+    if actor.agent is not None and fencing_token is None and not connection.in_atomic_block:
+        # The common commit, by its token, without reading the hold first; anything else it finds
+        # (another owner, a gate, several calendars, a hold no longer live) is read and explained below.
+        group = _commit_in_one_statement(actor=actor, calendar=calendar, token_hash=token_hash)
+        if group is not None:
+            return group
     known = (calendar, actor.agent) if actor.agent is not None else None
-    rows = reservation_group(workspace=actor.workspace, known=known, hold_token_hash=hash_token(hold_token))
+    rows = reservation_group(workspace=actor.workspace, known=known, hold_token_hash=token_hash)
     if not rows or rows[0].calendar_id != calendar.pk:
         raise NotFound(f"No hold with this hold_token on calendar {calendar.public_id}.")
     refuse_unless_owner(actor, rows[0])
@@ -173,7 +182,9 @@ def _commit_hold(
 ) -> ReservationGroup:
     primary = rows[0]
     if len(rows) == 1 and fencing_token is None and not connection.in_atomic_block:
-        group = _commit_in_one_statement(actor=actor, hold=primary, approved=approved)
+        group = _commit_in_one_statement(
+            actor=actor, calendar=primary.calendar, hold=primary, approved=approved
+        )
         if group is not None:
             return group
     batch = InsertBatch()
@@ -204,33 +215,57 @@ def _commit_hold(
     return ReservationGroup(rows=rows)
 
 
-def _commit_in_one_statement(*, actor: Actor, hold: Reservation, approved: bool) -> ReservationGroup | None:
-    """Commit a one-calendar hold, its audit row and event in one statement (bookings/engine/fastpath.py).
-    Raises what the hold became if it is no longer live; None: other writes kept the calendar's lock
-    busy, and the general path (which queues for it) commits."""
-    booked = copy_of(hold)  # as it will be; the database fills in its times (fastpath.py)
-    booked.status, booked.booking_id = ReservationStatus.COMMITTED, "bk_" + hold.hold_id.removeprefix("hld_")
+def _commit_in_one_statement(
+    *,
+    actor: Actor,
+    calendar: Calendar,
+    token_hash: str | None = None,
+    hold: Reservation | None = None,
+    approved: bool = False,
+) -> ReservationGroup | None:
+    """Commit a one-calendar hold on `calendar` (the agent's, by its token; or `hold`, read and checked
+    by the caller), its audit row and event in one statement (bookings/engine/fastpath.py). None: other
+    writes kept the calendar's lock busy, or, by token, no live hold of the agent's alone on the
+    calendar and free of approvals was found: the caller reads the hold and takes the general path,
+    which queues for the lock or explains the refusal. With `hold`, raises what it became if it is no
+    longer live."""
+    agent = actor.agent if hold is None else hold.agent
+    assert agent is not None
     rows = RowsFor()
     budget = budget_params(actor, holds=0, bookings=1, enforced=not approved)
     outcome = None
     with one_statement_transaction():
-        audit_reservation(
-            AuditEvent.COMMIT_CREATED,
+        # Their row-dependent fields (the booking's id, span and fencing token, the event's payload)
+        # come from the row as the statement moves it.
+        audit_record(
+            event_type=AuditEvent.COMMIT_CREATED,
+            outcome=Outcome.SUCCESS,
             actor=actor,
-            row=booked,
-            reservation_public_id=booked.booking_id,
-            details={"hold_id": hold.hold_id, "from_hold": True},
+            workspace_id=calendar.workspace_id,
+            calendar_public_id=calendar.public_id,
+            details={"hold_id": None, "from_hold": True},
             batch=rows,
         )
-        emit_reservation_event(EventType.BOOKING_COMMITTED, [booked], batch=rows)
+        emit_event_of_a_statement(
+            EventType.BOOKING_COMMITTED, calendar=calendar, agent_id=agent.pk, batch=rows
+        )
         for _ in range(MAX_ONE_STATEMENT_TRIES):
             try:
-                outcome = commit_in_one_statement(hold=hold, approved=approved, rows=rows, budget=budget)
+                outcome = commit_in_one_statement(
+                    calendar=calendar,
+                    agent_id=agent.pk,
+                    agent_public_id=agent.public_id,
+                    token_hash=token_hash,
+                    hold=hold,
+                    approved=approved,
+                    rows=rows,
+                    budget=budget,
+                )
                 break
             except CalendarBusy:
                 # Another write on the calendar: wait for it to end (a share lock, in autocommit: it
                 # writes nothing), then try again.
-                await_writers([hold.calendar_id])
+                await_writers([calendar.pk])
         if outcome is None or outcome.moved is None:
             transaction.set_rollback(True)  # nothing was written: drop the on-commit callbacks
     if outcome is None:
@@ -238,8 +273,11 @@ def _commit_in_one_statement(*, actor: Actor, hold: Reservation, approved: bool)
     if not outcome.within_budget:
         raise over_budget(actor, holds=0)
     if outcome.moved is None:
+        if hold is None:
+            return None
         moved_first(hold.hold_id, now=outcome.now, gated=True)
-    booked.version, booked.booking_id, booked.committed_at, booked.bump_window_ends_at = outcome.moved
+    booked = outcome.moved
+    booked.calendar, booked.agent = calendar, agent
     return ReservationGroup(rows=[booked])
 
 

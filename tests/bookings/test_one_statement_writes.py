@@ -14,10 +14,10 @@ from agentcal.errors import HoldExpired, SlotConflict
 from agentcal.metrics import AUDITED_EVENTS
 from audit.models import AuditRecord
 from bookings import engine
-from bookings.engine.fastpath import iso_z
 from bookings.events import reservation_data
 from bookings.models import Calendar, Reservation
 from bookings.selectors import reservation_group
+from bookings.sql import iso_z
 from tests.bookings.helpers import half_hour
 from webhooks.models import OutboxEvent
 from workspaces.actor import Actor
@@ -127,7 +127,21 @@ def test_a_commit_written_in_one_statement_is_what_the_general_path_writes(actor
         event_type="calendar.commit.created", reservation_public_id=row.booking_id
     )
     assert audited.details == {"hold_id": row.hold_id, "from_hold": True}
+    assert (audited.requested_start, audited.requested_end, audited.fencing_token) == (
+        row.start_time,
+        row.end_time,
+        row.fencing_token,
+    )
+    assert (audited.workspace_id, audited.calendar_public_id, audited.agent_public_id) == (
+        calendar.workspace_id,
+        calendar.public_id,
+        actor.agent_public_id,
+    )
     assert counted("calendar.commit.created") == before + 1
+    # What the caller got is the row as stored.
+    assert {f.attname: getattr(group.primary, f.attname) for f in Reservation._meta.concrete_fields} == {
+        f.attname: getattr(row, f.attname) for f in Reservation._meta.concrete_fields
+    }
 
 
 def test_a_refused_hold_writes_counts_and_announces_nothing_but_its_refusal(actor: Actor) -> None:

@@ -11,7 +11,7 @@ What a request costs today (docs/performance-notes.md has why each is what it is
 - a hold that wins: ONE statement (pre-check, lock, rows in one autocommit statement; no BEGIN/COMMIT);
 - a hold refused by the pre-check: two (that statement, which also reads what the alternatives need;
   then the refusal's audit row, which must exist and must say what it was refused for);
-- a commit: two (the hold's read; the commit with its audit and outbox rows);
+- a commit: ONE (found by its token, committed, with its audit and outbox rows made from the row);
 - a loser that found the winner still writing: four (the failed NOWAIT, the wait, the look, the audit);
 - a search across calendars: one read-only snapshot of two reads, however many calendars.
 """
@@ -220,7 +220,7 @@ def test_a_loser_refused_by_the_precheck_is_two_statements_and_takes_no_lock(
     assert refusal.conflict_details["alternatives"] == response.json()["alternatives"]
 
 
-def test_a_commit_is_two_statements(agents: tuple[Agentish, Agentish, str]) -> None:
+def test_a_commit_is_one_statement(agents: tuple[Agentish, Agentish, str]) -> None:
     first, _, calendar = agents
     held = first.request("post", f"/calendars/{calendar}/holds", slot(hours_ahead=30)).json()
 
@@ -228,9 +228,9 @@ def test_a_commit_is_two_statements(agents: tuple[Agentish, Agentish, str]) -> N
         response = first.request("post", f"/calendars/{calendar}/commits", {"hold_token": held["hold_token"]})
 
     assert response.status_code == 201, response.content
-    # The hold's rows (by its token); the commit with its audit and outbox rows.
-    assert [s.split()[0] for s in sent.statements] == ["SELECT", "WITH"], sent.statements
-    assert sent.round_trips == 2
+    # The commit by the hold's token, with its audit and outbox rows.
+    assert [s.split()[0] for s in sent.statements] == ["WITH"], sent.statements
+    assert sent.round_trips == 1
     assert Reservation.objects.get(hold_id=held["id"]).status == "committed"
 
 
