@@ -33,7 +33,7 @@ from bookings.engine.statements import PRECHECK_SQL, busy_near_sql
 from bookings.events import reservation_event_sql
 from bookings.models import Calendar, Reservation
 from bookings.spans import Span
-from bookings.sql import iso_z, live_hold, overlaps, span_params
+from bookings.sql import live_hold, overlaps, span_params
 from webhooks.models import EventType, OutboxEvent
 
 # Tries of a one-statement write while other writes hold the calendar's lock, each after waiting for the
@@ -124,13 +124,6 @@ def _field(model: type[models.Model], name: str) -> models.Field[Any, Any]:
     return field
 
 
-def _patched_payload(key: str, fields: Mapping[str, str]) -> str:
-    """The outbox payload with the reservation's fields the database decides filled in."""
-    patch = ", ".join(f"'{name}', {expression}" for name, expression in fields.items())
-    param = f"%({OutboxEvent._meta.db_table}__payload)s::jsonb"
-    return f"jsonb_set({param}, '{{{key}}}', ({param} -> '{key}') || jsonb_build_object({patch}))"
-
-
 @dataclass(frozen=True)
 class _Statement:
     """A statement in PostgreSQL's own `$n` placeholders, and the parameter each stands for: psycopg
@@ -168,25 +161,19 @@ _BUSY_NEAR = busy_near_sql(now="now()", params="near_")
 def _reserve_statement(
     commit: bool, reservation: tuple[str, ...], audit: tuple[str, ...], event: tuple[str, ...]
 ) -> _Statement:
-    """The one statement of a hold (or a booking, `commit`) whose rows name these fields."""
+    """The one statement of a hold (or a booking, `commit`) whose rows name these fields; its event's
+    payload is made from the row it inserts."""
     computed = {"fencing_token": "l.version", "created_at": "l.now"}
     if commit:
         bump_window_ends_at = "l.now + make_interval(secs => %(bump)s)"
         computed |= {"committed_at": "l.now", "bump_window_ends_at": bump_window_ends_at}
-        decided = {
-            "fencing_token": "l.version",
-            "committed_at": iso_z("l.now"),
-            "bump_window_ends_at": iso_z(bump_window_ends_at),
-        }
     else:
-        expires_at = "l.now + make_interval(secs => %(ttl)s)"
-        computed |= {"expires_at": expires_at}
-        decided = {"fencing_token": "l.version", "expires_at": iso_z(expires_at)}
+        computed |= {"expires_at": "l.now + make_interval(secs => %(ttl)s)"}
     # What the write adds, once it holds the lock and the agent's budgets counted it (budgets.py).
     made = _insert_select(Reservation, reservation, computed, source="counted l")
     audited = _insert_select(AuditRecord, audit, {"fencing_token": "l.version"}, source="counted l")
-    payload = _patched_payload("booking" if commit else "hold", decided)
-    announced = _insert_select(OutboxEvent, event, {"payload": payload}, source="counted l")
+    payload = reservation_event_sql(EventType.BOOKING_COMMITTED if commit else EventType.HOLD_CREATED, "m")
+    announced = _insert_select(OutboxEvent, event, {"payload": payload}, source="made m")
     return _Statement.from_named(f"""
 WITH pre ({_PRECHECK_COLUMNS}) AS ({PRECHECK_SQL}),
 clear AS (
@@ -208,7 +195,7 @@ locked AS (
 ),
 budget AS ({budget_sql(also="EXISTS (SELECT 1 FROM locked)")}),
 counted AS (SELECT l.* FROM locked l, budget),
-made AS ({made} RETURNING id),
+made AS ({made} RETURNING *),
 audited AS ({audited}),
 announced AS ({announced})
 SELECT pre.*, (SELECT clear FROM clear), l.version IS NULL OR EXISTS (SELECT 1 FROM budget),
@@ -243,6 +230,7 @@ def reserve_in_one_statement(
     grace: timedelta,
     ttl_seconds: int | None,
     bump_window_seconds: int,
+    agent_public_id: str,
     rows: RowsFor,
     commit: bool,
     budget: Mapping[str, Any],
@@ -263,6 +251,8 @@ def reserve_in_one_statement(
         "grace": grace.total_seconds(),
         "ttl": ttl_seconds,
         "bump": bump_window_seconds,
+        "calendar_public_id": calendar.public_id,
+        "agent_public_id": agent_public_id,
         **budget,
     }
     try:

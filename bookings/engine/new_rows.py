@@ -16,7 +16,7 @@ from audit.events import AuditEvent
 from audit.models import Outcome
 from audit.services import audit_record
 from bookings.engine.groups import ReservationGroup, hash_token, ordered
-from bookings.events import emit_reservation_event
+from bookings.events import emit_event_of_a_statement, emit_reservation_event
 from bookings.models import Calendar, Reservation, ReservationStatus
 from bookings.spans import Span
 from webhooks.models import EventType
@@ -34,9 +34,11 @@ def record_creation(
     batch: InsertBatch,
     displaced: Sequence[Reservation] = (),
     ignored_rules: bool = False,
+    event_by_statement: bool = False,
     **details: Any,
 ) -> None:
-    """The new hold or booking's audit row and `hold.created` / `booking.committed` event."""
+    """The new hold or booking's audit row and `hold.created` / `booking.committed` event (its payload
+    written by the statement, from the row it inserts, when `event_by_statement`: fastpath.py)."""
     head = group.primary
     audit_record(
         event_type=AuditEvent.COMMIT_CREATED if commit else AuditEvent.HOLD_CREATED,
@@ -57,9 +59,11 @@ def record_creation(
             **details,
         },
     )
-    emit_reservation_event(
-        EventType.BOOKING_COMMITTED if commit else EventType.HOLD_CREATED, group.rows, batch=batch
-    )
+    event_type = EventType.BOOKING_COMMITTED if commit else EventType.HOLD_CREATED
+    if event_by_statement:
+        emit_event_of_a_statement(event_type, calendar=calendars[0], agent_id=head.agent_id, batch=batch)
+    else:
+        emit_reservation_event(event_type, group.rows, batch=batch)
 
 
 def new_group(

@@ -311,6 +311,7 @@ def _reserve_in_one_statement(
             commit=commit,
             batch=rows,
             ignored_rules=ignore_rules,
+            event_by_statement=True,
         )
         for _ in range(MAX_ONE_STATEMENT_TRIES):
             try:
@@ -323,6 +324,7 @@ def _reserve_in_one_statement(
                     grace=-notice if (notice := _notice(ruled)) else PAST_START_GRACE,
                     ttl_seconds=None if commit else ttl,
                     bump_window_seconds=calendar.bump_window_seconds,
+                    agent_public_id=actor.agent_public_id,
                     rows=rows,
                     commit=commit,
                     budget=budget,
