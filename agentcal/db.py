@@ -86,36 +86,36 @@ class InsertBatch:
         """Send every queued row in one statement; returns the new ids of `returning`'s rows in order."""
         if not self._tables:
             return []
-        statements: list[tuple[str, list[Any]]] = []
         last = returning._meta.db_table if returning is not None else None
         order = sorted(self._tables, key=lambda table: table == last)  # the returning table goes last
-        for table in order:
-            model, names, rows = self._tables[table]
-            head, placeholder = _insert_sql(model, tuple(names))
-            sql = head + ", ".join([placeholder] * len(rows))
-            statements.append((sql, [value for row in rows for value in row]))
-        *ctes, (main_sql, main_params) = statements
-        if returning is not None:
-            main_sql += " RETURNING id"
-        sql = main_sql
-        params: list[Any] = []
-        if ctes:
-            sql = "WITH " + ", ".join(f"w{i} AS ({cte})" for i, (cte, _) in enumerate(ctes)) + " " + main_sql
-            params = [p for _, cte_params in ctes for p in cte_params]
-        params.extend(main_params)
+        queued = [self._tables[table] for table in order]
+        shape = tuple((model, tuple(names), len(rows)) for model, names, rows in queued)
+        params = [value for _, _, rows in queued for row in rows for value in row]
         self._tables.clear()
-        with bound_cursor() as cursor:
-            cursor.execute(sql, params)
+        with bound_cursor(raw=True) as cursor:
+            cursor.execute(_batch_sql(shape, returning is not None), params)
             return [row[0] for row in cursor.fetchall()] if returning is not None else []
 
 
-@functools.cache
-def _insert_sql(model: type[models.Model], names: tuple[str, ...]) -> tuple[str, str]:
-    """`INSERT INTO table (columns) VALUES ` and one row's placeholder, per model and field list."""
+@functools.lru_cache(maxsize=256)  # a shape per row count: bounded, for batches of many sizes
+def _batch_sql(shape: tuple[tuple[type[models.Model], tuple[str, ...], int], ...], returning: bool) -> str:
+    """The statement of a batch of this shape (model, field names, rows; the last one's ids returned),
+    in PostgreSQL's own `$n` placeholders: psycopg sends it without parsing it."""
     quote = connection.ops.quote_name
-    columns = ", ".join(quote(str(_field(model, name).column)) for name in names)
-    placeholder = "(" + ", ".join(["%s"] * len(names)) + ")"
-    return f"INSERT INTO {quote(model._meta.db_table)} ({columns}) VALUES ", placeholder
+    inserts, number = [], 0
+    for model, names, rows in shape:
+        columns = ", ".join(quote(str(_field(model, name).column)) for name in names)
+        values = []
+        for _ in range(rows):
+            values.append("(" + ", ".join(f"${number + i}" for i in range(1, len(names) + 1)) + ")")
+            number += len(names)
+        inserts.append(f"INSERT INTO {quote(model._meta.db_table)} ({columns}) VALUES {', '.join(values)}")
+    *ctes, main = inserts
+    if returning:
+        main += " RETURNING id"
+    if not ctes:
+        return main
+    return "WITH " + ", ".join(f"w{i} AS ({cte})" for i, cte in enumerate(ctes)) + " " + main
 
 
 def _field(model: type[models.Model], name: str) -> models.Field[Any, Any]:
