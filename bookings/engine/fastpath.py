@@ -307,11 +307,16 @@ def _commit_statement(audit: tuple[str, ...], event: tuple[str, ...], *, by_toke
     commit that finds its hold gone changes nothing. The audit row and the event are made from the row
     as it moved (a heartbeat may have moved its expiry since any read)."""
     if by_token:
-        target = """SELECT r.id FROM bookings_reservation r
-             WHERE r.hold_token_hash = %(token_hash)s AND r.is_primary AND r.calendar_id = %(calendar)s
-               AND r.agent_id = %(agent)s AND r.awaiting_approval IS NULL
+        # The token's row alone first (OFFSET 0: no other condition is pushed into that scan), so the plan
+        # is the token's index whatever the table's statistics say; by agent and calendar, the planner
+        # without them chose their two indexes, every booking the agent ever made on the calendar.
+        target = """SELECT n.id FROM (
+                SELECT id, hold_id, is_primary, calendar_id, agent_id, awaiting_approval
+                  FROM bookings_reservation WHERE hold_token_hash = %(token_hash)s OFFSET 0) AS n
+             WHERE n.is_primary AND n.calendar_id = %(calendar)s AND n.agent_id = %(agent)s
+               AND n.awaiting_approval IS NULL
                AND NOT EXISTS (SELECT 1 FROM bookings_reservation o
-                                WHERE o.hold_id = r.hold_id AND o.id <> r.id)"""
+                                WHERE o.hold_id = n.hold_id AND o.id <> n.id)"""
     else:
         target = "SELECT id FROM bookings_reservation WHERE id = %(row_id)s AND hold_id = %(hold_id)s"
     audited = _insert_select(
