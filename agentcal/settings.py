@@ -321,6 +321,8 @@ AGENT_LIMIT_DEFAULTS = {
 }
 # Off: no request-rate check at all (budgets and the pause still hold). For measuring its cost.
 AGENT_RATE_LIMITS_ENABLED = env_bool("AGENT_RATE_LIMITS_ENABLED", True)
+# How long the request-rate check waits on Redis before it fails open (agentcal/shared_buckets.py).
+AGENT_RATE_CHECK_TIMEOUT_MS = env_int("AGENT_RATE_CHECK_TIMEOUT_MS", 100, minimum=10)
 # One agent's requests in progress at once in one web process (threaded servers): a flood from one key
 # is refused fast and leaves the process's other threads to the other agents.
 AGENT_MAX_IN_FLIGHT_PER_PROCESS = env_int("AGENT_MAX_IN_FLIGHT_PER_PROCESS", 2, minimum=1)

@@ -2,7 +2,7 @@
 spends from) all the buckets the request draws on, by Redis's clock, and marks the first refusal of a
 window and of a UTC day. Each bucket is a GCRA (one key: when the bucket is full again).
 
-Without an answer from Redis within SHARED_BUCKETS_TIMEOUT_SECONDS the check fails open (counted in
+Without an answer from Redis within settings.AGENT_RATE_CHECK_TIMEOUT_MS the check fails open (counted in
 `agentcal_rate_limit_failed_open_total`) and Redis is left alone for SHARED_BUCKETS_BACKOFF_SECONDS: a
 limit must never turn a Redis outage into an outage of the API. Design: docs/architecture.md, "Guardrails".
 """
@@ -25,7 +25,6 @@ from agentcal.metrics import RATE_LIMIT_FAILED_OPEN
 
 logger = logging.getLogger(__name__)
 
-SHARED_BUCKETS_TIMEOUT_SECONDS = 0.1
 SHARED_BUCKETS_BACKOFF_SECONDS = 1.0
 
 # KEYS: the n buckets, then for each bucket its "refused in this window" and "refused today" marks.
@@ -157,10 +156,9 @@ class _Client:
                 if self._pid != os.getpid():
                     import redis
 
+                    timeout = settings.AGENT_RATE_CHECK_TIMEOUT_MS / 1000
                     self._pool = redis.ConnectionPool.from_url(
-                        str(settings.REDIS_URL),
-                        socket_connect_timeout=SHARED_BUCKETS_TIMEOUT_SECONDS,
-                        socket_timeout=SHARED_BUCKETS_TIMEOUT_SECONDS,
+                        str(settings.REDIS_URL), socket_connect_timeout=timeout, socket_timeout=timeout
                     )
                     self._local = threading.local()
                     self._pid = os.getpid()
