@@ -339,7 +339,6 @@ def _commit_statement(audit: tuple[str, ...], event: tuple[str, ...], *, by_toke
         {"payload": reservation_event_sql(EventType.BOOKING_COMMITTED, "m")},
         source="moved m",
     )
-    returned = ", ".join(f"r.{name}" for name in _RESERVATION_ATTNAMES)
     return _Statement.from_named(f"""
 WITH target AS ({target}),
 locked AS (
@@ -361,7 +360,7 @@ moved AS (
      WHERE r.id = (SELECT id FROM target)
        AND c.id = r.calendar_id AND {live_hold("r", now="k.now")}
        AND (r.awaiting_approval IS NULL OR %(approved)s) AND EXISTS (SELECT 1 FROM budget)
-    RETURNING {returned}
+    RETURNING {", ".join(f"r.{name}" for name in _RESERVATION_ATTNAMES)}
 ),
 bumped AS (
     UPDATE bookings_calendar SET version = version + 1
@@ -371,7 +370,7 @@ bumped AS (
 audited AS ({audited}),
 announced AS ({announced})
 SELECT k.now IS NULL OR EXISTS (SELECT 1 FROM budget), COALESCE(k.now, clock_timestamp()), k.waited,
-       (SELECT version FROM bumped), {", ".join(f"m.{name}" for name in _RESERVATION_ATTNAMES)}
+       (SELECT version FROM bumped), m.*
   FROM (SELECT 1) AS one LEFT JOIN locked k ON true LEFT JOIN moved m ON true
 """)
 

@@ -241,7 +241,6 @@ def _commit_in_one_statement(
             event_type=AuditEvent.COMMIT_CREATED,
             outcome=Outcome.SUCCESS,
             actor=actor,
-            workspace_id=calendar.workspace_id,
             calendar_public_id=calendar.public_id,
             details={"hold_id": None, "from_hold": True},
             batch=rows,
