@@ -1,11 +1,11 @@
 """The common write as one statement: a hold or booking on one calendar with nothing in its way, and
 the commit of a one-calendar hold.
 
-The statement takes the calendar's lock NOWAIT and writes only if the calendar's version in its
-snapshot is the version it locked (a commit needs no such check: see _commit_statement()); else it
-writes nothing. Its callers then wait for the writer in flight and try again, up to
-MAX_ONE_STATEMENT_TRIES times, before the general path. Anything in the span, several calendars,
-If-Match or an open transaction takes the general path from the start.
+A hold's statement takes the calendar's lock only if free (SKIP LOCKED) and writes only if the
+calendar's version in its snapshot is the version it locked; else nothing, and with the lock taken it
+first waits for the writer (a share lock: a herd's losers wake together). Its caller looks again, up to
+MAX_ONE_STATEMENT_TRIES times, then takes the general path, as anything in the span, several calendars,
+If-Match or an open transaction does at once. A commit queues for the lock in its statement.
 
 Design: docs/architecture.md, "The engine's write path"; numbers: docs/performance-notes.md.
 """
@@ -22,13 +22,12 @@ from typing import Any
 
 from django.db import IntegrityError, connection, models, transaction
 from psycopg import pq
-from psycopg.errors import LockNotAvailable
 
 from agentcal.db import InsertBatch, bound_cursor, json_value
 from agentcal.errors import SlotConflict
 from audit.models import AuditRecord
 from bookings.engine.budgets import budget_sql
-from bookings.engine.locking import CalendarBusy, observe_lock_wait
+from bookings.engine.locking import observe_lock_wait
 from bookings.engine.statements import PRECHECK_SQL, busy_near_sql
 from bookings.events import reservation_event_sql
 from bookings.models import Calendar, Reservation
@@ -36,9 +35,9 @@ from bookings.spans import Span
 from bookings.sql import live_hold, overlaps, span_params
 from webhooks.models import EventType, OutboxEvent
 
-# Tries of a one-statement write while other writes hold the calendar's lock, each after waiting for the
-# write in flight to end (or after finding its snapshot older than the lock); then the write takes the
-# general path and queues for the lock like any other.
+# Tries of a one-statement hold while other writes hold the calendar's lock, each after waiting for the
+# write in flight to end (or after finding its snapshot older than the lock); then the hold takes the
+# general path and queues for the lock like any other write.
 MAX_ONE_STATEMENT_TRIES = 3
 
 # The pre-check's columns, named (PRECHECK_SQL reads them positionally).
@@ -144,10 +143,7 @@ class _Statement:
         return cls(sql=text, names=tuple(numbers))
 
     def execute(self, cursor: Any, params: Mapping[str, Any]) -> None:
-        try:
-            cursor.execute(self.sql, [params[name] for name in self.names])
-        except LockNotAvailable as exc:  # inside bound_cursor(): psycopg's error, not yet Django's
-            raise CalendarBusy from exc
+        cursor.execute(self.sql, [params[name] for name in self.names])
 
 
 # --- A hold or booking on one calendar ---------------------------------------------------------------
@@ -185,13 +181,21 @@ clear AS (
       FROM pre
 ),
 seen AS (SELECT version FROM bookings_calendar WHERE id = %(calendar)s),
+lockable AS MATERIALIZED (
+    SELECT id FROM bookings_calendar WHERE id = %(calendar)s AND (SELECT clear FROM clear)
+       FOR NO KEY UPDATE SKIP LOCKED
+),
 locked AS (
     UPDATE bookings_calendar c SET version = c.version + 1
       FROM seen
-     WHERE c.id = (SELECT id FROM bookings_calendar WHERE id = %(calendar)s AND (SELECT clear FROM clear)
-                   FOR NO KEY UPDATE NOWAIT)
-       AND c.version = seen.version
+     WHERE c.id = (SELECT id FROM lockable) AND c.version = seen.version
     RETURNING c.version, clock_timestamp() AS now
+),
+awaited AS (
+    SELECT clock_timestamp() - statement_timestamp() AS waited
+      FROM (SELECT id FROM bookings_calendar
+             WHERE id = %(calendar)s AND (SELECT clear FROM clear) AND NOT EXISTS (SELECT 1 FROM lockable)
+               FOR SHARE) AS writer
 ),
 budget AS ({budget_sql(also="EXISTS (SELECT 1 FROM locked)")}),
 counted AS (SELECT l.* FROM locked l, budget),
@@ -199,7 +203,7 @@ made AS ({made} RETURNING *),
 audited AS ({audited}),
 announced AS ({announced})
 SELECT pre.*, (SELECT clear FROM clear), l.version IS NULL OR EXISTS (SELECT 1 FROM budget),
-       l.version, l.now, (SELECT id FROM made),
+       l.version, l.now, (SELECT id FROM made), (SELECT waited FROM awaited),
        CASE WHEN pre.blocker_id IS NOT NULL OR pre.upstream_start IS NOT NULL
             THEN (SELECT array_agg(tstzrange(start_time, end_time)) FROM ({_BUSY_NEAR}) AS busy) END
   FROM pre LEFT JOIN locked l ON true
@@ -209,10 +213,11 @@ SELECT pre.*, (SELECT clear FROM clear), l.version IS NULL OR EXISTS (SELECT 1 F
 @dataclass
 class ReserveOutcome:
     """What the one statement found: `precheck` is the pre-check's row (as PRECHECK_SQL reads it).
-    `made` is set when it wrote the hold (its id, fencing token and decision time); otherwise
-    `clear` says whether the span was empty (then the lock was busy or the snapshot stale: try
-    again) or not (something the caller may take over, or a lapsed hold: the general path); an empty
-    span and not `within_budget`: the agent's budgets refused the write (budgets.over_budget())."""
+    `made` is set when it wrote the hold (its id, fencing token and decision time); otherwise `clear`
+    says whether the span was empty (then the lock was busy, and the statement waited for its writer,
+    or the snapshot stale: look again) or not (something the caller may take over, or a lapsed hold:
+    the general path); an empty span and not `within_budget`: the agent's budgets refused the write
+    (budgets.over_budget())."""
 
     precheck: Sequence[Any]
     clear: bool
@@ -235,8 +240,8 @@ def reserve_in_one_statement(
     commit: bool,
     budget: Mapping[str, Any],
 ) -> ReserveOutcome:
-    """Run the pre-check, and when the span is empty the whole write, in one statement. Raises
-    CalendarBusy when another write holds the calendar's lock."""
+    """Run the pre-check, and when the span is empty the whole write, in one statement. When another
+    write holds the calendar's lock, it writes nothing and answers once that write has ended."""
     reservation, audit, event = rows.one(Reservation), rows.one(AuditRecord), rows.one(OutboxEvent)
     statement = _reserve_statement(commit, tuple(reservation), tuple(audit), tuple(event))
     params = {
@@ -266,12 +271,14 @@ def reserve_in_one_statement(
             raise SlotConflict("The span was taken concurrently; re-read availability.") from exc
         raise
     assert found is not None
-    precheck, (clear, within_budget, version, now, made_id, busy) = (
+    precheck, (clear, within_budget, version, now, made_id, waited, busy) = (
         found[:PRECHECK_WIDTH],
         found[PRECHECK_WIDTH:],
     )
     if made_id is not None:
-        observe_lock_wait(timedelta(0))  # NOWAIT granted it: no wait
+        observe_lock_wait(timedelta(0))  # granted at once (SKIP LOCKED): no wait
+    elif waited is not None:
+        observe_lock_wait(waited)
     return ReserveOutcome(
         precheck=precheck,
         clear=bool(clear),
@@ -301,9 +308,9 @@ def _commit_statement(audit: tuple[str, ...], event: tuple[str, ...], *, by_toke
 
     A commit needs no look at what is in the way, only a CAS on its own row, which UPDATE re-reads as it
     is once locked whatever the statement's snapshot (so, unlike a hold, it needs no check that its
-    snapshot is as new as the lock). The calendar's lock comes first (NOWAIT: queueing inside the
-    statement measured slower, the queue starving the holds' NOWAIT), then the rows — the order of
-    every write —, the clock is read after the lock, and the version moves only if the hold did: a
+    snapshot is as new as the lock). The calendar's lock comes first, queued for inside the statement
+    (docs/performance-notes.md, "Collisions"), then the rows — the order of every write —, the
+    clock is read after the lock, and the version moves only if the hold did: a
     commit that finds its hold gone changes nothing. The audit row and the event are made from the row
     as it moved (a heartbeat may have moved its expiry since any read)."""
     if by_token:
@@ -348,7 +355,7 @@ locked AS (
                AND EXISTS (SELECT 1 FROM bookings_reservation
                             WHERE id = (SELECT id FROM target) AND {live_hold("", now="clock_timestamp()")}
                               AND (awaiting_approval IS NULL OR %(approved)s))
-               FOR NO KEY UPDATE NOWAIT) AS calendar
+               FOR NO KEY UPDATE) AS calendar
 ),
 budget AS ({budget_sql(also="EXISTS (SELECT 1 FROM locked)")}),
 moved AS (
@@ -400,8 +407,7 @@ def commit_in_one_statement(
 ) -> CommitOutcome:
     """Commit a one-calendar hold on `calendar` — the one `token_hash` names, if the agent's and not
     gated; or `hold`, whose owner, token and gate the caller checked on its read — with its audit and
-    outbox rows (emit_event_of_a_statement()), in one statement. Raises CalendarBusy when another write
-    holds the lock."""
+    outbox rows (emit_event_of_a_statement()), in one statement, which queues for the calendar's lock."""
     audit, event = rows.one(AuditRecord), rows.one(OutboxEvent)
     statement = _commit_statement(tuple(audit), tuple(event), by_token=hold is None)
     params = {

@@ -314,30 +314,25 @@ def _reserve_in_one_statement(
             event_by_statement=True,
         )
         for _ in range(MAX_ONE_STATEMENT_TRIES):
-            try:
-                outcome = reserve_in_one_statement(
-                    calendar=calendar,
-                    span=span,
-                    priority=priority,
-                    near=search_window([calendar], span),
-                    # With notice to give, the earliest start is now + notice, not a little before now.
-                    grace=-notice if (notice := _notice(ruled)) else PAST_START_GRACE,
-                    ttl_seconds=None if commit else ttl,
-                    bump_window_seconds=calendar.bump_window_seconds,
-                    agent_public_id=actor.agent_public_id,
-                    rows=rows,
-                    commit=commit,
-                    budget=budget,
-                )
-            except CalendarBusy:
-                # Another write holds the lock, maybe for this very span (a herd): wait for it to end
-                # (a share lock, in autocommit: it writes nothing), then look again (see _reserve()).
-                await_writers([calendar.pk])
-                outcome = None
-                continue
+            outcome = reserve_in_one_statement(
+                calendar=calendar,
+                span=span,
+                priority=priority,
+                near=search_window([calendar], span),
+                # With notice to give, the earliest start is now + notice, not a little before now.
+                grace=-notice if (notice := _notice(ruled)) else PAST_START_GRACE,
+                ttl_seconds=None if commit else ttl,
+                bump_window_seconds=calendar.bump_window_seconds,
+                agent_public_id=actor.agent_public_id,
+                rows=rows,
+                commit=commit,
+                budget=budget,
+            )
             if outcome.made is not None or not outcome.clear or not outcome.within_budget:
                 break
-            # The span was empty but the snapshot older than the lock: a write committed in between.
+            # The span was empty, but another write held the lock (maybe for this very span: a herd),
+            # and the statement waited for it to end; or one committed after the statement's snapshot
+            # was taken. Look again.
         if outcome is None or outcome.made is None:
             transaction.set_rollback(True)  # nothing was written: drop the on-commit callbacks
     if outcome is not None and not outcome.within_budget:

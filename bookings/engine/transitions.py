@@ -33,13 +33,12 @@ from audit.services import audit_record
 from bookings.engine.auditing import audit_rejections, audit_reservation
 from bookings.engine.budgets import budget_params, over_budget, spend_budget
 from bookings.engine.fastpath import (
-    MAX_ONE_STATEMENT_TRIES,
     RowsFor,
     commit_in_one_statement,
     one_statement_transaction,
 )
 from bookings.engine.groups import ReservationGroup, hash_token, ordered
-from bookings.engine.locking import CalendarBusy, await_writers, lock_calendars
+from bookings.engine.locking import lock_calendars
 from bookings.engine.statements import CLOCK_SQL, COMMIT_SQL, EXTEND_SQL, TRANSITION_SQL
 from bookings.events import emit_event_of_a_statement, emit_reservation_event
 from bookings.models import Calendar, Reservation, ReservationStatus
@@ -224,16 +223,14 @@ def _commit_in_one_statement(
     approved: bool = False,
 ) -> ReservationGroup | None:
     """Commit a one-calendar hold on `calendar` (the agent's, by its token; or `hold`, read and checked
-    by the caller), its audit row and event in one statement (bookings/engine/fastpath.py). None: other
-    writes kept the calendar's lock busy, or, by token, no live hold of the agent's alone on the
-    calendar and free of approvals was found: the caller reads the hold and takes the general path,
-    which queues for the lock or explains the refusal. With `hold`, raises what it became if it is no
-    longer live."""
+    by the caller), its audit row and event in one statement (bookings/engine/fastpath.py), which queues
+    for the calendar's lock. None: by token, no live hold of the agent's alone on the calendar and free
+    of approvals was found: the caller reads the hold and takes the general path, which explains the
+    refusal or commits it. With `hold`, raises what it became if it is no longer live."""
     agent = actor.agent if hold is None else hold.agent
     assert agent is not None
     rows = RowsFor()
     budget = budget_params(actor, holds=0, bookings=1, enforced=not approved)
-    outcome = None
     with one_statement_transaction():
         # Their row-dependent fields (the booking's id, span and fencing token, the event's payload)
         # come from the row as the statement moves it.
@@ -248,27 +245,18 @@ def _commit_in_one_statement(
         emit_event_of_a_statement(
             EventType.BOOKING_COMMITTED, calendar=calendar, agent_id=agent.pk, batch=rows
         )
-        for _ in range(MAX_ONE_STATEMENT_TRIES):
-            try:
-                outcome = commit_in_one_statement(
-                    calendar=calendar,
-                    agent_id=agent.pk,
-                    agent_public_id=agent.public_id,
-                    token_hash=token_hash,
-                    hold=hold,
-                    approved=approved,
-                    rows=rows,
-                    budget=budget,
-                )
-                break
-            except CalendarBusy:
-                # Another write on the calendar: wait for it to end (a share lock, in autocommit: it
-                # writes nothing), then try again.
-                await_writers([calendar.pk])
-        if outcome is None or outcome.moved is None:
+        outcome = commit_in_one_statement(
+            calendar=calendar,
+            agent_id=agent.pk,
+            agent_public_id=agent.public_id,
+            token_hash=token_hash,
+            hold=hold,
+            approved=approved,
+            rows=rows,
+            budget=budget,
+        )
+        if outcome.moved is None:
             transaction.set_rollback(True)  # nothing was written: drop the on-commit callbacks
-    if outcome is None:
-        return None
     if not outcome.within_budget:
         raise over_budget(actor, holds=0)
     if outcome.moved is None:

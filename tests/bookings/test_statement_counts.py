@@ -12,7 +12,8 @@ What a request costs today (docs/performance-notes.md has why each is what it is
 - a hold refused by the pre-check: two (that statement, which also reads what the alternatives need;
   then the refusal's audit row, which must exist and must say what it was refused for);
 - a commit: ONE (found by its token, committed, with its audit and outbox rows made from the row);
-- a loser that found the winner still writing: four (the failed NOWAIT, the wait, the look, the audit);
+- a loser that found the winner still writing: three (the one statement, which found the lock taken and
+  waited for the winner inside it; the look; the audit);
 - a search across calendars: one read-only snapshot of two reads, however many calendars.
 """
 
@@ -234,7 +235,7 @@ def test_a_commit_is_one_statement(agents: tuple[Agentish, Agentish, str]) -> No
     assert Reservation.objects.get(hold_id=held["id"]).status == "committed"
 
 
-def test_a_loser_that_found_the_winner_writing_is_four_statements(
+def test_a_loser_that_found_the_winner_writing_is_three_statements(
     agents: tuple[Agentish, Agentish, str],
 ) -> None:
     first, second, calendar = agents
@@ -275,11 +276,11 @@ def test_a_loser_that_found_the_winner_writing_is_four_statements(
 
     assert booked.is_set()
     assert response.status_code == 409, response.content
-    # The one statement (its NOWAIT refused), the wait for the winner (a share lock, not the lock's
-    # queue), the one statement again (now it sees the winner: refused, with what the alternatives
-    # need), the audit row.
-    assert [s.split()[0] for s in sent.statements] == ["WITH", "SELECT", "WITH", "INSERT"], sent.statements
-    assert sent.round_trips == 4
+    # The one statement (the lock taken: it waited for the winner inside it, with a share lock, not in
+    # the lock's queue), the one statement again (now it sees the winner: refused, with what the
+    # alternatives need), the audit row.
+    assert [s.split()[0] for s in sent.statements] == ["WITH", "WITH", "INSERT"], sent.statements
+    assert sent.round_trips == 3
 
 
 # --- The health check ----------------------------------------------------------------------------------

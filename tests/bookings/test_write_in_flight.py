@@ -32,16 +32,19 @@ def _lock(conn: psycopg.Connection[Any], calendar_pk: int) -> None:
     conn.execute("UPDATE bookings_calendar SET version = version + 1 WHERE id = %s", [calendar_pk])
 
 
-def _backend_waiting_for(conn: psycopg.Connection[Any], fragment: str, timeout: float = 10.0) -> str:
-    """The query of another backend on this test database (parallel workers have their own) blocked on
-    a lock whose text contains `fragment` ('' if none)."""
+def _row_lock_awaited(conn: psycopg.Connection[Any], table: str, timeout: float = 10.0) -> str:
+    """How another backend on this test database (parallel workers have their own) waits for a row of
+    `table` that `conn`'s transaction has locked: the mode of the row lock it is granted once that
+    transaction ends — 'RowShareLock' for FOR SHARE, beside the lock's queue; 'ExclusiveLock' for FOR
+    (NO KEY) UPDATE or an UPDATE, in it — or '' if none waits."""
     deadline = time.monotonic() + timeout
     with psycopg.connect(conninfo_for_baselines(), autocommit=True) as probe:
         while time.monotonic() < deadline:
             row = probe.execute(
-                "SELECT query FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND pid <> %s"
-                " AND datname = current_database() AND query ILIKE %s",
-                [conn.info.backend_pid, f"%{fragment}%"],
+                "SELECT l.mode FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+                " WHERE l.locktype = 'tuple' AND l.relation = %s::regclass AND a.wait_event_type = 'Lock'"
+                " AND a.pid <> %s AND a.datname = current_database()",
+                [table, conn.info.backend_pid],
             ).fetchone()
             if row:
                 return str(row[0])
@@ -81,8 +84,7 @@ def test_a_loser_waits_for_the_write_in_flight_then_loses_without_taking_the_loc
     with ThreadPoolExecutor(max_workers=1) as pool, second.new_client() as client:
         pending = pool.submit(client.post, f"/calendars/{cal['id']}/holds", json=span)
         # It waits behind the writer with a share lock: not in the queue for the calendar's lock.
-        waiting = _backend_waiting_for(writer_in_flight, "bookings_calendar")
-        assert "FOR SHARE" in waiting, waiting
+        assert _row_lock_awaited(writer_in_flight, "bookings_calendar") == "RowShareLock"
         assert not pending.done()
         # The writer in flight books the span and commits.
         _insert_hold(writer_in_flight, calendar_pk=calendar_pk, agent_pk=first.agent.pk, span=span)
@@ -107,7 +109,7 @@ def test_a_write_that_waited_for_an_unrelated_write_then_takes_the_lock(make_age
 
     with ThreadPoolExecutor(max_workers=1) as pool, second.new_client() as client:
         pending = pool.submit(client.post, f"/calendars/{cal['id']}/holds", json=mine)
-        assert "FOR SHARE" in _backend_waiting_for(writer_in_flight, "bookings_calendar")
+        assert _row_lock_awaited(writer_in_flight, "bookings_calendar") == "RowShareLock"
         _insert_hold(writer_in_flight, calendar_pk=calendar_pk, agent_pk=first.agent.pk, span=theirs)
         writer_in_flight.commit()
         response = pending.result(timeout=30)
@@ -118,3 +120,28 @@ def test_a_write_that_waited_for_an_unrelated_write_then_takes_the_lock(make_age
     # It locked the calendar after the writer: its fencing token is newer than the writer's version.
     assert held.fencing_token == Calendar.objects.get(pk=calendar_pk).version
     assert overlapping_live_pairs(cal["id"]) == []
+
+
+def test_a_commit_queues_for_the_lock_inside_its_statement(make_agent, writer_in_flight):
+    agent = make_agent("first")
+    cal = create_calendar(agent)
+    calendar_pk = Calendar.objects.get(public_id=cal["id"]).pk
+    with agent.new_client() as client:
+        held = client.post(f"/calendars/{cal['id']}/holds", json=slot(hours_ahead=50)).json()
+    held_at = Calendar.objects.get(pk=calendar_pk).version
+    _lock(writer_in_flight, calendar_pk)
+
+    with ThreadPoolExecutor(max_workers=1) as pool, agent.new_client() as client:
+        pending = pool.submit(
+            client.post, f"/calendars/{cal['id']}/commits", json={"hold_token": held["hold_token"]}
+        )
+        # A commit needs no snapshot as new as the lock: it waits in the lock's queue, in its statement.
+        assert _row_lock_awaited(writer_in_flight, "bookings_calendar") == "ExclusiveLock"
+        assert not pending.done()
+        writer_in_flight.commit()
+        response = pending.result(timeout=30)
+
+    assert response.status_code == 201, response.text
+    assert Reservation.objects.get(hold_id=held["id"]).status == ReservationStatus.COMMITTED
+    # The writer's bump, then the commit's own, made after the writer ended.
+    assert Calendar.objects.get(pk=calendar_pk).version == held_at + 2
