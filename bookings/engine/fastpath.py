@@ -27,12 +27,13 @@ from agentcal.db import InsertBatch, bound_cursor, json_value
 from agentcal.errors import SlotConflict
 from audit.models import AuditRecord
 from bookings.engine.budgets import budget_sql
+from bookings.engine.functions import SPAN_EMPTY_NOW
 from bookings.engine.locking import observe_lock_wait
-from bookings.engine.statements import PRECHECK_SQL, busy_near_sql
+from bookings.engine.statements import PRECHECK_SQL, busy_near_sql, span_empty
 from bookings.events import reservation_event_sql
 from bookings.models import Calendar, Reservation
 from bookings.spans import Span
-from bookings.sql import live_hold, overlaps, span_params
+from bookings.sql import live_hold, span_params
 from webhooks.models import EventType, OutboxEvent
 
 # Tries of a one-statement hold while other writes hold the calendar's lock, each after waiting for the
@@ -155,10 +156,22 @@ _BUSY_NEAR = busy_near_sql(now="now()", params="near_")
 
 @functools.cache
 def _reserve_statement(
-    commit: bool, reservation: tuple[str, ...], audit: tuple[str, ...], event: tuple[str, ...]
+    commit: bool,
+    reservation: tuple[str, ...],
+    audit: tuple[str, ...],
+    event: tuple[str, ...],
+    *,
+    queue: bool,
 ) -> _Statement:
     """The one statement of a hold (or a booking, `commit`) whose rows name these fields; its event's
-    payload is made from the row it inserts."""
+    payload is made from the row it inserts.
+
+    It writes only if what it read is still so once it holds the calendar's lock: its snapshot is as
+    new as the lock (the calendar's version has not moved since), or a fresh look finds the span still
+    empty (functions.SPAN_EMPTY_NOW, which PostgreSQL evaluates only when the version moved: its
+    re-check of the locked row's newest version). Without `queue`, it takes the lock only if it is
+    free, and otherwise waits for the writer to end with a share lock (beside the lock's queue, so a
+    herd's losers wake together) and writes nothing; with `queue`, it waits in the lock's queue."""
     computed = {"fencing_token": "l.version", "created_at": "l.now"}
     if commit:
         bump_window_ends_at = "l.now + make_interval(secs => %(bump)s)"
@@ -173,23 +186,20 @@ def _reserve_statement(
     return _Statement.from_named(f"""
 WITH pre ({_PRECHECK_COLUMNS}) AS ({PRECHECK_SQL}),
 clear AS (
-    SELECT pre.blocker_id IS NULL AND pre.upstream_start IS NULL
-       AND %(end)s > pre.now AND %(start)s >= pre.now - make_interval(secs => %(grace)s)
-       AND NOT EXISTS (SELECT 1 FROM bookings_reservation r
-                        WHERE r.calendar_id = %(calendar)s AND r.status IN ('held', 'committed')
-                          AND {overlaps("r")}) AS clear
+    SELECT %(end)s > pre.now AND %(start)s >= pre.now - make_interval(secs => %(grace)s)
+       AND {span_empty(calendar="%(calendar)s")} AS clear
       FROM pre
 ),
 seen AS (SELECT version FROM bookings_calendar WHERE id = %(calendar)s),
 lockable AS MATERIALIZED (
     SELECT id FROM bookings_calendar WHERE id = %(calendar)s AND (SELECT clear FROM clear)
-       FOR NO KEY UPDATE SKIP LOCKED
+       FOR NO KEY UPDATE{"" if queue else " SKIP LOCKED"}
 ),
 locked AS (
     UPDATE bookings_calendar c SET version = c.version + 1
       FROM seen
-     WHERE c.id = (SELECT id FROM lockable) AND c.version = seen.version
-    RETURNING c.version, clock_timestamp() AS now
+     WHERE c.id = (SELECT id FROM lockable) AND (c.version = seen.version OR {SPAN_EMPTY_NOW})
+    RETURNING c.version, clock_timestamp() AS now, clock_timestamp() - statement_timestamp() AS waited
 ),
 awaited AS (
     SELECT clock_timestamp() - statement_timestamp() AS waited
@@ -203,7 +213,7 @@ made AS ({made} RETURNING *),
 audited AS ({audited}),
 announced AS ({announced})
 SELECT pre.*, (SELECT clear FROM clear), l.version IS NULL OR EXISTS (SELECT 1 FROM budget),
-       l.version, l.now, (SELECT id FROM made), (SELECT waited FROM awaited),
+       l.version, l.now, (SELECT id FROM made), COALESCE(l.waited, (SELECT waited FROM awaited)),
        CASE WHEN pre.blocker_id IS NOT NULL OR pre.upstream_start IS NOT NULL
             THEN (SELECT array_agg(tstzrange(start_time, end_time)) FROM ({_BUSY_NEAR}) AS busy) END
   FROM pre LEFT JOIN locked l ON true
@@ -239,11 +249,13 @@ def reserve_in_one_statement(
     rows: RowsFor,
     commit: bool,
     budget: Mapping[str, Any],
+    queue: bool,
 ) -> ReserveOutcome:
     """Run the pre-check, and when the span is empty the whole write, in one statement. When another
-    write holds the calendar's lock, it writes nothing and answers once that write has ended."""
+    write holds the calendar's lock: without `queue`, it writes nothing and answers once that write
+    has ended; with `queue`, it waits for the lock (see _reserve_statement())."""
     reservation, audit, event = rows.one(Reservation), rows.one(AuditRecord), rows.one(OutboxEvent)
-    statement = _reserve_statement(commit, tuple(reservation), tuple(audit), tuple(event))
+    statement = _reserve_statement(commit, tuple(reservation), tuple(audit), tuple(event), queue=queue)
     params = {
         **_insert_params(Reservation, reservation),
         **_insert_params(AuditRecord, audit),
@@ -275,9 +287,9 @@ def reserve_in_one_statement(
         found[:PRECHECK_WIDTH],
         found[PRECHECK_WIDTH:],
     )
-    if made_id is not None:
-        observe_lock_wait(timedelta(0))  # granted at once (SKIP LOCKED): no wait
-    elif waited is not None:
+    if made_id is not None and not queue:
+        observe_lock_wait(timedelta(0))  # taken only if it was free: no wait
+    elif waited is not None:  # its turn in the lock's queue, or its wait for the writer in flight
         observe_lock_wait(waited)
     return ReserveOutcome(
         precheck=precheck,

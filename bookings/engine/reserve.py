@@ -313,7 +313,7 @@ def _reserve_in_one_statement(
             ignored_rules=ignore_rules,
             event_by_statement=True,
         )
-        for _ in range(MAX_ONE_STATEMENT_TRIES):
+        for attempt in range(MAX_ONE_STATEMENT_TRIES):
             outcome = reserve_in_one_statement(
                 calendar=calendar,
                 span=span,
@@ -327,12 +327,15 @@ def _reserve_in_one_statement(
                 rows=rows,
                 commit=commit,
                 budget=budget,
+                # The first look takes the lock only if it is free: a herd's losers wait for the winner
+                # beside the queue and all look again at once. A look after that queues for it.
+                queue=attempt > 0,
             )
             if outcome.made is not None or not outcome.clear or not outcome.within_budget:
                 break
-            # The span was empty, but another write held the lock (maybe for this very span: a herd),
-            # and the statement waited for it to end; or one committed after the statement's snapshot
-            # was taken. Look again.
+            # The span was empty, but another write held the lock (maybe for this very span: a herd)
+            # and the statement waited for it to end; or the fresh look under the lock found the span
+            # taken meanwhile. Look again.
         if outcome is None or outcome.made is None:
             transaction.set_rollback(True)  # nothing was written: drop the on-commit callbacks
     if outcome is not None and not outcome.within_budget:

@@ -13,10 +13,17 @@ from typing import Any
 
 import psycopg
 import pytest
+from django.db import connection
 
+from agentcal.errors import SlotConflict
 from bench.runner import conninfo_for_baselines
+from bookings import engine
+from bookings.engine import reserve
 from bookings.models import Calendar, Reservation, ReservationStatus
+from bookings.spans import Span
+from tests.bookings.helpers import half_hour
 from tests.helpers import audit_rows, create_calendar, overlapping_live_pairs, slot
+from workspaces.actor import Actor
 
 pytestmark = [pytest.mark.slow, pytest.mark.concurrency]
 
@@ -145,3 +152,79 @@ def test_a_commit_queues_for_the_lock_inside_its_statement(make_agent, writer_in
     assert Reservation.objects.get(hold_id=held["id"]).status == ReservationStatus.COMMITTED
     # The writer's bump, then the commit's own, made after the writer ended.
     assert Calendar.objects.get(pk=calendar_pk).version == held_at + 2
+
+
+@pytest.fixture
+def every_look_queues(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Every one-statement look at a span waits in the calendar lock's queue, as a hold's second look
+    does; returns the `queue` each look was asked with, one per statement."""
+    looks: list[bool] = []
+    real = reserve.reserve_in_one_statement
+
+    def queued(**kwargs: Any) -> Any:
+        looks.append(kwargs["queue"])
+        return real(**{**kwargs, "queue": True})
+
+    monkeypatch.setattr(reserve, "reserve_in_one_statement", queued)
+    return looks
+
+
+def _hold_in_a_thread(actor: Actor, calendar: Calendar, span: Span) -> Any:
+    try:
+        return engine.hold_create(actor=actor, calendar=calendar, span=span)
+    finally:
+        connection.close()  # this thread's own
+
+
+def _as_body(span: Span) -> dict[str, str]:
+    return {"start_time": span.start.isoformat(), "end_time": span.end.isoformat()}
+
+
+def test_a_hold_that_queued_for_the_lock_looks_again_and_writes_in_the_same_statement(
+    actor: Actor, writer_in_flight: psycopg.Connection[Any], every_look_queues: list[bool]
+) -> None:
+    assert actor.agent is not None
+    calendar = engine.calendar_create(actor=actor, name="room")
+    mine, theirs = half_hour(50), half_hour(52)
+    _lock(writer_in_flight, calendar.pk)
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending = pool.submit(_hold_in_a_thread, actor, calendar, mine)
+        assert _row_lock_awaited(writer_in_flight, "bookings_calendar") == "ExclusiveLock"
+        # The writer books another span: the waiting statement's snapshot no longer shows everything.
+        _insert_hold(
+            writer_in_flight, calendar_pk=calendar.pk, agent_pk=actor.agent.pk, span=_as_body(theirs)
+        )
+        writer_in_flight.commit()
+        group = pending.result(timeout=30)
+
+    # Its fresh look under the lock found its span still empty: written by the statement that waited.
+    assert every_look_queues == [False]
+    assert group.primary.fencing_token == Calendar.objects.get(pk=calendar.pk).version
+    assert overlapping_live_pairs(calendar.public_id) == []
+
+
+def test_a_hold_that_queued_for_the_lock_sees_busy_time_added_while_it_waited(
+    actor: Actor, writer_in_flight: psycopg.Connection[Any], every_look_queues: list[bool]
+) -> None:
+    calendar = engine.calendar_create(actor=actor, name="room")
+    span = half_hour(50)
+    _lock(writer_in_flight, calendar.pk)
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending = pool.submit(_hold_in_a_thread, actor, calendar, span)
+        assert _row_lock_awaited(writer_in_flight, "bookings_calendar") == "ExclusiveLock"
+        # A sync writes the owner's own meeting over the span (no exclusion constraint covers it).
+        writer_in_flight.execute(
+            "INSERT INTO bookings_busyblock (calendar_id, source, connection_id, event_key, start_time,"
+            " end_time) VALUES (%s, 'caldav', 1, 'phone-meeting', %s, %s)",
+            [calendar.pk, span.start, span.end],
+        )
+        writer_in_flight.commit()
+        with pytest.raises(SlotConflict) as refused:
+            pending.result(timeout=30)
+
+    # The statement that waited wrote nothing; the next look read the block and said so.
+    assert every_look_queues == [False, True]
+    assert refused.value.extra["conflicting"]["status"] == "busy"
+    assert not Reservation.objects.filter(calendar=calendar).exists()
