@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError, connection, models, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, models, transaction
 from psycopg import pq
 
 from agentcal.db import InsertBatch, bound_cursor, json_value
@@ -73,10 +73,11 @@ def one_statement_transaction() -> Iterator[None]:
     dispatcher's nudge) run only if it commits, none if it raises or calls set_rollback() — around
     statements sent in autocommit, each its own transaction: no BEGIN and COMMIT round trips. Only
     statements that are whole writes by themselves (or write nothing) may run inside."""
+    database = connections[DEFAULT_DB_ALIAS]  # once: each use of the `connection` proxy looks it up
     with transaction.atomic(durable=True):
-        raw = connection.connection
+        raw = database.connection
         assert raw is not None
-        with connection.wrap_database_errors:
+        with database.wrap_database_errors:
             raw.autocommit = True  # idle: Django's atomic only set the flag, nothing was sent yet
         try:
             yield
