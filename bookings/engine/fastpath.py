@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, models, transaction
-from psycopg import pq
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, models
 
 from agentcal.db import InsertBatch, bound_cursor, json_value
 from agentcal.errors import SlotConflict
@@ -69,24 +68,35 @@ class RowsFor(InsertBatch):
 
 @contextmanager
 def one_statement_transaction() -> Iterator[None]:
-    """Django's bookkeeping of a durable transaction — on_commit callbacks (metrics, the outbox
-    dispatcher's nudge) run only if it commits, none if it raises or calls set_rollback() — around
-    statements sent in autocommit, each its own transaction: no BEGIN and COMMIT round trips. Only
-    statements that are whole writes by themselves (or write nothing) may run inside."""
+    """Django's bookkeeping of a transaction — on_commit callbacks (metrics, the outbox dispatcher's
+    nudge) run only if it commits, none if it raises or calls set_rollback() — around statements sent
+    in autocommit, each its own transaction: no BEGIN and COMMIT round trips. Only statements that are
+    whole writes by themselves (or write nothing) may run inside, and no atomic block (its savepoint
+    would find no transaction and fail).
+
+    Django's own atomic block would switch the connection out of autocommit and back, and this back
+    into it, on every write: a sixth of the in-process write's CPU (docs/performance-notes.md). So the
+    block is marked as Django marks one, and the connection stays in autocommit, as it is between
+    transactions."""
     database = connections[DEFAULT_DB_ALIAS]  # once: each use of the `connection` proxy looks it up
-    with transaction.atomic(durable=True):
-        raw = database.connection
-        assert raw is not None
-        with database.wrap_database_errors:
-            raw.autocommit = True  # idle: Django's atomic only set the flag, nothing was sent yet
-        try:
-            yield
-        finally:
-            # Back to what Django believes; its COMMIT (or ROLLBACK) then finds no transaction open on
-            # the server and sends nothing. A connection that died meanwhile is left as it is: Django's
-            # ROLLBACK fails on it, and Django closes it.
-            if not raw.broken and raw.info.transaction_status == pq.TransactionStatus.IDLE:
-                raw.autocommit = False
+    if database.in_atomic_block:
+        raise RuntimeError("A one-statement write runs outside any transaction.")
+    database.close_if_health_check_failed()  # as Django does when it opens a transaction
+    if not database.get_autocommit():  # (which connects)
+        raise RuntimeError("A one-statement write runs outside any transaction.")
+    database.needs_rollback = False
+    database.in_atomic_block = True
+    try:
+        yield
+    except BaseException:
+        database.in_atomic_block = False
+        database.needs_rollback, database.run_on_commit = False, []
+        raise
+    database.in_atomic_block = False
+    if database.needs_rollback:  # set_rollback(True): nothing was written
+        database.needs_rollback, database.run_on_commit = False, []
+    else:
+        database.run_and_clear_commit_hooks()
 
 
 # --- Statement building ------------------------------------------------------------------------------
