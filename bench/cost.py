@@ -33,8 +33,8 @@ from bookings.spans import Span
 
 SLOT = timedelta(minutes=5)
 WARM_UP_BOOKINGS = 5
-# What takes a calendar's lock: a row lock on it (FOR [NO KEY] UPDATE [NOWAIT | SKIP LOCKED]), an UPDATE of the row (the
-# version bump), or an advisory lock.
+# What takes a calendar's lock: a row lock on it (FOR [NO KEY] UPDATE [NOWAIT | SKIP LOCKED]), an UPDATE
+# of the row (the version bump), or an advisory lock.
 _LOCKING = re.compile(r"FOR (NO KEY )?UPDATE|UPDATE bookings_calendar\b|pg_advisory_xact_lock")
 
 
