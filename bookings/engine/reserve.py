@@ -355,7 +355,8 @@ def _reserve_in_one_statement(
         else:
             head.expires_at = decided_at + timedelta(seconds=ttl)
         return group
-    # Kept finding the lock taken by other writes: queue for it (after a last look, as _reserve() does).
+    # Each look found its span empty, yet other writes kept it from writing (a lock taken, then writes
+    # landing in the span meanwhile): the general path, after a last look, as _reserve() does.
     return _precheck([calendar], span, priority, ruled), False
 
 
