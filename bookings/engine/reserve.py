@@ -286,7 +286,9 @@ def _reserve_in_one_statement(
     ttl = ttl_seconds or calendar.hold_ttl_seconds
     rows = RowsFor()
     budget = budget_params(actor, holds=0 if commit else 1, bookings=1 if commit else 0)
-    outcome = None
+    near = search_window([calendar], span)
+    # With notice to give, the earliest start is now + notice, not a little before now.
+    grace = -notice if (notice := _notice(ruled)) else PAST_START_GRACE
     with one_statement_transaction():
         group = new_group(
             actor=actor,
@@ -318,9 +320,8 @@ def _reserve_in_one_statement(
                 calendar=calendar,
                 span=span,
                 priority=priority,
-                near=search_window([calendar], span),
-                # With notice to give, the earliest start is now + notice, not a little before now.
-                grace=-notice if (notice := _notice(ruled)) else PAST_START_GRACE,
+                near=near,
+                grace=grace,
                 ttl_seconds=None if commit else ttl,
                 bump_window_seconds=calendar.bump_window_seconds,
                 agent_public_id=actor.agent_public_id,
@@ -336,15 +337,15 @@ def _reserve_in_one_statement(
             # The span was empty, but another write held the lock (maybe for this very span: a herd)
             # and the statement waited for it to end; or the fresh look under the lock found the span
             # taken meanwhile. Look again.
-        if outcome is None or outcome.made is None:
+        if outcome.made is None:
             transaction.set_rollback(True)  # nothing was written: drop the on-commit callbacks
-    if outcome is not None and not outcome.within_budget:
+    if not outcome.within_budget:
         raise over_budget(actor, holds=0 if commit else 1)
-    if outcome is not None and outcome.made is None:
+    if outcome.made is None:
         now = _judge_precheck(outcome.precheck, span, priority, ruled, outcome.busy_near)
         if not outcome.clear:
             return now, True
-    if outcome is not None and outcome.made is not None:
+    else:
         row_id, version, decided_at = outcome.made
         head = group.primary
         head.pk, head._state.adding = row_id, False
