@@ -23,6 +23,7 @@ from django.db import connections
 from agentcal.clock import isoformat_z
 from agentcal.errors import AgentCalError
 from bench.baselines import BaselineStore
+from bench.lean_http import LeanHttpClient
 from bench.stats import CONFLICT, Outcome
 from bookings import engine
 from bookings.models import Calendar
@@ -154,7 +155,8 @@ def _engine_call(op: str, status: int, call: Callable[[], engine.ReservationGrou
 
 
 class HttpSession:
-    """One agent's HTTP connection to /v1 (its own httpx client: connection per thread)."""
+    """One agent's HTTP connection to /v1: its own httpx client, or with `lean` its own LeanHttpClient
+    (the big herd's racers: bench/lean_http.py says why)."""
 
     mode = "http"
 
@@ -166,11 +168,14 @@ class HttpSession:
         timeout: float = 30.0,
         idempotency_keys: bool = False,
         headers: dict[str, str] | None = None,
+        lean: bool = False,
     ) -> None:
-        self.client = http_client(
-            base_url.rstrip("/") + "/v1",
-            headers={"Authorization": f"Bearer {raw_key}", **(headers or {})},
-            timeout=timeout,
+        api = base_url.rstrip("/") + "/v1"
+        sent = {"Authorization": f"Bearer {raw_key}", **(headers or {})}
+        self.client: httpx.Client | LeanHttpClient = (
+            LeanHttpClient(api, headers=sent, timeout=timeout, tls=_tls_context())
+            if lean
+            else http_client(api, headers=sent, timeout=timeout)
         )
         self.idempotency_keys = idempotency_keys
 
@@ -180,7 +185,7 @@ class HttpSession:
         try:
             response = self.client.request(method, path, json=body, headers=headers)
             seconds = time.perf_counter() - started
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, OSError) as exc:  # LeanHttpError is an OSError
             return Outcome(op, 0, time.perf_counter() - started, code=type(exc).__name__), {}
         try:
             payload = response.json()

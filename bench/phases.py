@@ -76,9 +76,11 @@ class Phases:
         nodes: int = 1,
         url: str | None = None,
         as_agent: int | None = None,
+        lean: bool = False,
     ) -> Callable[[int], EngineWorker]:
         """Agent i's worker; through HTTP, agent i talks to web node i mod `nodes` (or to the server at
-        `url`). With `as_agent`, every thread speaks as that one agent."""
+        `url`). With `as_agent`, every thread speaks as that one agent; with `lean`, through
+        bench/lean_http.py instead of httpx."""
         if mode == IN_PROCESS:
             target = self.target
             assert isinstance(target, LocalTarget)
@@ -94,6 +96,7 @@ class Phases:
                 timeout=self.config.http_timeout,
                 idempotency_keys=self.config.idempotency_keys,
                 headers=self.config.http_headers,
+                lean=lean,
             ),
             calendars,
         )
@@ -275,8 +278,8 @@ class Phases:
 
     def _big_herd(self) -> None:
         """`herd_racers` agents (500), one slot per round, through HTTP: each racer a thread with its own
-        connection, so the process needs a file descriptor per racer (and gunicorn's listen backlog,
-        2048, holds the connections its workers have not accepted yet)."""
+        connection (bench/lean_http.py), so the process needs a file descriptor per racer (and gunicorn's
+        listen backlog, 2048, holds the connections its workers have not accepted yet)."""
         if not self.http:
             self.progress.note("herd500: skipped (HTTP only)")
             return
@@ -296,7 +299,7 @@ class Phases:
         result = self._herd_phase(
             "engine",
             HTTP,
-            self.engine_opener(HTTP, [calendar], nodes=nodes),
+            self.engine_opener(HTTP, [calendar], nodes=nodes, lean=True),
             spans,
             agents=config.herd_racers,
             scenario=BIG_HERD,
