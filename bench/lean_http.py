@@ -100,7 +100,8 @@ def _parse(answer: bytes) -> LeanResponse:
 
 
 def _unchunk(data: bytes) -> bytes:
-    body, at = [], 0
+    body: list[bytes] = []
+    at = 0
     while True:
         line_end = data.find(b"\r\n", at)
         if line_end < 0:
