@@ -12,11 +12,12 @@ from bench.stats import ScenarioResult, find, ratio
 
 # The seed product's published headline, which the big herd is set against.
 SEED_HEADLINE = {"racers": 500, "double_bookings": 0, "p99_ms": 112.0}
-# The big herd's p99 of the code before the agent request path was cut (c7b6e03), re-measured on the
-# publishing machine kind with the racers of bench/lean_http.py, alternating with the cut code: the median
-# of three runs (docs/performance-notes.md, "The big herd against the code it started from"). The cut is to
-# halve it. The figure published at c7b6e03, 3,272 ms, came from a slower machine and a heavier client.
-STARTING_BIG_HERD_P99_MS = 1362.7
+# The big herd's p99 of the code before the agent request path was cut (c7b6e03), re-measured in the kind of
+# run that is published (the embedded PostgreSQL, on the publishing machine kind) with the racers of
+# bench/lean_http.py, alternating with the cut code: the median of three runs (docs/performance-notes.md,
+# "The big herd against the code it started from"). The cut is to halve it. The figure published at
+# c7b6e03, 3,272 ms, came from a slower machine and a heavier client.
+STARTING_BIG_HERD_P99_MS = 1639.6
 STARTING_COMMIT = "c7b6e03"
 HTTP_RATIO_TARGET, IN_PROCESS_RATIO_TARGET, WEB_CPU_TARGET_MS = 0.6, 0.7, 3.0
 
