@@ -55,7 +55,9 @@ def run(args: argparse.Namespace) -> int:
 
     call_command("migrate", interactive=False, verbosity=0)
     python = sys.executable
-    workers = str(args.workers or os.environ.get("WEB_CONCURRENCY") or (os.cpu_count() or 1) * 2 + 1)
+    from agentcal.sizing import default_web_workers
+
+    workers = str(args.workers or default_web_workers())
     bind = f"{args.host}:{args.port}"
     commands = {
         "web": [
@@ -150,7 +152,11 @@ def main(argv: list[str] | None = None) -> int:
     run_parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
     run_parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
     run_parser.add_argument(
-        "--workers", type=int, default=None, help="gunicorn workers (default 2 x cores + 1)"
+        "--workers",
+        type=int,
+        default=None,
+        help="gunicorn workers (default WEB_CONCURRENCY, else cores + 1 with PostgreSQL on this machine, "
+        "2 x cores + 1 without)",
     )
     run_parser.add_argument(
         "--threads",

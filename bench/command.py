@@ -13,13 +13,13 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from agentcal.sizing import default_web_workers
 from bench import report as reports
 from bench.config import HTTP, IN_PROCESS, SCENARIOS, BenchConfig
 from bench.progress import Progress
 from bench.runner import run
 from bench.scenarios import MixPlan
 from bench.sections import markdown
-from bench.server import default_workers
 
 MODES = (IN_PROCESS, HTTP)
 
@@ -104,7 +104,7 @@ class Command(BaseCommand):
         what.add_argument(
             "--workers",
             type=int,
-            default=default_workers(),
+            default=default_web_workers(),
             help="gunicorn workers per web node (as `agentcal run`)",
         )
         what.add_argument(

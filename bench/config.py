@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agentcal.sizing import default_web_workers
 from bench.baselines import DEFAULT_SCHEMA
 from bench.scenarios import MixPlan
-from bench.server import default_workers
 
 IN_PROCESS, HTTP = "in-process", "http"
 # The runaway scenario runs last: it gives its flooding agent (the last agent; the big herd's racers, more
@@ -30,7 +30,7 @@ class BenchConfig:
     duration: float = 8.0  # seconds per timed phase (disjoint, mix)
     max_ops: int = 50_000  # cap per timed phase
     herd_time_limit: float = 60.0  # seconds per herd phase; rounds not started by then are skipped
-    workers: int = field(default_factory=default_workers)  # gunicorn workers per node, as `agentcal run`
+    workers: int = field(default_factory=default_web_workers)  # gunicorn workers per node, as `agentcal run`
     threads: int = 1  # threads per gunicorn worker, as `agentcal run` (WEB_THREADS)
     nodes: int = 1  # nodes scenario: web nodes (gunicorn masters), measured with 1, 2, … of them
     herd_racers: int = 500  # herd500: agents racing for each slot

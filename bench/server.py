@@ -24,11 +24,6 @@ START_TIMEOUT_SECONDS = 60.0
 STOP_TIMEOUT_SECONDS = 15.0
 
 
-def default_workers() -> int:
-    """The same default as `agentcal run`: WEB_CONCURRENCY, else 2 x cores + 1."""
-    return int(os.environ.get("WEB_CONCURRENCY") or (os.cpu_count() or 1) * 2 + 1)
-
-
 def free_loopback_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
