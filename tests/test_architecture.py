@@ -50,6 +50,7 @@ KERNEL = tuple(
         "sealing",
         "rate_limits",
         "shared_buckets",
+        "sizing",
     )
 )
 # The composition root wires the apps together; nothing imports it (settings are read via django.conf).
