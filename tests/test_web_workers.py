@@ -2,44 +2,33 @@
 
 from __future__ import annotations
 
-import copy
 import os
 
 import pytest
-from django.conf import settings
-from django.test import override_settings
 
-from agentcal.sizing import default_web_workers
-
-CORES = os.cpu_count() or 1
-
-
-def _database_at(host: str) -> dict:
-    databases = copy.deepcopy(settings.DATABASES)
-    databases["default"]["HOST"] = host
-    return databases
+from agentcal.sizing import default_web_workers, web_workers
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "::1", "", "/var/run/postgresql"])
-def test_postgresql_on_this_machine_gets_cores_plus_one(monkeypatch: pytest.MonkeyPatch, host: str) -> None:
+def test_postgresql_on_this_machine_gets_cores_plus_one(host: str) -> None:
+    assert web_workers(configured=None, database_host=host, embedded_database=False, cores=2) == 3
+
+
+def test_the_embedded_postgresql_is_on_this_machine() -> None:
+    assert web_workers(configured=None, database_host="db.internal", embedded_database=True, cores=4) == 5
+
+
+def test_postgresql_elsewhere_gets_twice_the_cores_plus_one() -> None:
+    assert web_workers(configured=None, database_host="db.internal", embedded_database=False, cores=2) == 5
+
+
+def test_web_concurrency_decides_when_set() -> None:
+    assert web_workers(configured="7", database_host="127.0.0.1", embedded_database=True, cores=2) == 7
+
+
+def test_the_test_run_reads_its_own_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The suite's PostgreSQL is this machine's (embedded or local), so its default is cores + 1.
     monkeypatch.delenv("WEB_CONCURRENCY", raising=False)
-    with override_settings(DATABASES=_database_at(host), USING_EMBEDDED_POSTGRES=False):
-        assert default_web_workers() == CORES + 1
-
-
-def test_the_embedded_postgresql_is_on_this_machine(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("WEB_CONCURRENCY", raising=False)
-    with override_settings(DATABASES=_database_at("db.internal"), USING_EMBEDDED_POSTGRES=True):
-        assert default_web_workers() == CORES + 1
-
-
-def test_postgresql_elsewhere_gets_twice_the_cores_plus_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("WEB_CONCURRENCY", raising=False)
-    with override_settings(DATABASES=_database_at("db.internal"), USING_EMBEDDED_POSTGRES=False):
-        assert default_web_workers() == 2 * CORES + 1
-
-
-def test_web_concurrency_decides_when_set(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("WEB_CONCURRENCY", "7")
-    with override_settings(DATABASES=_database_at("127.0.0.1"), USING_EMBEDDED_POSTGRES=True):
-        assert default_web_workers() == 7
+    assert default_web_workers() == (os.cpu_count() or 1) + 1
+    monkeypatch.setenv("WEB_CONCURRENCY", "9")
+    assert default_web_workers() == 9
