@@ -79,23 +79,23 @@ def one_statement_transaction() -> Iterator[None]:
     block is marked as Django marks one, and the connection stays in autocommit, as it is between
     transactions."""
     database = connections[DEFAULT_DB_ALIAS]  # once: each use of the `connection` proxy looks it up
+    outside = "A one-statement write runs outside any transaction."
     if database.in_atomic_block:
-        raise RuntimeError("A one-statement write runs outside any transaction.")
+        raise RuntimeError(outside)
     database.close_if_health_check_failed()  # as Django does when it opens a transaction
     if not database.get_autocommit():  # (which connects)
-        raise RuntimeError("A one-statement write runs outside any transaction.")
+        raise RuntimeError(outside)
     database.needs_rollback = False
     database.in_atomic_block = True
+    committed = False
     try:
         yield
-    except BaseException:
+        committed = not database.needs_rollback  # set_rollback(True): nothing was written
+    finally:
         database.in_atomic_block = False
-        database.needs_rollback, database.run_on_commit = False, []
-        raise
-    database.in_atomic_block = False
-    if database.needs_rollback:  # set_rollback(True): nothing was written
-        database.needs_rollback, database.run_on_commit = False, []
-    else:
+        if not committed:
+            database.needs_rollback, database.run_on_commit = False, []
+    if committed:
         database.run_and_clear_commit_hooks()
 
 
