@@ -305,12 +305,24 @@ class BaselineWorker:
 
 
 class BaselineHttpWorker:
-    """Reserve through a baseline served by bench.baseline_wsgi under gunicorn."""
+    """Reserve through a baseline served by bench.baseline_wsgi under gunicorn (with `lean`, through
+    bench/lean_http.py, as the big herd's racers do)."""
 
     def __init__(
-        self, *, base_url: str, variant: str, calendar_ids: Sequence[int], agent: str, timeout: float = 30.0
+        self,
+        *,
+        base_url: str,
+        variant: str,
+        calendar_ids: Sequence[int],
+        agent: str,
+        timeout: float = 30.0,
+        lean: bool = False,
     ) -> None:
-        self.client = http_client(base_url, timeout=timeout)
+        self.client: httpx.Client | LeanHttpClient = (
+            LeanHttpClient(base_url, timeout=timeout, tls=_tls_context())
+            if lean
+            else http_client(base_url, timeout=timeout)
+        )
         self.variant = variant
         self.calendar_ids = list(calendar_ids)
         self.agent = agent
@@ -319,8 +331,10 @@ class BaselineHttpWorker:
         body = {"start_time": isoformat_z(span.start), "end_time": isoformat_z(span.end), "agent": self.agent}
         started = time.perf_counter()
         try:
-            response = self.client.post(f"/{self.variant}/{self.calendar_ids[calendar_index]}", json=body)
-        except httpx.HTTPError as exc:
+            response = self.client.request(
+                "POST", f"/{self.variant}/{self.calendar_ids[calendar_index]}", json=body
+            )
+        except (httpx.HTTPError, OSError) as exc:  # LeanHttpError is an OSError
             return [Outcome("insert", 0, time.perf_counter() - started, code=type(exc).__name__)]
         seconds = time.perf_counter() - started
         code = CONFLICT if response.status_code == 409 else ""

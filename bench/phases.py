@@ -102,7 +102,7 @@ class Phases:
         )
 
     def _baseline_opener(
-        self, variant: str, mode: str, calendar_ids: Sequence[int]
+        self, variant: str, mode: str, calendar_ids: Sequence[int], *, lean: bool = False
     ) -> Callable[[int], Worker]:
         if mode == HTTP:
             assert self.deployment.baseline_url is not None
@@ -113,6 +113,7 @@ class Phases:
                 calendar_ids=calendar_ids,
                 agent=f"agent-{i}",
                 timeout=self.config.http_timeout,
+                lean=lean,
             )
         gap = self.config.naive_gap_seconds if variant in ("naive", "advisory_lock") else 0.0
         return lambda i: BaselineWorker(
@@ -279,7 +280,8 @@ class Phases:
     def _big_herd(self) -> None:
         """`herd_racers` agents (500), one slot per round, through HTTP: each racer a thread with its own
         connection (bench/lean_http.py), so the process needs a file descriptor per racer (and gunicorn's
-        listen backlog, 2048, holds the connections its workers have not accepted yet)."""
+        listen backlog, 2048, holds the connections its workers have not accepted yet). Then the same
+        racers against (b) through HTTP, the same run's yardstick for the engine's round."""
         if not self.http:
             self.progress.note("herd500: skipped (HTTP only)")
             return
@@ -294,25 +296,44 @@ class Phases:
         window = Span(spans[0].start, spans[-1].end)
         nodes = min(config.herd_racers_nodes, len(self.deployment.node_urls)) or 1
         calendar = self.target.calendar_create(f"bench herd of {config.herd_racers}")
-        web = self.deployment.node_urls[:nodes]
-        web_cpu_before, client_cpu_before = self.deployment.web_cpu(web), time.process_time()
-        result = self._herd_phase(
+        result = self._measured_big_herd(
             "engine",
-            HTTP,
             self.engine_opener(HTTP, [calendar], nodes=nodes, lean=True),
             spans,
-            agents=config.herd_racers,
-            scenario=BIG_HERD,
+            self.deployment.node_urls[:nodes],
         )
-        client_cpu, web_cpu_after = time.process_time() - client_cpu_before, self.deployment.web_cpu(web)
         result.double_bookings = self.target.double_bookings([calendar], window)
         result.extra.update(nodes=nodes, workers_per_node=config.workers if config.url is None else None)
+        self.results.append(result)
+        if self.config.baselines and self.deployment.baseline_url is not None:
+            ids = self._new_baseline_calendars(1)
+            result = self._measured_big_herd(
+                "advisory_lock",
+                self._baseline_opener("advisory_lock", HTTP, ids, lean=True),
+                spans,
+                [self.deployment.baseline_url],
+            )
+            result.double_bookings = baselines.overlapping_pairs(
+                self.conninfo, "advisory_lock", ids, self.config.baseline_schema
+            )
+            result.extra.update(nodes=1, workers_per_node=config.workers)
+            self.results.append(result)
+
+    def _measured_big_herd(
+        self, variant: str, open_worker: Callable[[int], Worker], spans: list[Span], servers: Sequence[str]
+    ) -> ScenarioResult:
+        """One big herd, with the CPU per attempt of the servers it went to and of the racers' own
+        client, which shares the machine's cores with them: where a round's time went."""
+        web_cpu_before, client_cpu_before = self.deployment.web_cpu(servers), time.process_time()
+        result = self._herd_phase(
+            variant, HTTP, open_worker, spans, agents=self.config.herd_racers, scenario=BIG_HERD
+        )
+        client_cpu, web_cpu_after = time.process_time() - client_cpu_before, self.deployment.web_cpu(servers)
         if attempts := result.attempts:
-            # The racers' own CPU shares the machine's cores with the web workers: where a round's time went.
             result.extra["client_cpu_ms_per_attempt"] = 1000 * client_cpu / attempts
             if web_cpu_before is not None and web_cpu_after is not None:
                 result.extra["web_cpu_ms_per_attempt"] = 1000 * (web_cpu_after - web_cpu_before) / attempts
-        self.results.append(result)
+        return result
 
     # --- 2. disjoint -----------------------------------------------------------------------------------
 

@@ -61,7 +61,7 @@ def test_two_web_nodes_share_the_herd_and_give_it_one_winner(tmp_path: Path) -> 
     assert urls == {f"{url}/v1/" for url in bench.deployment.node_urls}
 
 
-def test_the_big_herd_gives_one_winner_and_sets_it_against_the_seeds_figure() -> None:
+def test_the_big_herd_gives_one_winner_and_is_set_against_b_and_the_seeds_figure() -> None:
     # Under gunicorn, whose listen backlog holds the racers its two workers have not reached yet (the
     # test live server's queue of 10 would refuse most of them).
     report = Bench(
@@ -71,6 +71,7 @@ def test_the_big_herd_gives_one_winner_and_sets_it_against_the_seeds_figure() ->
             herd_racers=40,
             herd_racers_rounds=2,
             workers=2,
+            baselines=True,
             server_env=servers_on_the_test_database(),
         )
     ).run()
@@ -83,7 +84,12 @@ def test_the_big_herd_gives_one_winner_and_sets_it_against_the_seeds_figure() ->
     assert big.conflicts == 78 and big.extra["losers_without_alternatives"] == 0
     (headline,) = [g for g in report.data["goals"] if g["goal"].startswith("the seed's headline")]
     assert headline["measured"].startswith("40 racers: 2 of 2 rounds with one winner, 0 double bookings")
-    assert "**The big herd**" in markdown(report)
+    # The same racers against (b), the yardstick of the big herd's goal.
+    yardstick = find(report.results, BIG_HERD, "advisory_lock", HTTP)
+    assert yardstick is not None and yardstick.attempts == 80 and yardstick.errors == 0
+    assert yardstick.double_bookings == 0 and yardstick.extra["rounds_with_one_winner"] == 2
+    assert yardstick.extra["web_cpu_ms_per_attempt"] > 0
+    assert "**The big herd**" in markdown(report) and "The same racers against (b)" in markdown(report)
 
 
 # PostgreSQL's backend CPU is read from /proc in clock ticks (10 ms): eight bookings (~2 ms of backend CPU
