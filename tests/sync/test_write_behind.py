@@ -66,8 +66,8 @@ def test_a_booking_is_written_once_even_by_concurrent_runs_and_removed_on_cancel
     # The echo comes back on the next sync and is recognised: it blocks nothing, not even others.
     synced(linked)
     assert blocks_of(linked.pk) == set()
-    start = hour(30)
-    assert upstream_busy(sdr, linked.calendar_id, start, start + 2 * (start - start.replace(hour=0))) == []
+    around = (hour(29), hour(32))  # the booking's half hour, and time either side of it
+    assert upstream_busy(sdr, linked.calendar_id, *around) == []
     assert sdr.client.get(f"/bookings/{booking['id']}").json()["upstream_conflict"] is False
 
     assert sdr.client.delete(f"/bookings/{booking['id']}").status_code in (200, 204)
