@@ -11,7 +11,7 @@ Design: docs/architecture.md, "The engine's write path"; numbers: docs/performan
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -183,6 +183,19 @@ def unsaved(model: type[M], **values: Any) -> M:
         else:
             unknown = sorted(set(values) - fields.attnames - set(fields.related))
             raise TypeError(f"{model.__name__}() got unexpected arguments {unknown}")
+    return instance
+
+
+def loaded(model: type[M], attnames: Sequence[str], values: Sequence[Any]) -> M:
+    """`model.from_db("default", attnames, values)`: a saved instance from a row read by its attnames (a
+    field not read stays deferred), without Model.__init__'s walk of every field (the commit's moved row,
+    on every commit). A model with pre_init or post_init receivers is made by from_db, which sends them."""
+    if pre_init.has_listeners(model) or post_init.has_listeners(model):
+        return model.from_db(DEFAULT_DB_ALIAS, attnames, values)
+    instance = object.__new__(model)
+    instance.__dict__.update(zip(attnames, values, strict=True))
+    state = instance._state = ModelState()
+    state.adding, state.db = False, DEFAULT_DB_ALIAS
     return instance
 
 

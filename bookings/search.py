@@ -19,7 +19,7 @@ from typing import Any
 
 from django.db import connection, models, transaction
 
-from agentcal.db import bound_cursor
+from agentcal.db import bound_cursor, loaded
 from agentcal.errors import NotFound
 from agentcal.metrics import SEARCH_SECONDS
 from bookings.engine.rules import check_span_length
@@ -237,7 +237,7 @@ _BUSY_SQL = {padded: _busy_sql(padded=padded) for padded in (False, True)}
 
 
 def _calendar_from(row: Sequence[Any]) -> Calendar:
-    calendar = Calendar.from_db("default", _CALENDAR_COLUMNS, row)
+    calendar = loaded(Calendar, _CALENDAR_COLUMNS, row)
     for column in _JSON_COLUMNS:
         value = getattr(calendar, column)
         if isinstance(value, str):

@@ -12,7 +12,7 @@ from django.db import connection, transaction
 from django.db.models import Count, Q
 from django.db.models.functions import Now
 
-from agentcal.db import bound_cursor
+from agentcal.db import bound_cursor, loaded
 from bookings.models import LIVE_STATUSES, BusyBlock, Calendar, Reservation, overlapping_q
 from bookings.rules import blocked_time
 from bookings.spans import BusyIndex, Span, grid_slots
@@ -168,7 +168,7 @@ def _instances(values: Sequence[Any]) -> list[Any]:
     instances, start = [], 0
     for model, names in zip(_LOADED, _ATTNAMES, strict=True):
         part = values[start : start + len(names)]
-        instances.append(None if part[0] is None else model.from_db("default", names, part))
+        instances.append(None if part[0] is None else loaded(model, names, part))
         start += len(names)
     return instances
 
@@ -185,7 +185,7 @@ def calendar_in_workspace(*, workspace_id: int, public_id: str) -> Calendar | No
     with bound_cursor() as cursor:
         cursor.execute(_CALENDAR_SQL, {"workspace": workspace_id, "public_id": public_id})
         row = cursor.fetchone()
-    return None if row is None else Calendar.from_db("default", _CALENDAR_ATTNAMES, row)
+    return None if row is None else loaded(Calendar, _CALENDAR_ATTNAMES, row)
 
 
 # --- What people's pages read -----------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, models
 
-from agentcal.db import InsertBatch, bound_cursor, json_value
+from agentcal.db import InsertBatch, bound_cursor, json_value, loaded
 from agentcal.errors import SlotConflict
 from audit.models import AuditRecord
 from bookings.engine.budgets import budget_sql
@@ -453,6 +453,6 @@ def commit_in_one_statement(
     (within_budget, now, waited, bumped), values = found[:4], found[4:]
     if waited is not None:
         observe_lock_wait(waited)
-    moved = None if values[0] is None else Reservation.from_db("default", _RESERVATION_ATTNAMES, values)
+    moved = None if values[0] is None else loaded(Reservation, _RESERVATION_ATTNAMES, values)
     assert (bumped is None) == (moved is None)  # the calendar's version moved iff the hold did
     return CommitOutcome(within_budget=bool(within_budget), now=now, moved=moved)

@@ -169,6 +169,38 @@ def test_unsaved_makes_what_the_model_makes(actor: Actor) -> None:
         Reservation(nonsense=1)  # type: ignore[misc]
 
 
+def test_loaded_makes_what_from_db_makes(actor: Actor) -> None:
+    """agentcal.db.loaded: the saved instance Model.from_db would make from a row, field for field,
+    with the fields not read left deferred; a model with init receivers still goes through from_db."""
+    from django.db.models.signals import post_init
+
+    from agentcal.db import loaded
+
+    calendar = engine.calendar_create(actor=actor, name="room")
+    engine.hold_create(actor=actor, calendar=calendar, span=half_hour(1))
+    attnames = [f.attname for f in Reservation._meta.concrete_fields]
+    row = Reservation.objects.values_list(*attnames).get()
+    ours, theirs = loaded(Reservation, attnames, row), Reservation.from_db("default", attnames, row)
+    for name in attnames:
+        assert getattr(ours, name) == getattr(theirs, name), name
+    assert not ours._state.adding and ours._state.db == "default" and ours == theirs
+    assert ours.get_deferred_fields() == theirs.get_deferred_fields() == set()
+    some = attnames[:3]
+    partial, expected = loaded(Reservation, some, row[:3]), Reservation.from_db("default", some, row[:3])
+    assert partial.get_deferred_fields() == expected.get_deferred_fields() != set()
+    assert partial.priority == theirs.priority  # a deferred field is read when used, as Django does
+    seen: list[object] = []
+
+    def receiver(sender: type, instance: object, **kwargs: object) -> None:
+        seen.append(instance)
+
+    post_init.connect(receiver, sender=Reservation)
+    try:
+        assert loaded(Reservation, attnames, row) in seen
+    finally:
+        post_init.disconnect(receiver, sender=Reservation)
+
+
 def test_a_group_read_beside_a_known_calendar_and_agent_is_the_group_read_whole(actor: Actor) -> None:
     """A commit reads its hold's rows without the columns of the calendar and agent it already holds:
     rows on other calendars, or of another agent, still get theirs, and another workspace's stay out."""
