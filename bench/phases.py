@@ -281,7 +281,7 @@ class Phases:
         """`herd_racers` agents (500), one slot per round, through HTTP: each racer a thread with its own
         connection (bench/lean_http.py), so the process needs a file descriptor per racer (and gunicorn's
         listen backlog, 2048, holds the connections its workers have not accepted yet). Then the same
-        racers against (b) through HTTP, the same run's yardstick for the engine's round."""
+        racers against (b) through HTTP: the floor of a round on the same cores."""
         if not self.http:
             self.progress.note("herd500: skipped (HTTP only)")
             return
