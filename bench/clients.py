@@ -70,6 +70,15 @@ def _tls_context() -> ssl.SSLContext:
     return ssl.create_default_context()
 
 
+def racer_client(
+    base_url: str, *, lean: bool, timeout: float, headers: dict[str, str] | None = None
+) -> httpx.Client | LeanHttpClient:
+    """A racer's own client: httpx, or with `lean` bench/lean_http.py (the big herd's racers)."""
+    if lean:
+        return LeanHttpClient(base_url, headers=headers, timeout=timeout, tls=_tls_context())
+    return http_client(base_url, headers=headers or {}, timeout=timeout)
+
+
 # --- The engine, called in-process ------------------------------------------------------------------------
 
 
@@ -172,11 +181,7 @@ class HttpSession:
     ) -> None:
         api = base_url.rstrip("/") + "/v1"
         sent = {"Authorization": f"Bearer {raw_key}", **(headers or {})}
-        self.client: httpx.Client | LeanHttpClient = (
-            LeanHttpClient(api, headers=sent, timeout=timeout, tls=_tls_context())
-            if lean
-            else http_client(api, headers=sent, timeout=timeout)
-        )
+        self.client = racer_client(api, lean=lean, timeout=timeout, headers=sent)
         self.idempotency_keys = idempotency_keys
 
     def _send(self, op: str, method: str, path: str, body: dict[str, Any]) -> tuple[Outcome, dict[str, Any]]:
@@ -318,11 +323,7 @@ class BaselineHttpWorker:
         timeout: float = 30.0,
         lean: bool = False,
     ) -> None:
-        self.client: httpx.Client | LeanHttpClient = (
-            LeanHttpClient(base_url, timeout=timeout, tls=_tls_context())
-            if lean
-            else http_client(base_url, timeout=timeout)
-        )
+        self.client = racer_client(base_url, lean=lean, timeout=timeout)
         self.variant = variant
         self.calendar_ids = list(calendar_ids)
         self.agent = agent

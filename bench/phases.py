@@ -305,7 +305,7 @@ class Phases:
         result.double_bookings = self.target.double_bookings([calendar], window)
         result.extra.update(nodes=nodes, workers_per_node=config.workers if config.url is None else None)
         self.results.append(result)
-        if self.config.baselines and self.deployment.baseline_url is not None:
+        if config.baselines and self.deployment.baseline_url is not None:
             ids = self._new_baseline_calendars(1)
             result = self._measured_big_herd(
                 "advisory_lock",
@@ -314,7 +314,7 @@ class Phases:
                 [self.deployment.baseline_url],
             )
             result.double_bookings = baselines.overlapping_pairs(
-                self.conninfo, "advisory_lock", ids, self.config.baseline_schema
+                self.conninfo, "advisory_lock", ids, config.baseline_schema
             )
             result.extra.update(nodes=1, workers_per_node=config.workers)
             self.results.append(result)

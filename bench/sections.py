@@ -190,7 +190,7 @@ def _big_herd_markdown(results: list[dict[str, Any]]) -> list[str]:
         return []
     latency = big["latency_ms"]
     b = next((r for r in results if r["scenario"] == "herd500" and r["variant"] == "advisory_lock"), None)
-    yardstick = (
+    floor = (
         f"The same racers against (b) advisory lock through HTTP: p99 {fmt_ms(b['latency_ms']['p99'])}, "
         f"CPU per attempt {fmt_ms(b.get('web_cpu_ms_per_attempt'))} in its workers and "
         f"{fmt_ms(b.get('client_cpu_ms_per_attempt'))} in the client. "
@@ -206,7 +206,7 @@ def _big_herd_markdown(results: list[dict[str, Any]]) -> list[str]:
         f"p99 {fmt_ms(latency['p99'])}; winner p99 {fmt_ms(big['winner_latency_ms']['p99'])}, loser p99 "
         f"{fmt_ms(big['loser_latency_ms']['p99'])} (ratio {fmt_ratio(big['loser_p99_over_winner_p99'])}). "
         f"CPU per attempt: web workers {fmt_ms(big.get('web_cpu_ms_per_attempt'))}, the racers' own client "
-        f"(this process, on the same cores) {fmt_ms(big.get('client_cpu_ms_per_attempt'))}. {yardstick}"
+        f"(this process, on the same cores) {fmt_ms(big.get('client_cpu_ms_per_attempt'))}. {floor}"
         f"The seed product published {SEED_HEADLINE['racers']} concurrent attempts, "
         f"{SEED_HEADLINE['double_bookings']} double bookings, p99 {SEED_HEADLINE['p99_ms']:.0f} ms "
         "(docs/scaling.md compares them).",

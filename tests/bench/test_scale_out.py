@@ -84,7 +84,7 @@ def test_the_big_herd_gives_one_winner_and_is_set_against_b_and_the_seeds_figure
     assert big.conflicts == 78 and big.extra["losers_without_alternatives"] == 0
     (headline,) = [g for g in report.data["goals"] if g["goal"].startswith("the seed's headline")]
     assert headline["measured"].startswith("40 racers: 2 of 2 rounds with one winner, 0 double bookings")
-    # The same racers against (b), the yardstick of the big herd's goal.
+    # The same racers against (b): the floor of a round on the same cores.
     yardstick = find(report.results, BIG_HERD, "advisory_lock", HTTP)
     assert yardstick is not None and yardstick.attempts == 80 and yardstick.errors == 0
     assert yardstick.double_bookings == 0 and yardstick.extra["rounds_with_one_winner"] == 2
