@@ -15,8 +15,7 @@ from django.contrib.auth import get_user_model
 
 from accounts.models import Membership, Role
 from bookings.models import Calendar
-from tests.e2e.helpers import ARTIFACTS
-from tests.e2e.test_responsive_and_accessible import DESKTOP, PHONE, open_context, overflow, sign_in
+from tests.e2e.helpers import ARTIFACTS, DESKTOP, PHONE, open_context, overflow, sign_in
 from workspaces.models import Workspace
 
 pytestmark = pytest.mark.slow
@@ -41,7 +40,7 @@ def test_an_owner_sets_up_a_calendars_rules_in_the_browser(
     context, page, failures = open_context(chromium_context_factory, viewport)
     page.on("console", lambda m: failures.append(f"console: {m.text}") if m.type == "error" else None)
     page.context.new_cdp_session(page).send("Emulation.setTimezoneOverride", {"timezoneId": zone})
-    sign_in(context, base, owner)
+    sign_in(page, owner, base)
 
     page.goto(f"{base}/w/acme/calendars/{calendar.public_id}/settings")
 

@@ -1,4 +1,4 @@
-"""End to end in real Chromium: an owner signed in with a passkey pauses an agent through the confirm
+"""End to end in real Chromium: a signed-in owner pauses an agent through the confirm
 step, and the agent's next write over real HTTP is refused (423); resuming lets it write again (201).
 `-m screenshots` also shoots the agent's page with its limits, and the paused banner, at 1280 and 390 px."""
 
@@ -8,19 +8,24 @@ import re
 import time
 from datetime import UTC, datetime
 from io import StringIO
-from typing import Any
 
 import httpx
 import pytest
 from django.core.management import call_command
-from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from audit.events import AuditEvent
 from audit.models import AuditRecord
 from guardrails.models import LimitNotice
 from tests.e2e.axe import axe_violations, describe
-from tests.e2e.helpers import add_virtual_authenticator, screenshot, watch_csp_violations
-from tests.e2e.test_responsive_and_accessible import DESKTOP, PHONE, open_context, overflow, sign_in
+from tests.e2e.helpers import (
+    DESKTOP,
+    PHONE,
+    open_context,
+    overflow,
+    screenshot,
+    sign_in,
+    watch_csp_violations,
+)
 from tests.helpers import http_client, slot
 from workspaces.keys import api_key_create
 from workspaces.models import Agent, Workspace
@@ -38,36 +43,16 @@ def write_status(api: httpx.Client, expected: int, within_seconds: float = 5.0) 
         time.sleep(0.2)
 
 
-def sign_in_with_a_passkey(page: Any, base: str) -> None:
-    """`create_owner`'s magic link, a passkey added, then a fresh sign-in with that passkey."""
-    out = StringIO()
-    call_command("create_owner", "olivia@acme.test", "--workspace", "acme", stdout=out, stderr=StringIO())
-    page.goto(out.getvalue().strip().splitlines()[-1])
-    page.get_by_test_id("magic-continue").click()
-    page.wait_for_url(f"{base}/auth/passkeys")
-    page.get_by_placeholder(re.compile("Name")).fill("Olivia's laptop")
-    page.get_by_role("button", name="Add a passkey").click()
-    page.get_by_test_id("passkey-row").wait_for()
-    page.get_by_role("button", name="Sign out", exact=True).click()
-    page.wait_for_url(re.compile(r"/auth/sign-in"))
-    # The autofill (conditional) request may complete by itself with the virtual authenticator.
-    try:
-        page.wait_for_url(re.compile(r"/w/acme/"), timeout=3_000)
-    except PlaywrightTimeout:
-        page.get_by_role("button", name="Sign in with a passkey").click()
-        page.wait_for_url(re.compile(r"/w/acme/"))
-
-
 def test_an_owner_pauses_an_agent_and_its_writes_are_refused_until_resumed(
     live_server, dashboard_settings, browser_page, transactional_db
 ):
     base = dashboard_settings.DASHBOARD_BASE_URL
     page = browser_page
-    add_virtual_authenticator(page)
     violations = watch_csp_violations(page)
-    sign_in_with_a_passkey(page, base)
-
+    quiet = {"stdout": StringIO(), "stderr": StringIO()}
+    call_command("create_owner", "olivia@acme.test", "--workspace", "acme", **quiet)
     workspace = Workspace.objects.get(slug="acme")
+    sign_in(page, workspace.memberships.get().user, base)
     agent = Agent.objects.create(workspace=workspace, name="sales-bot", slug="sales-bot", priority=100)
     _, raw = api_key_create(agent=agent, scopes=["calendars:write", "bookings:read", "bookings:write"])
     api = http_client(f"{live_server.url}/v1", headers={"Authorization": f"Bearer {raw}"})
@@ -145,7 +130,7 @@ def test_guardrail_screenshots(live_server, dashboard_settings, chromium_context
     for viewport in (DESKTOP, PHONE):
         width = viewport["width"]
         context, page, failures = open_context(chromium_context_factory, viewport)
-        sign_in(context, base, owner)
+        sign_in(page, owner, base)
         for name, path in [
             ("agent-limits", f"/w/acme/agents/{agent.public_id}"),
             ("agent-pause-confirm", f"/w/acme/agents/{agent.public_id}?confirm=pause#pause"),

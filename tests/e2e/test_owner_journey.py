@@ -10,7 +10,7 @@ from django.core.management import call_command
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from accounts.models import Passkey
-from tests.e2e.helpers import add_virtual_authenticator, screenshot, watch_csp_violations
+from tests.e2e.helpers import add_passkey, add_virtual_authenticator, screenshot, watch_csp_violations
 from tests.helpers import http_client, slot
 from workspaces.keys import api_key_create
 from workspaces.models import Agent, ApiKey, Workspace
@@ -39,9 +39,7 @@ def test_owner_signs_up_with_a_magic_link_adds_a_passkey_and_approves_an_agents_
     page.get_by_test_id("magic-continue").click()
     page.wait_for_url(f"{base}/auth/passkeys")
     assert page.get_by_test_id("add-passkey-prompt").is_visible()
-    page.get_by_placeholder(re.compile("Name")).fill("Olivia's laptop")
-    page.get_by_role("button", name="Add a passkey").click()
-    page.get_by_test_id("passkey-row").wait_for()
+    add_passkey(page, "Olivia's laptop")
     assert Passkey.objects.filter(user__email="olivia@acme.test", name="Olivia's laptop").count() == 1
     assert len(cdp.send("WebAuthn.getCredentials", {"authenticatorId": authenticator_id})["credentials"]) == 1
     screenshot(page, "passkeys")

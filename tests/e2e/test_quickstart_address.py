@@ -4,7 +4,6 @@ adds a passkey there and signs in with it."""
 
 from __future__ import annotations
 
-import re
 from io import StringIO
 
 import pytest
@@ -12,7 +11,7 @@ from django.core.management import call_command
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from accounts.models import Passkey
-from tests.e2e.helpers import add_virtual_authenticator, watch_csp_violations
+from tests.e2e.helpers import add_passkey, add_virtual_authenticator, watch_csp_violations
 
 pytestmark = pytest.mark.slow
 
@@ -36,9 +35,7 @@ def test_the_dashboard_opened_on_127_0_0_1_lands_on_localhost_where_a_passkey_si
     assert page.url == link
     page.get_by_test_id("magic-continue").click()
     page.wait_for_url(f"{base}/auth/passkeys")
-    page.get_by_placeholder(re.compile("Name")).fill("Olivia's laptop")
-    page.get_by_role("button", name="Add a passkey").click()
-    page.get_by_test_id("passkey-row").wait_for()
+    add_passkey(page, "Olivia's laptop")
     assert page.locator("[data-passkey-error]").is_hidden()
     assert Passkey.objects.filter(user__email="olivia@acme.test").count() == 1
     assert len(cdp.send("WebAuthn.getCredentials", {"authenticatorId": authenticator_id})["credentials"]) == 1

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.test import Client
 from PIL import Image
 
 from accounts.models import Membership, Passkey, Role
@@ -28,7 +27,7 @@ from bookings.engine import booking_create, calendar_create, hold_create, hold_r
 from bookings.spans import Span
 from inboxes.addresses import agent_address
 from tests.e2e.axe import axe_violations, describe
-from tests.e2e.helpers import watch_csp_violations
+from tests.e2e.helpers import DESKTOP, PHONE, open_context, overflow, sign_in
 from tests.inboxes.helpers import deliver_raw, mail
 from workspaces.actor import Actor
 from workspaces.keys import api_key_create
@@ -36,8 +35,6 @@ from workspaces.models import Agent, Workspace
 
 pytestmark = pytest.mark.slow
 
-PHONE = {"width": 390, "height": 844}
-DESKTOP = {"width": 1280, "height": 860}
 TOUR_IMG = Path(__file__).resolve().parents[2] / "docs" / "img" / "tour"
 
 
@@ -155,49 +152,6 @@ def seed_tour() -> Tour:
     return Tour(owner=owner, pages=pages)
 
 
-def sign_in(context: Any, base: str, user: Any) -> None:
-    """The owner's session, made by Django and handed to the browser (passkey sign-in has its own tests)."""
-    client = Client()
-    client.force_login(user)
-    session = client.cookies[settings.SESSION_COOKIE_NAME].value
-    context.add_cookies([{"name": settings.SESSION_COOKIE_NAME, "value": session, "url": base}])
-
-
-def open_context(chromium_context_factory: Any, viewport: dict[str, int]) -> tuple[Any, Any, list[str]]:
-    """A fresh browser at this size, and a list that collects every failed request, script error and
-    Content-Security-Policy refusal."""
-    context = chromium_context_factory()
-    page = context.pages[0] if context.pages else context.new_page()
-    page.set_default_timeout(10_000)
-    page.set_viewport_size(viewport)
-    failures = watch_csp_violations(page)
-    page.on("response", lambda r: failures.append(f"{r.status} {r.url}") if r.status >= 400 else None)
-    page.on("pageerror", lambda error: failures.append(f"script error on {page.url}: {error}"))
-    return context, page, failures
-
-
-# The page's width, and where it sticks out: the innermost elements past the window's right edge (those
-# that make it wide, even when they escape a scrolling box, as absolutely positioned text can).
-OVERFLOW_JS = """() => {
-  const width = window.innerWidth, scroll = document.documentElement.scrollWidth;
-  if (scroll <= width) return "";
-  const past = (el) => el.getBoundingClientRect().right > width + 1;
-  const name = (el) =>
-    el.tagName.toLowerCase() + (el.id ? "#" + el.id : "") + [...el.classList].map((c) => "." + c).join("");
-  const culprits = [...document.querySelectorAll("body *")]
-    .filter((el) => past(el) && ![...el.children].some(past))
-    .slice(0, 6)
-    .map((el) => `${name(el)} (right edge ${Math.round(el.getBoundingClientRect().right)} px)`);
-  return `${scroll} px wide in a ${width} px window: ${culprits.join(", ")}`;
-}"""
-
-
-def overflow(page: Any) -> str:
-    """Empty if the page does not scroll sideways; otherwise its width and the elements sticking out."""
-    result: str = page.evaluate(OVERFLOW_JS)
-    return result
-
-
 def check_page(page: Any, base: str, name: str, path: str, width: int) -> list[str]:
     page.goto(base + path)
     page.wait_for_load_state("load")
@@ -223,7 +177,7 @@ def test_every_page_fits_a_phone_and_a_desktop_and_axe_finds_nothing_serious(
     for viewport in (PHONE, DESKTOP):
         context, page, failures = open_context(chromium_context_factory, viewport)
         problems += check_page(page, base, "sign-in", "/auth/sign-in", viewport["width"])
-        sign_in(context, base, tour.owner)
+        sign_in(page, tour.owner, base)
         for name, path in tour.pages:
             problems += check_page(page, base, name, path, viewport["width"])
         problems += [f"at {viewport['width']} px: {failure}" for failure in failures]
@@ -237,7 +191,7 @@ def test_the_skip_link_and_the_menu_button_work_from_the_keyboard(
     base = dashboard_settings.DASHBOARD_BASE_URL
     tour = seed_tour()
     context, page, failures = open_context(chromium_context_factory, PHONE)
-    sign_in(context, base, tour.owner)
+    sign_in(page, tour.owner, base)
     page.goto(f"{base}/w/acme/audit")
     menu = page.get_by_role("button", name="Menu")
     nav = page.get_by_role("navigation", name="Workspace")
@@ -288,7 +242,7 @@ def test_a_viewers_pages_and_refusals_fit_a_phone_and_a_desktop_and_axe_finds_no
     for viewport in (PHONE, DESKTOP):
         width = viewport["width"]
         context, page, failures = open_context(chromium_context_factory, viewport)
-        sign_in(context, base, viewer)
+        sign_in(page, viewer, base)
         for name, path in [("viewer-passkeys", "/auth/passkeys"), ("viewer-team", "/w/acme/team")]:
             problems += check_page(page, base, name, path, width)
         problems += check_page(page, base, "forbidden", refused, width)
@@ -340,7 +294,7 @@ def test_tour_screenshots_for_the_readme(
         context, page, _ = open_context(chromium_context_factory, viewport)
         page.goto(f"{base}/auth/sign-in")
         shoot(page, f"sign-in-{suffix}")
-        sign_in(context, base, tour.owner)
+        sign_in(page, tour.owner, base)
         for name, path in tour.pages:
             page.goto(base + path)
             page.wait_for_load_state("load")

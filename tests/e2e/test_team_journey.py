@@ -12,7 +12,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from accounts.models import Invitation, Membership, Passkey
 from approvals.services import approval_request
-from tests.e2e.helpers import add_virtual_authenticator, screenshot, watch_csp_violations
+from tests.e2e.helpers import add_passkey, add_virtual_authenticator, screenshot, watch_csp_violations
 from workspaces.actor import Actor
 from workspaces.models import Agent, Workspace
 
@@ -88,9 +88,7 @@ def test_an_owner_invites_a_viewer_who_joins_with_a_passkey_and_can_only_read(
     assert Invitation.objects.get(email="vic@acme.test").accepted_at is not None
 
     # 3. A passkey, then a fresh sign-in with it.
-    page.get_by_placeholder(re.compile("Name")).fill("Vic's phone")
-    page.get_by_role("button", name="Add a passkey").click()
-    page.get_by_test_id("passkey-row").wait_for()
+    add_passkey(page, "Vic's phone")
     assert Passkey.objects.filter(user__email="vic@acme.test").count() == 1
     assert len(cdp.send("WebAuthn.getCredentials", {"authenticatorId": authenticator_id})["credentials"]) == 1
     page.get_by_role("button", name="Sign out", exact=True).click()

@@ -18,8 +18,7 @@ from audit.models import AuditRecord
 from bookings.engine import calendar_create, hold_create
 from bookings.models import Calendar
 from bookings.spans import Span
-from tests.e2e.helpers import screenshot, watch_csp_violations
-from tests.e2e.test_responsive_and_accessible import DESKTOP, PHONE, overflow, sign_in
+from tests.e2e.helpers import DESKTOP, PHONE, overflow, screenshot, sign_in, watch_csp_violations
 from workspaces.actor import Actor
 from workspaces.models import Agent, Workspace
 
@@ -75,7 +74,7 @@ def test_moments_read_in_the_browsers_zone_with_utc_on_hover(
     approval = approval_request(actor=as_sdr, summary="Book the intro with Dana", evidence={})
 
     context, page, failures = browser(chromium_context_factory, DESKTOP, "Asia/Kolkata")
-    sign_in(context, base, owner)
+    sign_in(page, owner, base)
 
     # The first page tells the server the browser's zone; it is kept on the person's profile.
     with page.expect_response(lambda r: r.url.endswith("/auth/time-zone")) as told:
@@ -128,7 +127,7 @@ def test_the_time_zone_picker_finds_berlin(
     base = dashboard_settings.DASHBOARD_BASE_URL
     owner = owner_of_acme()
     context, page, failures = browser(chromium_context_factory, viewport, "America/New_York")
-    sign_in(context, base, owner)
+    sign_in(page, owner, base)
     page.goto(f"{base}/w/acme/calendars")
 
     zone = page.get_by_role("combobox", name="Time zone")
