@@ -148,7 +148,11 @@ class Loop:
             status.append(line)
             return lambda chunk: None
 
-        answer = b"".join(self.application(environ, start_response))
+        iterable = self.application(environ, start_response)
+        try:
+            answer = b"".join(iterable)
+        finally:
+            getattr(iterable, "close", lambda: None)()  # as a WSGI server must: Django's request_finished
         return int(status[0][:3]), answer
 
     def hold_span(self, index: int) -> tuple[int, bytes]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
@@ -94,8 +95,12 @@ def as_domain_error(exc: Exception) -> AgentCalError | None:
 
 
 def _generic(status: int, code: str, title: str, detail: str, **extra: Any) -> AgentCalError:
-    error_class = type(f"Problem{status}", (AgentCalError,), {"status": status, "code": code, "title": title})
-    return error_class(detail, **extra)
+    return _problem_class(status, code, title)(detail, **extra)
+
+
+@functools.cache  # a few dozen at most (DRF's exceptions and ours); a class made per call lived in cycles
+def _problem_class(status: int, code: str, title: str) -> type[AgentCalError]:
+    return type(f"Problem{status}", (AgentCalError,), {"status": status, "code": code, "title": title})
 
 
 def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
@@ -124,7 +129,20 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
         and error.retry_after_seconds is not None
     ):
         headers["Retry-After"] = str(error.retry_after_seconds)
+    let_go(exc)
     return ProblemResponse(error, headers=headers)
+
+
+def let_go(exc: BaseException) -> None:
+    """An exception answered as a problem is done with: its traceback (the frames it was raised through,
+    whose locals often name the exception itself: `error = …; raise error`) and the exceptions it was
+    raised while handling are dropped, so that what they held is freed by reference counting, not left
+    in cycles for the collector (docs/performance-notes.md, "Reference cycles")."""
+    pending = [exc]
+    while pending:  # ends: each exception's links are cut as it is visited
+        found = pending.pop()
+        pending += [linked for linked in (found.__cause__, found.__context__) if linked is not None]
+        found.__traceback__ = found.__cause__ = found.__context__ = None
 
 
 def _within_audit_budget(error: AgentCalError, request: Any) -> bool:

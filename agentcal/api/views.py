@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any, ClassVar
 
@@ -171,6 +172,13 @@ class AgentAPIView(APIView):
 
     def finalize_response(self, request: Request, response: Response, *args: Any, **kwargs: Any) -> Response:
         response = super().finalize_response(request, response, *args, **kwargs)
+        # Once the server has sent the answer and closed it (every WSGI server does), the request's
+        # objects are let go: DRF links them in cycles — the parser's and the renderer's contexts name
+        # the view, the view its request and response, Django's View.setup() makes `head` a method of
+        # the view held by the view — which left every request to Python's cyclic collector
+        # (docs/performance-notes.md, "Reference cycles").
+        closers = response._resource_closers  # type: ignore[attr-defined]  # Django's own list: no public API
+        closers.append(functools.partial(_let_go, self, request, response))
         in_flight, self._in_flight = self._in_flight, None
         if in_flight is not None:
             leave_in_flight(in_flight)
@@ -197,3 +205,9 @@ class AgentAPIView(APIView):
             record_id=record_id, key=key, status=response.status_code, body=response.data, headers=headers
         )
         return response
+
+
+def _let_go(view: AgentAPIView, request: Request, response: Response) -> None:
+    request.parser_context = {}
+    response.renderer_context = {}  # type: ignore[attr-defined]  # set by DRF, unstubbed
+    view.__dict__.clear()  # the request's own instance: nothing reads it once the answer is closed
