@@ -105,6 +105,42 @@ class PhaseClock:
         self.calls.clear()
 
 
+def agent_request(
+    application: Callable[..., Any], method: str, path: str, *, key: str, body: bytes = b""
+) -> tuple[int, bytes]:
+    """One agent API request (`path` under /v1) to a WSGI application in this process, its answer read
+    and closed as a WSGI server does (closing is what sends Django's request_finished)."""
+    environ = {
+        "REQUEST_METHOD": method,
+        "PATH_INFO": f"/v1{path}",
+        "QUERY_STRING": "",
+        "SERVER_NAME": "localhost",
+        "SERVER_PORT": "80",
+        "HTTP_HOST": "localhost",
+        "SERVER_PROTOCOL": "HTTP/1.1",
+        "REMOTE_ADDR": "127.0.0.1",
+        "CONTENT_TYPE": "application/json",
+        "CONTENT_LENGTH": str(len(body)),
+        "HTTP_AUTHORIZATION": f"Bearer {key}",
+        "HTTP_ACCEPT": "application/json",
+        "wsgi.input": io.BytesIO(body),
+        "wsgi.url_scheme": "http",
+        "wsgi.errors": sys.stderr,
+    }
+    status: list[str] = []
+
+    def start_response(line: str, headers: list[tuple[str, str]], *_: Any) -> Callable[[bytes], object]:
+        status.append(line)
+        return lambda chunk: None
+
+    answer = application(environ, start_response)
+    try:
+        content = b"".join(answer)
+    finally:
+        getattr(answer, "close", lambda: None)()
+    return int(status[0][:3]), content
+
+
 class Loop:
     """One agent with a calendar of its own, talking to the WSGI application in this process."""
 
@@ -125,35 +161,7 @@ class Loop:
             self.hold_span(0)
 
     def call(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
-        environ = {
-            "REQUEST_METHOD": method,
-            "PATH_INFO": f"/v1{path}",
-            "QUERY_STRING": "",
-            "SERVER_NAME": "localhost",
-            "SERVER_PORT": "80",
-            "HTTP_HOST": "localhost",
-            "SERVER_PROTOCOL": "HTTP/1.1",
-            "REMOTE_ADDR": "127.0.0.1",
-            "CONTENT_TYPE": "application/json",
-            "CONTENT_LENGTH": str(len(body)),
-            "HTTP_AUTHORIZATION": f"Bearer {self.key}",
-            "HTTP_ACCEPT": "application/json",
-            "wsgi.input": io.BytesIO(body),
-            "wsgi.url_scheme": "http",
-            "wsgi.errors": sys.stderr,
-        }
-        status: list[str] = []
-
-        def start_response(line: str, headers: list[tuple[str, str]], *_: Any) -> Callable[[bytes], object]:
-            status.append(line)
-            return lambda chunk: None
-
-        iterable = self.application(environ, start_response)
-        try:
-            answer = b"".join(iterable)
-        finally:
-            getattr(iterable, "close", lambda: None)()  # as a WSGI server must: Django's request_finished
-        return int(status[0][:3]), answer
+        return agent_request(self.application, method, path, key=self.key, body=body)
 
     def hold_span(self, index: int) -> tuple[int, bytes]:
         start = self.first + timedelta(minutes=30 * index)

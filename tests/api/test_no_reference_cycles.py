@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import functools
 import gc
-import io
 import json
-import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -19,42 +17,17 @@ import pytest
 
 from agentcal import broker
 from agentcal.wsgi import application
+from bench.request_cpu import agent_request
 from tests.helpers import slot
 from workspaces.keys import api_key_create, verified_keys
 from workspaces.models import Agent, Workspace
 
 
 def served(method: str, path: str, *, key: str, body: Any = None) -> tuple[int, dict[str, Any]]:
-    """The answer of agentcal.wsgi to one request, read and closed as a WSGI server does."""
+    """agentcal.wsgi's answer to one request, read and closed as a WSGI server does."""
     data = b"" if body is None else json.dumps(body).encode()
-    environ = {
-        "REQUEST_METHOD": method,
-        "PATH_INFO": f"/v1{path}",
-        "QUERY_STRING": "",
-        "SERVER_NAME": "localhost",
-        "SERVER_PORT": "80",
-        "HTTP_HOST": "localhost",
-        "SERVER_PROTOCOL": "HTTP/1.1",
-        "REMOTE_ADDR": "127.0.0.1",
-        "CONTENT_TYPE": "application/json",
-        "CONTENT_LENGTH": str(len(data)),
-        "HTTP_AUTHORIZATION": f"Bearer {key}",
-        "wsgi.input": io.BytesIO(data),
-        "wsgi.url_scheme": "http",
-        "wsgi.errors": sys.stderr,
-    }
-    statuses: list[str] = []
-
-    def start_response(status: str, headers: list[tuple[str, str]], *_: Any) -> Callable[[bytes], object]:
-        statuses.append(status)
-        return lambda chunk: None
-
-    answer = application(environ, start_response)
-    try:
-        content = b"".join(answer)
-    finally:
-        answer.close()  # type: ignore[attr-defined]
-    return int(statuses[0][:3]), json.loads(content) if content else {}
+    status, content = agent_request(application, method, path, key=key, body=data)
+    return status, json.loads(content) if content else {}
 
 
 def cyclic_garbage(request: Callable[[], object]) -> Counter[str]:
