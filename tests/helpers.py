@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
+import gc
 import os
 import ssl
-from collections.abc import Coroutine
+from collections import Counter
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -117,3 +119,20 @@ def audit_rows(**filters: Any) -> list[Any]:
     from audit.models import AuditRecord
 
     return list(AuditRecord.objects.filter(**filters).order_by("id"))
+
+
+def cyclic_garbage(request: Callable[[], object]) -> Counter[str]:
+    """The objects `request` left that only the cyclic collector would free, by type."""
+    gc.collect()
+    was_enabled, flags = gc.isenabled(), gc.get_debug()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)  # what the collection finds is kept in gc.garbage, to name it
+    try:
+        request()
+        gc.collect()
+        return Counter(type(found).__qualname__ for found in gc.garbage)
+    finally:
+        gc.set_debug(flags)
+        gc.garbage.clear()
+        if was_enabled:
+            gc.enable()

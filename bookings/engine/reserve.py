@@ -136,7 +136,18 @@ class _Blocked(Exception):
     def __init__(
         self, conflict: SlotConflict, checked_at: datetime, busy_near: list[Span] | None = None
     ) -> None:
-        self.conflict, self.checked_at, self.busy_near = conflict, checked_at, busy_near
+        super().__init__()  # not in `args`: the conflict, raised while this is handled, names it
+        self._conflict: SlotConflict | None = conflict
+        self.checked_at, self.busy_near = checked_at, busy_near
+
+    def refusal(self, alternatives: list[dict[str, str]]) -> SlotConflict:
+        """The conflict to raise, with its alternatives, let go of here: raised while this is being
+        handled, it names this as its context, and a link back would make the pair a reference cycle
+        that only Python's cyclic collector frees (docs/performance-notes.md, "Reference cycles")."""
+        conflict, self._conflict = self._conflict, None
+        assert conflict is not None, "a pre-check's refusal is raised once"
+        conflict.extra["alternatives"] = alternatives
+        return conflict
 
 
 def _reserve(
@@ -220,10 +231,9 @@ def _reserve(
         raise SlotConflict("The reservations in the way kept changing; re-read availability and retry.")
     except _Blocked as blocked:
         # Found by the pre-check, with the database's now of that look: no lock was taken.
-        blocked.conflict.extra["alternatives"] = alternatives(
-            calendars, span, now=blocked.checked_at, busy_near=blocked.busy_near
-        )
-        raise blocked.conflict from None
+        raise blocked.refusal(
+            alternatives(calendars, span, now=blocked.checked_at, busy_near=blocked.busy_near)
+        ) from None
     except SlotConflict as conflict:
         conflict.extra["alternatives"] = alternatives(calendars, span, now=now)
         raise

@@ -7,7 +7,6 @@ commonly gets is checked: a write, a read, and each refusal."""
 from __future__ import annotations
 
 import functools
-import gc
 import json
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -18,7 +17,7 @@ import pytest
 from agentcal import broker
 from agentcal.wsgi import application
 from bench.request_cpu import agent_request
-from tests.helpers import slot
+from tests.helpers import cyclic_garbage, slot
 from workspaces.keys import api_key_create, verified_keys
 from workspaces.models import Agent, Workspace
 
@@ -28,23 +27,6 @@ def served(method: str, path: str, *, key: str, body: Any = None) -> tuple[int, 
     data = b"" if body is None else json.dumps(body).encode()
     status, content = agent_request(application, method, path, key=key, body=data)
     return status, json.loads(content) if content else {}
-
-
-def cyclic_garbage(request: Callable[[], object]) -> Counter[str]:
-    """The objects `request` left that only the cyclic collector would free, by type."""
-    gc.collect()
-    was_enabled, flags = gc.isenabled(), gc.get_debug()
-    gc.disable()
-    gc.set_debug(gc.DEBUG_SAVEALL)  # what the collection finds is kept in gc.garbage, to name it
-    try:
-        request()
-        gc.collect()
-        return Counter(type(found).__qualname__ for found in gc.garbage)
-    finally:
-        gc.set_debug(flags)
-        gc.garbage.clear()
-        if was_enabled:
-            gc.enable()
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ from bookings.models import Calendar, Reservation
 from bookings.selectors import reservation_group
 from bookings.sql import iso_z
 from tests.bookings.helpers import half_hour
+from tests.helpers import cyclic_garbage
 from webhooks.models import OutboxEvent
 from workspaces.actor import Actor
 from workspaces.models import Agent
@@ -283,3 +284,20 @@ def test_the_commit_finds_its_hold_by_the_token_index_whatever_the_statistics(ac
         assert "reservation_hold_token" in used, (analyzed, used)
         by_agent = [n for n in used if n.startswith(("bookings_reservation_agent_id", "reservation_agent"))]
         assert not by_agent, (analyzed, used)
+
+
+def test_a_refused_hold_leaves_no_reference_cycles(actor: Actor) -> None:
+    """A herd's loser, called in-process (the engine's own callers, the benchmark's in-process mode):
+    its conflict and the pre-check's verdict it was raised from are freed when the caller lets go of
+    the conflict, not left for the cyclic collector."""
+    calendar = engine.calendar_create(actor=actor, name="room")
+    engine.hold_create(actor=actor, calendar=calendar, span=half_hour(30))
+
+    def refused() -> None:
+        with pytest.raises(SlotConflict) as conflict:
+            engine.hold_create(actor=actor, calendar=calendar, span=half_hour(30))
+        assert conflict.value.extra["alternatives"]
+        del conflict  # pytest's record of it holds the traceback, as any caller's would while it looks
+
+    refused()  # once first: caches fill
+    assert not cyclic_garbage(refused)
