@@ -121,16 +121,16 @@ def audit_rows(**filters: Any) -> list[Any]:
     return list(AuditRecord.objects.filter(**filters).order_by("id"))
 
 
-def cyclic_garbage(request: Callable[[], object]) -> Counter[str]:
-    """The objects `request` left that only the cyclic collector would free, by type."""
+def cyclic_garbage(call: Callable[[], T]) -> tuple[T, Counter[str]]:
+    """What `call` returned, and the objects it left that only the cyclic collector would free, by type."""
     gc.collect()
     was_enabled, flags = gc.isenabled(), gc.get_debug()
     gc.disable()
     gc.set_debug(gc.DEBUG_SAVEALL)  # what the collection finds is kept in gc.garbage, to name it
     try:
-        request()
+        returned = call()
         gc.collect()
-        return Counter(type(found).__qualname__ for found in gc.garbage)
+        return returned, Counter(type(found).__qualname__ for found in gc.garbage)
     finally:
         gc.set_debug(flags)
         gc.garbage.clear()

@@ -129,11 +129,11 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
         and error.retry_after_seconds is not None
     ):
         headers["Retry-After"] = str(error.retry_after_seconds)
-    let_go(exc)
+    _drop_tracebacks(exc)
     return ProblemResponse(error, headers=headers)
 
 
-def let_go(exc: BaseException) -> None:
+def _drop_tracebacks(exc: BaseException) -> None:
     """An exception answered as a problem is done with: its traceback (the frames it was raised through,
     whose locals often name the exception itself: `error = …; raise error`) and the exceptions it was
     raised while handling are dropped, so that what they held is freed by reference counting, not left

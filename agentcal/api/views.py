@@ -178,7 +178,7 @@ class AgentAPIView(APIView):
         # the view held by the view — which left every request to Python's cyclic collector
         # (docs/performance-notes.md, "Reference cycles").
         closers = response._resource_closers  # type: ignore[attr-defined]  # Django's own list: no public API
-        closers.append(functools.partial(_let_go, self, request, response))
+        closers.append(functools.partial(_unlink_drf_objects, self, request, response))
         in_flight, self._in_flight = self._in_flight, None
         if in_flight is not None:
             leave_in_flight(in_flight)
@@ -207,7 +207,7 @@ class AgentAPIView(APIView):
         return response
 
 
-def _let_go(view: AgentAPIView, request: Request, response: Response) -> None:
+def _unlink_drf_objects(view: AgentAPIView, request: Request, response: Response) -> None:
     request.parser_context = {}
     response.renderer_context = {}  # type: ignore[attr-defined]  # set by DRF, unstubbed
     view.__dict__.clear()  # the request's own instance: nothing reads it once the answer is closed

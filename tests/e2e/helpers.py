@@ -16,10 +16,10 @@ from accounts.models import Membership
 from accounts.roles import Role
 from workspaces.models import Agent, Workspace
 
-# SCREENSHOT_DIR sends one run's screenshots elsewhere (to look at them side by side with another branch's).
 PHONE = {"width": 390, "height": 844}
 DESKTOP = {"width": 1280, "height": 860}
 
+# SCREENSHOT_DIR sends one run's screenshots elsewhere (to look at them side by side with another branch's).
 ARTIFACTS = Path(os.environ.get("SCREENSHOT_DIR") or Path(__file__).resolve().parents[2] / "test-artifacts")
 
 

@@ -1,5 +1,5 @@
-"""End to end in real Chromium: a signed-in owner pauses an agent through the confirm
-step, and the agent's next write over real HTTP is refused (423); resuming lets it write again (201).
+"""End to end in real Chromium: a signed-in owner pauses an agent through the confirm step, and the
+agent's next write over real HTTP is refused (423); resuming lets it write again (201).
 `-m screenshots` also shoots the agent's page with its limits, and the paused banner, at 1280 and 390 px."""
 
 from __future__ import annotations
