@@ -26,7 +26,7 @@ from bookings.engine.rules import check_span_length
 from bookings.models import Calendar
 from bookings.rules import closed_by_rules, unavailable
 from bookings.spans import BusyIndex, Span, grid_slots
-from bookings.sql import live, overlap_params, overlaps
+from bookings.sql import each_calendar, live, overlap_params, overlaps
 
 EARLIEST = "earliest"
 MOST_OPTIONAL = "most_optional"
@@ -209,6 +209,13 @@ def read_busy(snapshot: Snapshot, window: Span) -> None:
             snapshot.busy[by_pk[key] if key else REQUIRED].append((start, end))
 
 
+_LIVE_ON_K = f"""
+SELECT calendar_id, start_time, end_time FROM bookings_reservation
+ WHERE calendar_id = k.id AND {overlaps("")} AND {live("", now="%(now)s")}
+   AND hold_id IS DISTINCT FROM %(ignoring)s
+"""
+
+
 def _busy_sql(*, padded: bool) -> str:
     """Every live reservation and busy block of the calendars in the window (`padded`: widened by its
     calendar's buffer, %(pads)s in %(calendars)s' order), merged by PostgreSQL (range_agg): the required
@@ -222,9 +229,7 @@ def _busy_sql(*, padded: bool) -> str:
 SELECT g.key, lower(m.span), upper(m.span)
   FROM (SELECT CASE WHEN x.calendar_id = ANY(%(required)s) THEN 0 ELSE x.calendar_id END AS key,
                range_agg(tstzrange({start}, {end})) AS busy
-          FROM (SELECT calendar_id, start_time, end_time FROM bookings_reservation
-                 WHERE calendar_id = ANY(%(calendars)s) AND {overlaps("")} AND {live("", now="%(now)s")}
-                   AND hold_id IS DISTINCT FROM %(ignoring)s
+          FROM (SELECT r.calendar_id, r.start_time, r.end_time FROM {each_calendar(_LIVE_ON_K, alias="r")}
                 UNION ALL
                 SELECT calendar_id, start_time, end_time FROM bookings_busyblock
                  WHERE calendar_id = ANY(%(calendars)s) AND {overlaps("")}) AS x

@@ -8,7 +8,7 @@ spent running them, and one statement can do what the ORM would need several rou
 from __future__ import annotations
 
 from bookings.selectors import RESERVATION_ROW_COLUMNS, RESERVATION_ROW_JOINS, RESERVATION_ROW_WIDTH
-from bookings.sql import NOW_PARAM, bumpable, lapsed_hold, live, live_hold, overlaps
+from bookings.sql import NOW_PARAM, bumpable, each_calendar, lapsed_hold, live, live_hold, overlaps
 
 # --- Calendar locks ----------------------------------------------------------------------------------
 
@@ -79,6 +79,15 @@ def span_empty(*, calendar: str) -> str:
 # NULLs that pad reservation rows in CLEAR_THE_WAY_SQL's UNION.
 _UPSTREAM_BLOCKER_TYPES = ("timestamptz", "timestamptz", "text", "bigint", "text", "integer")
 
+# The first live reservation in the way on calendar k.id that the caller could not take over.
+_FIRST_BLOCKER_ON_K = f"""
+SELECT r.* FROM bookings_reservation r
+ WHERE r.calendar_id = k.id AND {live("r", now="now()")} AND {overlaps("r")}
+   AND NOT ({_taken_over("r", now="now()")})
+ ORDER BY r.start_time
+ LIMIT 1
+"""
+
 # The pre-check in one round trip: the database's now, the first live reservation in the way that the
 # caller could not take over (not lapsed, and not what rules.may_take_over allows), and the first
 # upstream busy block in the way, with what a 409 says about them. One statement, so the blocker it
@@ -91,12 +100,9 @@ SELECT now(), b.id, b.status, b.priority, b.start_time, b.end_time, b.expires_at
       SELECT r.id, r.status, r.priority, r.start_time, r.end_time, r.expires_at, r.bump_window_ends_at,
              r.calendar_id, c.public_id AS cal_public_id, c.slot_minutes, r.agent_id,
              a.public_id AS agent_public_id
-        FROM bookings_reservation r
+        FROM {each_calendar(_FIRST_BLOCKER_ON_K, alias="r")}
         JOIN bookings_calendar c ON c.id = r.calendar_id
         JOIN workspaces_agent a ON a.id = r.agent_id
-       WHERE r.calendar_id = ANY(%(calendars)s) AND {live("r", now="now()")}
-         AND {overlaps("r")}
-         AND NOT ({_taken_over("r", now="now()")})
        ORDER BY r.start_time
        LIMIT 1
   ) AS b ON true
@@ -108,14 +114,22 @@ def _expire_lapsed_cte(*, overlapping: bool) -> str:
     """Whole groups of lapsed holds overlapping the span (or anywhere on the calendars, for the sweep)
     move to 'expired': row locks taken in id order (like TRANSITION_SQL), status re-checked after the
     lock. As a CTE `expired` whose rows the statement reads back with their calendar and agent."""
-    in_span = f"AND {overlaps('')}" if overlapping else ""
+    if overlapping:
+        in_span = f"""
+SELECT hold_id FROM bookings_reservation
+ WHERE calendar_id = k.id AND {lapsed_hold("", now=NOW_PARAM)} AND {overlaps("")}
+"""
+        lapsed_holds = f"SELECT x.hold_id FROM {each_calendar(in_span, alias='x')}"
+    else:
+        lapsed_holds = (
+            "SELECT hold_id FROM bookings_reservation"
+            f" WHERE calendar_id = ANY(%(calendars)s) AND {lapsed_hold('', now=NOW_PARAM)}"
+        )
     return f"""
 WITH expired AS (
     UPDATE bookings_reservation SET status = 'expired', version = version + 1, ended_at = {NOW_PARAM}
      WHERE id IN (SELECT id FROM bookings_reservation
-                   WHERE hold_id IN (SELECT hold_id FROM bookings_reservation
-                                      WHERE calendar_id = ANY(%(calendars)s)
-                                        AND {lapsed_hold("", now=NOW_PARAM)} {in_span})
+                   WHERE hold_id IN ({lapsed_holds})
                      AND {lapsed_hold("", now=NOW_PARAM)}
                    ORDER BY id FOR UPDATE)
        AND status = 'held'
@@ -138,6 +152,10 @@ EXPIRE_LAPSED_SQL = (
 # lapsed rows the UPDATE expires (the lapsed set cannot change meanwhile: extending a hold needs it
 # unexpired, and every other change needs the lock we hold), and no block can appear meanwhile
 # (ingestion takes the lock too).
+_LIVE_ON_K = f"""
+SELECT * FROM bookings_reservation
+ WHERE calendar_id = k.id AND {live("", now=NOW_PARAM)} AND {overlaps("")}
+"""
 _NO_RESERVATION = ", ".join(["NULL"] * RESERVATION_ROW_WIDTH)
 _NO_BLOCK = ", ".join(f"NULL::{type_}" for type_ in _UPSTREAM_BLOCKER_TYPES)
 CLEAR_THE_WAY_SQL = (
@@ -145,9 +163,8 @@ CLEAR_THE_WAY_SQL = (
     + f"""
 SELECT 'expired', {RESERVATION_ROW_COLUMNS}, {_NO_BLOCK} FROM expired r {RESERVATION_ROW_JOINS}
 UNION ALL
-SELECT 'live', {RESERVATION_ROW_COLUMNS}, {_NO_BLOCK} FROM bookings_reservation r {RESERVATION_ROW_JOINS}
- WHERE r.calendar_id = ANY(%(calendars)s) AND {live("r", now=NOW_PARAM)}
-   AND {overlaps("r")}
+SELECT 'live', {RESERVATION_ROW_COLUMNS}, {_NO_BLOCK}
+  FROM {each_calendar(_LIVE_ON_K, alias="r")} {RESERVATION_ROW_JOINS}
 UNION ALL
 SELECT 'upstream', {_NO_RESERVATION}, u.* FROM ({_UPSTREAM_BLOCKER}) AS u
 """
@@ -265,10 +282,12 @@ CLOCK_SQL = "SELECT clock_timestamp()"
 def busy_near_sql(*, now: str = NOW_PARAM, params: str = "") -> str:
     """Live reservations and upstream busy blocks near a request (lapsed holds left out): what
     alternatives must avoid. `params`: the prefix of the window's overlap parameters."""
-    return f"""
+    reservations = f"""
 SELECT start_time, end_time FROM bookings_reservation
- WHERE calendar_id = ANY(%(calendars)s) AND {live("", now=now)}
-   AND {overlaps("", params=params)}
+ WHERE calendar_id = k.id AND {live("", now=now)} AND {overlaps("", params=params)}
+"""
+    return f"""
+SELECT r.start_time, r.end_time FROM {each_calendar(reservations, alias="r")}
 UNION ALL
 SELECT start_time, end_time FROM bookings_busyblock
  WHERE calendar_id = ANY(%(calendars)s) AND {overlaps("", params=params)}

@@ -4,11 +4,8 @@ helped build — and nothing is written, announced or counted when they do not h
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
-import psycopg
 import pytest
 from django.db import connection
 
@@ -16,7 +13,6 @@ from agentcal.clock import isoformat_z
 from agentcal.errors import HoldExpired, SlotConflict
 from agentcal.metrics import AUDITED_EVENTS
 from audit.models import AuditRecord
-from bench.runner import conninfo_for_baselines
 from bookings import engine
 from bookings.events import reservation_data
 from bookings.models import Calendar, Reservation
@@ -211,79 +207,6 @@ def test_inside_a_callers_transaction_the_one_statement_write_is_not_used(actor:
     with pytest.raises(RuntimeError, match="durable"), transaction.atomic():
         engine.hold_create(actor=actor, calendar=calendar, span=half_hour(30))
     assert not Reservation.objects.filter(calendar=calendar).exists()
-
-
-def _index_names(plan: dict[str, Any]) -> set[str]:
-    found = {plan["Index Name"]} if "Index Name" in plan else set()
-    for child in plan.get("Plans", ()):
-        found |= _index_names(child)
-    return found
-
-
-def _subplan(plan: dict[str, Any], name: str) -> dict[str, Any] | None:
-    if plan.get("Subplan Name") == name:
-        return plan
-    return next((found for child in plan.get("Plans", ()) if (found := _subplan(child, name))), None)
-
-
-def _generic_plan_of_target(sql: str, params: list[object]) -> set[str]:
-    """The indexes the generic plan (the one a prepared statement may settle on, whatever the parameters)
-    reads to find the commit's hold, prepared on a connection of its own."""
-    with (
-        psycopg.connect(conninfo_for_baselines(), autocommit=True) as conn,
-        conn.transaction(force_rollback=True),
-    ):
-        psycopg.RawCursor(conn).execute(sql, params, prepare=True)
-        ((name,),) = conn.execute(
-            "SELECT name FROM pg_prepared_statements WHERE statement LIKE 'WITH target AS%%'"
-        ).fetchall()
-        conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        nulls = ", ".join(["NULL"] * len(params))
-        ((plan,),) = conn.execute(f"EXPLAIN (FORMAT JSON) EXECUTE {name}({nulls})").fetchall()
-    target = _subplan(plan[0]["Plan"], "CTE target")
-    assert target is not None, plan
-    return _index_names(target)
-
-
-def test_the_commit_finds_its_hold_by_the_token_index_whatever_the_statistics(actor: Actor) -> None:
-    """The commit by token must not look its hold up by agent and calendar: without statistics, a
-    generic plan that did read every row the agent ever had on the calendar. Checked with the table's
-    statistics as they are (none yet for these rows, or an earlier test's) and as ANALYZE makes them."""
-    calendar = engine.calendar_create(actor=actor, name="room")
-    ended = engine.hold_create(actor=actor, calendar=calendar, span=half_hour(30))
-    assert ended.hold_token is not None
-    engine.hold_release(actor=actor, hold_id=ended.primary.hold_id, hold_token=ended.hold_token)
-    # This agent's history on this calendar: 3,000 ended holds, each with a token of its own.
-    columns = [str(f.column) for f in Reservation._meta.concrete_fields if not f.primary_key]
-    made = {"hold_id": "r.hold_id || '_' || i", "hold_token_hash": "md5(r.hold_id || i)"}
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO bookings_reservation ({', '.join(columns)})"
-            f" SELECT {', '.join(made.get(c, f'r.{c}') for c in columns)}"
-            " FROM bookings_reservation r, generate_series(1, 3000) AS i WHERE r.id = %s",
-            [ended.primary.pk],
-        )
-    held = engine.hold_create(actor=actor, calendar=calendar, span=half_hour(40))
-    assert held.hold_token is not None
-    sent: list[tuple[str, list[object]]] = []
-
-    def capture(execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
-        if sql.startswith("WITH target AS"):
-            sent.append((sql, list(params)))
-        return execute(sql, params, many, context)
-
-    with connection.execute_wrapper(capture):
-        engine.hold_commit(actor=actor, calendar=calendar, hold_token=held.hold_token)
-    ((sql, params),) = sent
-
-    for analyzed in (False, True):
-        if analyzed:
-            with connection.cursor() as cursor:
-                cursor.execute("ANALYZE bookings_reservation")
-        used = _generic_plan_of_target(sql, params)
-        assert "reservation_hold_token" in used, (analyzed, used)
-        by_agent = [n for n in used if n.startswith(("bookings_reservation_agent_id", "reservation_agent"))]
-        assert not by_agent, (analyzed, used)
 
 
 def test_a_refused_hold_leaves_no_reference_cycles(actor: Actor) -> None:
