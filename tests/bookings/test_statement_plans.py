@@ -1,5 +1,5 @@
-"""How PostgreSQL plans the engine's statements: they read reservations through an index bounded by
-the request, whatever the tables' statistics say."""
+"""How PostgreSQL plans the engine's statements: each prepared statement keeps one plan, and that plan
+reads reservations through an index bounded by the request, whatever the tables' statistics say."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from django.conf import settings
 from django.db import connection
 
 from agentcal.errors import SlotConflict
@@ -19,6 +20,30 @@ from tests.bookings.helpers import half_hour
 from workspaces.actor import Actor
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.mark.skipif(
+    not settings.DB_SESSION_OPTIONS, reason="behind a transaction pooler nothing is prepared to keep a plan"
+)
+def test_a_prepared_statement_is_planned_once_not_on_every_execution(actor: Actor) -> None:
+    """Under PostgreSQL's default a prepared statement gets a plan of its own on each of its first five
+    executions, and on every later one whenever a plan for the values at hand looks cheaper than the
+    kept one; planning the one-statement write costs the server more than running it."""
+    calendar = engine.calendar_create(actor=actor, name="room")
+    for slot in range(12):
+        held = engine.hold_create(actor=actor, calendar=calendar, span=half_hour(slot + 2))
+        with pytest.raises(SlotConflict):
+            engine.hold_create(actor=actor, calendar=calendar, span=half_hour(slot + 2))
+        assert held.hold_token is not None
+        engine.hold_commit(actor=actor, calendar=calendar, hold_token=held.hold_token)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements")
+        prepared = cursor.fetchall()
+    # The hold's one statement, the commit's, the refusal's audit row.
+    for start in ("WITH pre ", "WITH target ", 'INSERT INTO "audit_auditrecord"'):
+        assert any(statement.startswith(start) for statement, _, _ in prepared), start
+    replanned = [(statement[:60], custom) for statement, _, custom in prepared if custom]
+    assert not replanned
 
 
 # --- Plans whatever the statistics ---------------------------------------------------------------------
