@@ -8,8 +8,12 @@ their CPU time, which the phases read before and after each one.
 from __future__ import annotations
 
 import contextlib
+import functools
+import ipaddress
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
+import psycopg
 from django.conf import settings
 
 from bench.baseline_wsgi import ENV_CONNINFO, ENV_PREPARE, ENV_SCHEMA
@@ -17,7 +21,7 @@ from bench.clients import http_client
 from bench.config import BIG_HERD, BenchConfig
 from bench.progress import Progress
 from bench.scenarios import run_threads
-from bench.server import GunicornServer
+from bench.server import GunicornServer, process_tree_cpu
 from bench.targets import LocalTarget, RemoteTarget
 
 
@@ -99,6 +103,27 @@ class Deployment:
         servers = [self._servers.get(url) for url in urls]
         seconds = [server.cpu_seconds() if server else None for server in servers]
         return None if any(s is None for s in seconds) else sum(s for s in seconds if s is not None)
+
+    def database_cpu(self) -> float | None:
+        """CPU seconds used so far by the PostgreSQL server (its postmaster and every backend), when it
+        runs on this machine; None when it does not, or /proc cannot tell."""
+        postmaster = self._postmaster
+        return None if postmaster is None else process_tree_cpu(postmaster)
+
+    @functools.cached_property
+    def _postmaster(self) -> int | None:
+        """The server's postmaster: the parent of a backend, if the server is on this machine (a Unix
+        socket or a loopback address) and that backend is one of this machine's processes."""
+        with psycopg.connect(self.conninfo) as conn:
+            backend, address = conn.execute("SELECT pg_backend_pid(), host(inet_server_addr())").fetchone()  # type: ignore[misc]
+            if address is not None and not ipaddress.ip_address(address).is_loopback:
+                return None
+            try:
+                if Path(f"/proc/{backend}/comm").read_text().strip() != "postgres":
+                    return None
+                return int(Path(f"/proc/{backend}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                return None
 
     @contextlib.contextmanager
     def _baseline_server(self) -> Iterator[str]:

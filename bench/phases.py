@@ -22,6 +22,7 @@ from bench.progress import Progress
 from bench.runaway import runaway
 from bench.scenarios import TimedRun, disjoint, herd, mix
 from bench.search_probe import search_probe
+from bench.server import machine_busy_seconds
 from bench.stats import ScenarioResult, ratio
 from bench.targets import LocalTarget, RemoteTarget
 from bookings.spans import Span
@@ -324,15 +325,26 @@ class Phases:
     ) -> ScenarioResult:
         """One big herd, with the CPU per attempt of the servers it went to and of the racers' own
         client, which shares the machine's cores with them: where a round's time went."""
-        web_cpu_before, client_cpu_before = self.deployment.web_cpu(servers), time.process_time()
+        deployment = self.deployment
+        web_cpu_before, database_cpu_before = deployment.web_cpu(servers), deployment.database_cpu()
+        machine_before, client_cpu_before = machine_busy_seconds(), time.process_time()
         result = self._herd_phase(
             variant, HTTP, open_worker, spans, agents=self.config.herd_racers, scenario=BIG_HERD
         )
-        client_cpu, web_cpu_after = time.process_time() - client_cpu_before, self.deployment.web_cpu(servers)
+        client_cpu, machine_after = time.process_time() - client_cpu_before, machine_busy_seconds()
+        web_cpu_after, database_cpu_after = deployment.web_cpu(servers), deployment.database_cpu()
         if attempts := result.attempts:
             result.extra["client_cpu_ms_per_attempt"] = 1000 * client_cpu / attempts
             if web_cpu_before is not None and web_cpu_after is not None:
                 result.extra["web_cpu_ms_per_attempt"] = 1000 * (web_cpu_after - web_cpu_before) / attempts
+            if database_cpu_before is not None and database_cpu_after is not None:
+                result.extra["database_cpu_ms_per_attempt"] = (
+                    1000 * (database_cpu_after - database_cpu_before) / attempts
+                )
+            if machine_before is not None and machine_after is not None:
+                (busy_after, all_after), (busy_before, all_before) = machine_after, machine_before
+                if all_after > all_before:
+                    result.extra["machine_busy_share"] = (busy_after - busy_before) / (all_after - all_before)
         return result
 
     # --- 2. disjoint -----------------------------------------------------------------------------------

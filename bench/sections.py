@@ -184,6 +184,14 @@ def _nodes_markdown(nodes: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _database_and_machine(herd: dict[str, Any]) -> str:
+    """ ", PostgreSQL X ms; the cores N % busy" for a big herd, as far as this machine could tell."""
+    database, busy = herd.get("database_cpu_ms_per_attempt"), herd.get("machine_busy_share")
+    return (f", PostgreSQL {fmt_ms(database)}" if database is not None else "") + (
+        f"; the machine's cores {busy:.0%} busy through the round" if busy is not None else ""
+    )
+
+
 def _big_herd_markdown(results: list[dict[str, Any]]) -> list[str]:
     big = next((r for r in results if r["scenario"] == "herd500" and r["variant"] == "engine"), None)
     if big is None:
@@ -192,8 +200,8 @@ def _big_herd_markdown(results: list[dict[str, Any]]) -> list[str]:
     b = next((r for r in results if r["scenario"] == "herd500" and r["variant"] == "advisory_lock"), None)
     floor = (
         f"The same racers against (b) advisory lock through HTTP: p99 {fmt_ms(b['latency_ms']['p99'])}, "
-        f"CPU per attempt {fmt_ms(b.get('web_cpu_ms_per_attempt'))} in its workers and "
-        f"{fmt_ms(b.get('client_cpu_ms_per_attempt'))} in the client. "
+        f"CPU per attempt {fmt_ms(b.get('web_cpu_ms_per_attempt'))} in its workers, "
+        f"{fmt_ms(b.get('client_cpu_ms_per_attempt'))} in the client{_database_and_machine(b)}. "
         if b
         else ""
     )
@@ -206,7 +214,8 @@ def _big_herd_markdown(results: list[dict[str, Any]]) -> list[str]:
         f"p99 {fmt_ms(latency['p99'])}; winner p99 {fmt_ms(big['winner_latency_ms']['p99'])}, loser p99 "
         f"{fmt_ms(big['loser_latency_ms']['p99'])} (ratio {fmt_ratio(big['loser_p99_over_winner_p99'])}). "
         f"CPU per attempt: web workers {fmt_ms(big.get('web_cpu_ms_per_attempt'))}, the racers' own client "
-        f"(this process, on the same cores) {fmt_ms(big.get('client_cpu_ms_per_attempt'))}. {floor}"
+        f"(this process, on the same cores) {fmt_ms(big.get('client_cpu_ms_per_attempt'))}"
+        f"{_database_and_machine(big)}. {floor}"
         f"The seed product published {SEED_HEADLINE['racers']} concurrent attempts, "
         f"{SEED_HEADLINE['double_bookings']} double bookings, p99 {SEED_HEADLINE['p99_ms']:.0f} ms "
         "(docs/scaling.md compares them).",

@@ -119,19 +119,7 @@ class GunicornServer:
         where /proc cannot tell (not Linux)."""
         if self.process is None:
             return None
-        master = self.process.pid
-        try:
-            total = _cpu_of(master, include_reaped_children=True)
-            for stat in Path("/proc").glob("[0-9]*/stat"):
-                try:
-                    fields = stat.read_text().rsplit(")", 1)[1].split()
-                except OSError:
-                    continue  # exited meanwhile
-                if int(fields[1]) == master:  # its parent is the master: a worker
-                    total += _ticks(fields, 11) + _ticks(fields, 12)
-        except (OSError, IndexError, ValueError):
-            return None
-        return total
+        return process_tree_cpu(self.process.pid)
 
     def log_tail(self, lines: int = 30) -> str:
         try:
@@ -146,6 +134,37 @@ class GunicornServer:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def process_tree_cpu(parent: int) -> float | None:
+    """CPU used so far by a process, its live children and the children it has reaped (a gunicorn master
+    and its workers, a postmaster and its backends), from /proc; None where /proc cannot tell."""
+    try:
+        total = _cpu_of(parent, include_reaped_children=True)
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # exited meanwhile
+            if int(fields[1]) == parent:
+                total += _ticks(fields, 11) + _ticks(fields, 12)
+    except (OSError, IndexError, ValueError):
+        return None
+    return total
+
+
+def machine_busy_seconds() -> tuple[float, float] | None:
+    """(CPU seconds busy, CPU seconds in all) over every core since boot, from /proc/stat; None where
+    /proc cannot tell. Busy is everything but idle and I/O wait."""
+    try:
+        user, nice, system, idle, iowait, irq, softirq, steal = (
+            int(value) for value in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]
+        )
+    except (OSError, ValueError):
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    busy = user + nice + system + irq + softirq + steal
+    return busy / tick, (busy + idle + iowait) / tick
 
 
 def _cpu_of(pid: int, *, include_reaped_children: bool) -> float:
