@@ -51,25 +51,9 @@ DB_TRANSACTION_POOLER = env_bool("DB_TRANSACTION_POOLER", False)
 # `max_prepared_statements` set): then DB_PREPARED_STATEMENTS=1 turns them back on.
 DB_PREPARED_STATEMENTS = env_bool("DB_PREPARED_STATEMENTS", not DB_TRANSACTION_POOLER)
 PREPARE_THRESHOLD = 5
-# A prepared statement keeps one plan (`force_generic_plan`), made again only when what it reads
-# changes (an ANALYZE, a migration). Under PostgreSQL's default (`auto`) the server plans it anew on
-# every execution whenever the tables' statistics make a plan for the values at hand look cheaper, and
-# planning the one-statement write costs the server more than running it: a herd loser's statements
-# cost it 1.5 ms of CPU instead of 0.5 (docs/performance-notes.md, "Planned once"). Django's own queries
-# are not prepared, so this reaches only the engine's. Sent when connecting, which a transaction pooler
-# refuses: behind one, `ALTER ROLE … SET plan_cache_mode = force_generic_plan` does the same.
-DB_SESSION_OPTIONS = (
-    "-c plan_cache_mode=force_generic_plan" if DB_PREPARED_STATEMENTS and not DB_TRANSACTION_POOLER else ""
-)
 # A persistent connection idle longer than this is checked with a real `SELECT 1` before a request
 # uses it; a busier one only by a look at its socket (agentcal/postgres/base.py).
 DB_HEALTH_CHECK_IDLE_SECONDS = env_int("DB_HEALTH_CHECK_IDLE_SECONDS", 5, minimum=0)
-# After any `options` DATABASE_URL gives (?options=…).
-_session_options = (
-    {"options": f"{_database.get('OPTIONS', {}).get('options', '')} {DB_SESSION_OPTIONS}".strip()}
-    if DB_SESSION_OPTIONS
-    else {}
-)
 DATABASES = {
     "default": {
         **_database,
@@ -77,7 +61,6 @@ DATABASES = {
         "OPTIONS": {
             **_database.get("OPTIONS", {}),
             "prepare_threshold": PREPARE_THRESHOLD if DB_PREPARED_STATEMENTS else None,
-            **_session_options,
         },
         # `.iterator()` outside a transaction uses a cursor WITH HOLD, which lives on after its transaction:
         # through a transaction pooler, read everything client-side instead.

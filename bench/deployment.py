@@ -114,7 +114,7 @@ class Deployment:
     def _postmaster(self) -> int | None:
         """The server's postmaster: the parent of a backend, if the server is on this machine (a Unix
         socket or a loopback address) and that backend is one of this machine's processes."""
-        with psycopg.connect(self.conninfo) as conn:
+        with psycopg.connect(self.conninfo, prepare_threshold=None) as conn:
             backend, address = conn.execute("SELECT pg_backend_pid(), host(inet_server_addr())").fetchone()  # type: ignore[misc]
             if address is not None and not ipaddress.ip_address(address).is_loopback:
                 return None

@@ -1,4 +1,5 @@
-"""Django's PostgreSQL backend, with a per-request health check that needs no round trip.
+"""Django's PostgreSQL backend, with a per-request health check that needs no round trip, and
+connections whose prepared statements keep one plan.
 
 Instead of CONN_HEALTH_CHECKS' `SELECT 1` before every request, it trusts psycopg's own `closed` and
 `broken` and one zero-timeout `poll()` of the socket (a server that went away has left its FATAL
@@ -18,10 +19,24 @@ from django.conf import settings
 from django.db.backends.postgresql import base
 from psycopg import pq
 
+# A statement the engine has prepared (agentcal.db) keeps its one plan, made again only when what it
+# reads changes (an ANALYZE, a migration). Under PostgreSQL's default the server plans it anew whenever
+# the statistics make a plan for the values at hand look cheaper, and planning the one-statement write
+# costs it more than running it (docs/performance-notes.md, "Planned once"); Django's own queries are
+# never prepared. Asked for when connecting, after any `options` of DATABASE_URL. A transaction pooler
+# refuses startup options; behind one, `ALTER ROLE … SET plan_cache_mode = force_generic_plan`.
+KEEP_ONE_PLAN = "-c plan_cache_mode=force_generic_plan"
+
 
 class DatabaseWrapper(base.DatabaseWrapper):
     # time.monotonic() of the last health check this connection passed (cheap or real).
     _checked_at = 0.0
+
+    def get_connection_params(self) -> dict[str, Any]:
+        params: dict[str, Any] = super().get_connection_params()
+        if not settings.DB_TRANSACTION_POOLER:
+            params["options"] = f"{params.get('options', '')} {KEEP_ONE_PLAN}".strip()
+        return params
 
     def get_new_connection(self, conn_params: dict[str, Any]) -> Any:
         connection = super().get_new_connection(conn_params)

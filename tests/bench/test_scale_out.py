@@ -82,6 +82,8 @@ def test_the_big_herd_gives_one_winner_and_is_set_against_b_and_the_seeds_figure
     assert big.double_bookings == 0 and big.errors == 0
     assert big.extra["rounds_with_one_winner"] == big.extra["rounds"] == 2
     assert big.conflicts == 78 and big.extra["losers_without_alternatives"] == 0
+    # Where the round's time went: the database runs on this machine, so its CPU is read too.
+    assert big.extra["database_cpu_ms_per_attempt"] > 0 and 0 < big.extra["machine_busy_share"] <= 1
     (headline,) = [g for g in report.data["goals"] if g["goal"].startswith("the seed's headline")]
     assert headline["measured"].startswith("40 racers: 2 of 2 rounds with one winner, 0 double bookings")
     # The same racers against (b): the floor of a round on the same cores.
@@ -90,6 +92,7 @@ def test_the_big_herd_gives_one_winner_and_is_set_against_b_and_the_seeds_figure
     assert yardstick.double_bookings == 0 and yardstick.extra["rounds_with_one_winner"] == 2
     assert yardstick.extra["web_cpu_ms_per_attempt"] > 0
     assert "**The big herd**" in markdown(report) and "The same racers against (b)" in markdown(report)
+    assert "PostgreSQL" in markdown(report).split("**The big herd**")[1].split("\n")[0]
 
 
 # PostgreSQL's backend CPU is read from /proc in clock ticks (10 ms): eight bookings (~2 ms of backend CPU

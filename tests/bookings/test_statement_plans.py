@@ -23,7 +23,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.mark.skipif(
-    not settings.DB_SESSION_OPTIONS, reason="behind a transaction pooler nothing is prepared to keep a plan"
+    settings.DB_TRANSACTION_POOLER or not settings.DB_PREPARED_STATEMENTS,
+    reason="nothing is prepared to keep a plan",
 )
 def test_a_prepared_statement_is_planned_once_not_on_every_execution(actor: Actor) -> None:
     """Under PostgreSQL's default a prepared statement gets a plan of its own on each of its first five
