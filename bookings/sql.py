@@ -82,6 +82,14 @@ def each_calendar(lookup: str, *, alias: str, calendars: str = "%(calendars)s") 
     return f"unnest({calendars}::bigint[]) AS k(id) CROSS JOIN LATERAL ({lookup} OFFSET 0) AS {alias}"
 
 
+def unindexed(condition: str) -> str:
+    """`condition` in a form the planner cannot match to a partial index's condition (in a WHERE
+    clause, `(…) IS TRUE` selects the same rows): for a read of rows it already finds by another index,
+    which a live-status condition would let it take through the exclusion constraint's index instead
+    (see each_calendar())."""
+    return f"({condition}) IS TRUE"
+
+
 def overlap_params(calendar_ids: Iterable[int], span: Span, **more: Any) -> dict[str, Any]:
     """The parameters of overlaps(), and `calendars`, the ids every overlap look-up reads
     (each_calendar())."""

@@ -8,7 +8,7 @@ spent running them, and one statement can do what the ORM would need several rou
 from __future__ import annotations
 
 from bookings.selectors import RESERVATION_ROW_COLUMNS, RESERVATION_ROW_JOINS, RESERVATION_ROW_WIDTH
-from bookings.sql import NOW_PARAM, bumpable, each_calendar, lapsed_hold, live, live_hold, overlaps
+from bookings.sql import NOW_PARAM, bumpable, each_calendar, lapsed_hold, live, live_hold, overlaps, unindexed
 
 # --- Calendar locks ----------------------------------------------------------------------------------
 
@@ -112,8 +112,9 @@ SELECT now(), b.id, b.status, b.priority, b.start_time, b.end_time, b.expires_at
 
 def _expire_lapsed_cte(*, overlapping: bool) -> str:
     """Whole groups of lapsed holds overlapping the span (or anywhere on the calendars, for the sweep)
-    move to 'expired': row locks taken in id order (like TRANSITION_SQL), status re-checked after the
-    lock. As a CTE `expired` whose rows the statement reads back with their calendar and agent."""
+    move to 'expired': row locks taken in id order (like TRANSITION_SQL), status and expiry checked
+    again on the locked rows. As a CTE `expired` whose rows the statement reads back with their
+    calendar and agent."""
     if overlapping:
         in_span = f"""
 SELECT hold_id FROM bookings_reservation
@@ -125,14 +126,16 @@ SELECT hold_id FROM bookings_reservation
             "SELECT hold_id FROM bookings_reservation"
             f" WHERE calendar_id = ANY(%(calendars)s) AND {lapsed_hold('', now=NOW_PARAM)}"
         )
+    # The groups' rows are found by hold id and updated by id: their status, checked on the locked row,
+    # must not lead the planner to the exclusion constraint's index.
+    still_lapsed = unindexed(lapsed_hold("", now=NOW_PARAM))
     return f"""
 WITH expired AS (
     UPDATE bookings_reservation SET status = 'expired', version = version + 1, ended_at = {NOW_PARAM}
-     WHERE id IN (SELECT id FROM bookings_reservation
-                   WHERE hold_id IN ({lapsed_holds})
-                     AND {lapsed_hold("", now=NOW_PARAM)}
-                   ORDER BY id FOR UPDATE)
-       AND status = 'held'
+     WHERE id = ANY(ARRAY(SELECT id FROM bookings_reservation
+                           WHERE hold_id IN ({lapsed_holds}) AND {still_lapsed}
+                           ORDER BY id FOR UPDATE))
+       AND {still_lapsed}
     RETURNING *)
 """
 
