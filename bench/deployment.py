@@ -11,7 +11,6 @@ import contextlib
 import functools
 import ipaddress
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 
 import psycopg
 from django.conf import settings
@@ -21,7 +20,7 @@ from bench.clients import http_client
 from bench.config import BIG_HERD, BenchConfig
 from bench.progress import Progress
 from bench.scenarios import run_threads
-from bench.server import GunicornServer, process_tree_cpu
+from bench.server import GunicornServer, parent_of, process_tree_cpu
 from bench.targets import LocalTarget, RemoteTarget
 
 
@@ -115,15 +114,12 @@ class Deployment:
         """The server's postmaster: the parent of a backend, if the server is on this machine (a Unix
         socket or a loopback address) and that backend is one of this machine's processes."""
         with psycopg.connect(self.conninfo, prepare_threshold=None) as conn:
-            backend, address = conn.execute("SELECT pg_backend_pid(), host(inet_server_addr())").fetchone()  # type: ignore[misc]
+            row = conn.execute("SELECT pg_backend_pid(), host(inet_server_addr())").fetchone()
+            assert row is not None
+            backend, address = row
             if address is not None and not ipaddress.ip_address(address).is_loopback:
                 return None
-            try:
-                if Path(f"/proc/{backend}/comm").read_text().strip() != "postgres":
-                    return None
-                return int(Path(f"/proc/{backend}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                return None
+            return parent_of(backend, named="postgres")  # while the backend lives
 
     @contextlib.contextmanager
     def _baseline_server(self) -> Iterator[str]:

@@ -143,7 +143,7 @@ def process_tree_cpu(parent: int) -> float | None:
         total = _cpu_of(parent, include_reaped_children=True)
         for stat in Path("/proc").glob("[0-9]*/stat"):
             try:
-                fields = stat.read_text().rsplit(")", 1)[1].split()
+                fields = _stat_fields(stat)
             except OSError:
                 continue  # exited meanwhile
             if int(fields[1]) == parent:
@@ -167,8 +167,24 @@ def machine_busy_seconds() -> tuple[float, float] | None:
     return busy / tick, (busy + idle + iowait) / tick
 
 
+def parent_of(pid: int, *, named: str) -> int | None:
+    """The parent of process `pid`, if that is a process of this machine called `named`; else None."""
+    try:
+        if Path(f"/proc/{pid}/comm").read_text().strip() != named:
+            return None
+        return int(_stat_fields(Path(f"/proc/{pid}/stat"))[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _stat_fields(stat: Path) -> list[str]:
+    """A /proc/<pid>/stat's fields after the command name (which may hold spaces and parentheses): [1]
+    is the parent's pid, [11] to [14] the CPU times."""
+    return stat.read_text().rsplit(")", 1)[1].split()
+
+
 def _cpu_of(pid: int, *, include_reaped_children: bool) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    fields = _stat_fields(Path(f"/proc/{pid}/stat"))
     total = _ticks(fields, 11) + _ticks(fields, 12)  # utime, stime (fields 14, 15 of proc(5))
     if include_reaped_children:
         total += _ticks(fields, 13) + _ticks(fields, 14)  # cutime, cstime
