@@ -65,8 +65,13 @@ def holds_expire_lapsed(limit: int = 100) -> int:
     Safe on several workers at once: each calendar is handled under its lock and each hold moves by
     CAS, so a hold is expired (and audited, and announced) exactly once.
     """
+    # By the groups' primary rows: the index of held primary rows bounds the read by the holds alive or
+    # lapsed, not by every reservation ever made.
     calendar_ids = list(
-        Reservation.objects.lapsed_holds().values_list("calendar_id", flat=True).distinct()[:limit]
+        Reservation.objects.lapsed_holds()
+        .filter(is_primary=True)
+        .values_list("calendar_id", flat=True)
+        .distinct()[:limit]
     )
     expired = 0
     for calendar_id in calendar_ids:

@@ -122,18 +122,22 @@ SELECT hold_id FROM bookings_reservation
 """
         lapsed_holds = f"SELECT x.hold_id FROM {each_calendar(in_span, alias='x')}"
     else:
+        # By the groups' primary rows, through the index of held primary rows (a group's rows lapse
+        # together): a calendar's history is never read. The calendar is a filter, never the index.
         lapsed_holds = (
             "SELECT hold_id FROM bookings_reservation"
-            f" WHERE calendar_id = ANY(%(calendars)s) AND {lapsed_hold('', now=NOW_PARAM)}"
+            f" WHERE is_primary AND {lapsed_hold('', now=NOW_PARAM)}"
+            f" AND {unindexed('calendar_id = ANY(%(calendars)s)')}"
         )
-    # The groups' rows are found by hold id and updated by id: their status, checked on the locked row,
-    # must not lead the planner to the exclusion constraint's index.
+    # The lapsed groups are found first and their rows by hold id (an array, so the planner cannot turn
+    # the look-up around into a scan of the table), then updated by id: their status, checked on the
+    # locked row, must not lead the planner to the exclusion constraint's index.
     still_lapsed = unindexed(lapsed_hold("", now=NOW_PARAM))
     return f"""
 WITH expired AS (
     UPDATE bookings_reservation SET status = 'expired', version = version + 1, ended_at = {NOW_PARAM}
      WHERE id = ANY(ARRAY(SELECT id FROM bookings_reservation
-                           WHERE hold_id IN ({lapsed_holds}) AND {still_lapsed}
+                           WHERE hold_id = ANY(ARRAY({lapsed_holds})) AND {still_lapsed}
                            ORDER BY id FOR UPDATE))
        AND {still_lapsed}
     RETURNING *)

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
 import psycopg
 import pytest
 from django.conf import settings
 from django.db import connection
+from django.db.models.functions import Now
+from django.test.utils import CaptureQueriesContext
 
 from agentcal.errors import SlotConflict
 from bench.runner import conninfo_for_baselines
@@ -199,3 +202,30 @@ def test_the_commit_finds_its_hold_by_the_token_index_whatever_the_statistics(ac
         assert "reservation_hold_token" in used, (analyzed, used)
         by_agent = [n for n in used if n.startswith(("bookings_reservation_agent_id", "reservation_agent"))]
         assert not by_agent, (analyzed, used)
+
+
+def test_the_sweep_reads_the_holds_not_the_history_whatever_the_statistics(actor: Actor) -> None:
+    """The background sweep runs every few seconds, and its expiry under a calendar's lock: both its
+    reads must be bounded by the holds alive or lapsed, never by every reservation the calendar had. By
+    the calendar and the status, they read the whole table (a calendar's history, or everyone's)."""
+    calendar = engine.calendar_create(actor=actor, name="room")
+    booked = engine.booking_create(actor=actor, calendar=calendar, span=half_hour(30))
+    _copies(booked.primary, 3000, step="-1 hour")  # this calendar's history: 3,000 earlier bookings
+    ended = engine.hold_create(actor=actor, calendar=calendar, span=half_hour(31))
+    assert ended.hold_token is not None
+    engine.hold_release(actor=actor, hold_id=ended.primary.hold_id, hold_token=ended.hold_token)
+    _copies(ended.primary, 3000, step="0 hours")  # and 3,000 holds that ended
+    lapsed = engine.hold_create(actor=actor, calendar=calendar, span=half_hour(32))
+    Reservation.objects.filter(hold_id=lapsed.primary.hold_id).update(expires_at=Now() - timedelta(seconds=1))
+    with _sent("\nWITH expired AS") as sent, CaptureQueriesContext(connection) as queries:
+        assert engine.holds_expire_lapsed() == 1
+    ((sql, params),) = sent
+    (finding,) = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("SELECT DISTINCT")]
+
+    for analyzed in _statistics_as_found_then_analyzed():
+        with connection.cursor() as cursor:
+            cursor.execute(f"EXPLAIN (FORMAT JSON) {finding}")
+            ((plan,),) = cursor.fetchall()
+        assert not _unbounded_reads(plan[0]["Plan"], "bookings_reservation"), (analyzed, finding)
+        plan = _generic_plan(sql, params)
+        assert not _unbounded_reads(plan, "bookings_reservation"), (analyzed, _index_names(plan))
