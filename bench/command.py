@@ -102,6 +102,11 @@ class Command(BaseCommand):
         )
         what.add_argument("--no-baselines", action="store_true", help="skip baselines (a), (b) and (c)")
         what.add_argument(
+            "--no-starting-code",
+            action="store_true",
+            help="herd500: do not race the starting code (bench/starting_code.py) after the engine",
+        )
+        what.add_argument(
             "--workers",
             type=int,
             default=default_web_workers(),
@@ -224,6 +229,7 @@ class Command(BaseCommand):
             modes=modes,
             scenarios=options["scenarios"],
             baselines=not options["no_baselines"],
+            starting_code=not options["no_starting_code"],
             key_verify_calls=options["key_verify_calls"],
             history_sizes=options["history_sizes"],
             naive_gap_seconds=options["naive_gap_ms"] / 1000,

@@ -36,6 +36,8 @@ class BenchConfig:
     herd_racers: int = 500  # herd500: agents racing for each slot
     herd_racers_rounds: int = 5
     herd_racers_nodes: int = 1  # herd500: web nodes the racers are spread over
+    # herd500: race the code the request path's cuts started from too, the same way (bench/starting_code.py).
+    starting_code: bool = True
     # Cost per booking: bookings made one at a time (twice: timed, then traced); 0 skips the probe.
     cost_bookings: int = 0
     modes: tuple[str, ...] = (IN_PROCESS, HTTP)

@@ -8,17 +8,18 @@ from typing import Any
 from bench.formatting import fmt_ms, fmt_ratio, num
 from bench.meeting_report import meeting_goals
 from bench.runaway_report import runaway_goals
+from bench.starting_code import STARTING_COMMIT
 from bench.stats import ScenarioResult, find, ratio
 
 # The seed product's published headline, which the big herd is set against.
 SEED_HEADLINE = {"racers": 500, "double_bookings": 0, "p99_ms": 112.0}
-# The big herd's p99 of the code before the agent request path was cut (c7b6e03), re-measured in the kind of
-# run that is published (the embedded PostgreSQL, on the publishing machine kind) with the racers of
-# bench/lean_http.py, alternating with the cut code: the median of three runs (docs/performance-notes.md,
-# "The big herd against the code it started from"). The cut is to halve it. The figure published at
-# c7b6e03, 3,272 ms, came from a slower machine and a heavier client.
+# The cut of the agent request path is to halve the big herd's p99 against the code it started from, raced
+# in the same run (bench/starting_code.py): machines of one kind differ by half, so only a figure of the
+# same run can tell. When it was not raced, the goal falls back to this figure, measured in the published
+# kind of run on an earlier machine (the median of three; docs/performance-notes.md, "The big herd against
+# the code it started from").
 STARTING_BIG_HERD_P99_MS = 1639.6
-STARTING_COMMIT = "c7b6e03"
+BIG_HERD_TARGET_RATIO = 0.5
 HTTP_RATIO_TARGET, IN_PROCESS_RATIO_TARGET, WEB_CPU_TARGET_MS = 0.6, 0.7, 3.0
 
 
@@ -54,6 +55,7 @@ def goals_table(
     *,
     machine: dict[str, Any] | None = None,
     cost: dict[str, Any] | None = None,
+    starting_code: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     machine = machine or {}
     goals: list[dict[str, Any]] = []
@@ -106,8 +108,9 @@ def goals_table(
         p99 = big.latency()["p99"]
         cpu = (
             f"CPU per attempt: web {fmt_ms(big.extra.get('web_cpu_ms_per_attempt'))}, the racers' client "
-            f"{fmt_ms(big.extra.get('client_cpu_ms_per_attempt'))}, on {machine.get('cpu_count') or '?'} "
-            "cores shared by both"
+            f"{fmt_ms(big.extra.get('client_cpu_ms_per_attempt'))}, PostgreSQL "
+            f"{fmt_ms(big.extra.get('database_cpu_ms_per_attempt'))}, on {machine.get('cpu_count') or '?'} "
+            "cores shared by all"
         )
         rounds, single = big.extra["rounds"], big.extra["rounds_with_one_winner"]
         misses = []
@@ -137,17 +140,7 @@ def goals_table(
                 "; ".join(misses),
             )
         )
-        target = STARTING_BIG_HERD_P99_MS / 2
-        goals.append(
-            _goal(
-                f"the big herd's p99 at most half the starting code's ({STARTING_COMMIT}, same racers: "
-                f"{STARTING_BIG_HERD_P99_MS:,.0f} ms)",
-                f"≤ {target:,.0f} ms",
-                f"{fmt_ms(p99)} ({fmt_ratio(ratio(p99, STARTING_BIG_HERD_P99_MS))} of it)",
-                p99 <= target,
-                f"{cpu}; {big.extra['agents']} racers",
-            )
-        )
+        goals.append(_against_the_starting_code(p99, cpu, big.extra["agents"], starting_code))
     goals += meeting_goals(results)
     goals += runaway_goals(results)
     goals += _cost_goals(cost)
@@ -178,6 +171,37 @@ def goals_table(
             )
         )
     return goals
+
+
+def _against_the_starting_code(
+    p99: float, cpu: str, racers: int, starting_code: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The big herd's p99 against the starting code's: raced in this run if it was, else the figure of
+    an earlier run (and the row says so)."""
+    start = (starting_code or {}).get("result")
+    if start is None:
+        why_not = (starting_code or {}).get("not_raced", "not asked for (--no-starting-code)")
+        target = STARTING_BIG_HERD_P99_MS * BIG_HERD_TARGET_RATIO
+        return _goal(
+            f"the big herd's p99 at most half the starting code's ({STARTING_COMMIT}; not raced in this run: "
+            f"{why_not}; an earlier run's {STARTING_BIG_HERD_P99_MS:,.0f} ms)",
+            f"≤ {target:,.0f} ms",
+            f"{fmt_ms(p99)} ({fmt_ratio(ratio(p99, STARTING_BIG_HERD_P99_MS))} of it)",
+            p99 <= target,
+            f"{cpu}; {racers} racers",
+        )
+    start_p99 = start["latency_ms"]["p99"]
+    value = ratio(p99, start_p99)
+    return _goal(
+        f"the big herd's p99 at most half the starting code's ({STARTING_COMMIT}, raced in this run the same "
+        "way)",
+        f"≤ {BIG_HERD_TARGET_RATIO:.2f}",
+        f"{fmt_ratio(value)} ({fmt_ms(p99)} / {fmt_ms(start_p99)})",
+        None if value is None else value <= BIG_HERD_TARGET_RATIO,
+        f"{cpu}; the starting code's: web {fmt_ms(start.get('web_cpu_ms_per_attempt'))}, the racers' client "
+        f"{fmt_ms(start.get('client_cpu_ms_per_attempt'))}, PostgreSQL "
+        f"{fmt_ms(start.get('database_cpu_ms_per_attempt'))}; {racers} racers",
+    )
 
 
 def _throughput_goals(

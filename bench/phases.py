@@ -12,6 +12,7 @@ import resource
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from bench import baselines
 from bench.clients import BaselineHttpWorker, BaselineWorker, EngineWorker, HttpSession, Worker
@@ -23,6 +24,7 @@ from bench.runaway import runaway
 from bench.scenarios import TimedRun, disjoint, herd, mix
 from bench.search_probe import search_probe
 from bench.server import machine_busy_seconds
+from bench.starting_code import starting_code_herd
 from bench.stats import ScenarioResult, ratio
 from bench.targets import LocalTarget, RemoteTarget
 from bookings.spans import Span
@@ -50,6 +52,8 @@ class Phases:
         self.base = base  # every slot is an offset from here, two days ahead
         self.progress = progress
         self.results: list[ScenarioResult] = []
+        # The starting code's big herd, raced after the engine's (bench/starting_code.py), if it was.
+        self.starting_code: dict[str, Any] | None = None
         self.http = HTTP in config.modes
         # In-process needs the database here: with --url the engine is only reachable through HTTP.
         in_process = IN_PROCESS in config.modes and target.kind == "local"
@@ -282,7 +286,8 @@ class Phases:
         """`herd_racers` agents (500), one slot per round, through HTTP: each racer a thread with its own
         connection (bench/lean_http.py), so the process needs a file descriptor per racer (and gunicorn's
         listen backlog, 2048, holds the connections its workers have not accepted yet). Then the same
-        racers against (b) through HTTP: the floor of a round on the same cores."""
+        racers against (b) through HTTP: the floor of a round on the same cores; then the code the request
+        path's cuts started from, the yardstick of the big herd's goal."""
         if not self.http:
             self.progress.note("herd500: skipped (HTTP only)")
             return
@@ -319,6 +324,8 @@ class Phases:
             )
             result.extra.update(nodes=1, workers_per_node=config.workers)
             self.results.append(result)
+        if config.starting_code and self.deployment.starts_servers:
+            self.starting_code = starting_code_herd(config, conninfo=self.conninfo, progress=self.progress)
 
     def _measured_big_herd(
         self, variant: str, open_worker: Callable[[int], Worker], spans: list[Span], servers: Sequence[str]

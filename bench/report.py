@@ -45,6 +45,7 @@ def build(
     machine: dict[str, Any],
     history: list[dict[str, Any]] | None = None,
     cost: dict[str, Any] | None = None,
+    starting_code: dict[str, Any] | None = None,
     config: BenchConfig,
     wall_seconds: float,
 ) -> Report:
@@ -60,10 +61,13 @@ def build(
         "key_verify": key_verify,
         "history": history,
         "cost": cost,
+        "starting_code": starting_code,
         "nodes": _nodes_summary(results),
         "runaway": runaway_summary(results),
     }
-    data["goals"] = goals_table(results, ratios, key_verify, machine=machine, cost=cost)
+    data["goals"] = goals_table(
+        results, ratios, key_verify, machine=machine, cost=cost, starting_code=starting_code
+    )
     return Report(data=data, results=results)
 
 

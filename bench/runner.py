@@ -95,6 +95,7 @@ class Bench:
             key_verify=key_verify,
             history=history,
             cost=cost,
+            starting_code=self.phases.starting_code,
             machine={**measurements.machine(config, load_before), "commit": commit},
             config=config,
             wall_seconds=time.monotonic() - started,

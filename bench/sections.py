@@ -99,7 +99,7 @@ def markdown(report: Report) -> str:
             missing = sum(r.get("losers_without_alternatives", 0) for r in engine_herds)
             lines += ["", f"Engine losers answered 409 without alternatives: {missing}."]
     lines += _nodes_markdown(data.get("nodes") or [])
-    lines += _big_herd_markdown(data["results"])
+    lines += _big_herd_markdown(data["results"], data.get("starting_code"))
     mixes = [r for r in data["results"] if r["scenario"] == "mix"]
     if mixes:
         lines += [
@@ -192,7 +192,7 @@ def _database_and_machine(herd: dict[str, Any]) -> str:
     )
 
 
-def _big_herd_markdown(results: list[dict[str, Any]]) -> list[str]:
+def _big_herd_markdown(results: list[dict[str, Any]], starting_code: dict[str, Any] | None) -> list[str]:
     big = next((r for r in results if r["scenario"] == "herd500" and r["variant"] == "engine"), None)
     if big is None:
         return []
@@ -215,11 +215,28 @@ def _big_herd_markdown(results: list[dict[str, Any]]) -> list[str]:
         f"{fmt_ms(big['loser_latency_ms']['p99'])} (ratio {fmt_ratio(big['loser_p99_over_winner_p99'])}). "
         f"CPU per attempt: web workers {fmt_ms(big.get('web_cpu_ms_per_attempt'))}, the racers' own client "
         f"(this process, on the same cores) {fmt_ms(big.get('client_cpu_ms_per_attempt'))}"
-        f"{_database_and_machine(big)}. {floor}"
+        f"{_database_and_machine(big)}. {floor}{_starting_code_sentence(starting_code)}"
         f"The seed product published {SEED_HEADLINE['racers']} concurrent attempts, "
         f"{SEED_HEADLINE['double_bookings']} double bookings, p99 {SEED_HEADLINE['p99_ms']:.0f} ms "
         "(docs/scaling.md compares them).",
     ]
+
+
+def _starting_code_sentence(starting_code: dict[str, Any] | None) -> str:
+    """What the starting code's big herd did in this run (bench/starting_code.py), or why it was not run."""
+    if not starting_code:
+        return ""
+    start = starting_code.get("result")
+    if start is None:
+        return f"The starting code ({starting_code['commit']}) was not raced: {starting_code['not_raced']}. "
+    return (
+        f"The starting code ({starting_code['commit']}), raced the same way right after: "
+        f"{start['rounds_with_one_winner']} of {start['rounds']} rounds with one winner, "
+        f"{start['double_bookings']} double bookings, p50 {fmt_ms(start['latency_ms']['p50'])}, "
+        f"p99 {fmt_ms(start['latency_ms']['p99'])}; CPU per attempt: web workers "
+        f"{fmt_ms(start.get('web_cpu_ms_per_attempt'))}, the racers' client "
+        f"{fmt_ms(start.get('client_cpu_ms_per_attempt'))}{_database_and_machine(start)}. "
+    )
 
 
 def _cost_markdown(cost: dict[str, Any] | None) -> list[str]:

@@ -23,6 +23,7 @@ def tiny(**overrides: Any) -> BenchConfig:
         "modes": (IN_PROCESS,),
         "scenarios": ("herd",),
         "baselines": False,
+        "starting_code": False,
         "key_verify_calls": 0,
         "history_sizes": (),
         "warmup_requests": 2,

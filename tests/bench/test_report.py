@@ -8,7 +8,7 @@ import pytest
 
 from bench import report as reports
 from bench import sections
-from bench.config import HTTP, IN_PROCESS, UNCONGESTED, BenchConfig
+from bench.config import BIG_HERD, HTTP, IN_PROCESS, UNCONGESTED, BenchConfig
 from bench.runner import Bench
 from bench.stats import Outcome, ScenarioResult, find, latency_summary, ratio
 from tests.bench.helpers import tiny
@@ -171,12 +171,17 @@ def cost(round_trips: float) -> dict[str, Any]:
     }
 
 
-def build(results: list[ScenarioResult], cost_data: dict[str, Any] | None = None) -> reports.Report:
+def build(
+    results: list[ScenarioResult],
+    cost_data: dict[str, Any] | None = None,
+    starting_code: dict[str, Any] | None = None,
+) -> reports.Report:
     return reports.build(
         results=results,
         key_verify=None,
         machine=MACHINE,
         cost=cost_data,
+        starting_code=starting_code,
         config=BenchConfig(workers=5),
         wall_seconds=1.0,
     )
@@ -266,6 +271,44 @@ def test_goals_missed_give_the_measured_reason() -> None:
     assert "| goal | target | measured | | why (measured) |\n|---|---|---|---|---|\n" in markdown
     assert "| ❌ missed | web CPU 3.60 ms per write vs (b) 0.70 ms; 2 cores |" in markdown
     assert "| ✅ met |  |" in markdown  # zero double bookings: met, no reason
+
+
+def test_the_big_herd_is_set_against_the_starting_code_raced_in_the_same_run() -> None:
+    big = raced(HTTP, winner_ms=20, loser_ms=400, agents=500, scenario=BIG_HERD, rounds=2)
+    start = raced(HTTP, winner_ms=30, loser_ms=1000, agents=500, scenario=BIG_HERD, rounds=2).as_dict()
+    start["web_cpu_ms_per_attempt"] = 3.5
+
+    report = build([big], starting_code={"commit": "c7b6e03", "result": start})
+
+    row = goal(report, "the big herd's p99 at most half the starting code's")
+    assert row["goal"].endswith("(c7b6e03, raced in this run the same way)")
+    assert (row["target"], row["measured"], row["met"]) == ("≤ 0.50", "0.40 (400.0 ms / 1000.0 ms)", True)
+    assert "The starting code (c7b6e03), raced the same way right after: 2 of 2 rounds" in sections.markdown(
+        report
+    )
+
+    slower = raced(HTTP, winner_ms=20, loser_ms=600, agents=500, scenario=BIG_HERD, rounds=2)
+    row = goal(build([slower], starting_code={"commit": "c7b6e03", "result": start}), "the big herd's p99")
+    assert (row["measured"], row["met"]) == ("0.60 (600.0 ms / 1000.0 ms)", False)
+    assert row["why"].endswith(
+        "the starting code's: web 3.50 ms, the racers' client n/a, PostgreSQL n/a; 500 racers"
+    )
+
+
+def test_without_the_starting_code_the_big_herd_goal_says_why_and_uses_the_earlier_figure() -> None:
+    big = raced(HTTP, winner_ms=20, loser_ms=700, agents=500, scenario=BIG_HERD, rounds=2)
+    not_raced = {"commit": "c7b6e03", "not_raced": "this clone has no commit c7b6e03"}
+
+    for starting_code, why_not in ((not_raced, not_raced["not_raced"]), (None, "not asked for")):
+        report = build([big], starting_code=starting_code)
+
+        row = goal(report, "the big herd's p99 at most half the starting code's")
+        assert f"not raced in this run: {why_not}" in row["goal"]
+        assert (row["target"], row["met"]) == ("≤ 820 ms", True)
+        assert row["measured"] == "700.0 ms (0.43 of it)"
+    assert "was not raced: this clone has no commit c7b6e03" in sections.markdown(
+        build([big], None, not_raced)
+    )
 
 
 def test_a_congested_herd_that_stays_slow_uncongested_is_not_blamed_on_the_queue() -> None:

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import psycopg
 import pytest
 
-from bench import baselines
+from bench import baselines, starting_code
 from bench.config import BIG_HERD, HTTP, NODES_DISJOINT, NODES_HERD
+from bench.formatting import fmt_ms
+from bench.progress import Progress
 from bench.runner import Bench, conninfo_for_baselines
 from bench.sections import markdown
 from bench.stats import find
@@ -61,7 +64,7 @@ def test_two_web_nodes_share_the_herd_and_give_it_one_winner(tmp_path: Path) -> 
     assert urls == {f"{url}/v1/" for url in bench.deployment.node_urls}
 
 
-def test_the_big_herd_gives_one_winner_and_is_set_against_b_and_the_seeds_figure() -> None:
+def test_the_big_herd_gives_one_winner_and_is_set_against_b_the_starting_code_and_the_seeds_figure() -> None:
     # Under gunicorn, whose listen backlog holds the racers its two workers have not reached yet (the
     # test live server's queue of 10 would refuse most of them).
     report = Bench(
@@ -72,6 +75,7 @@ def test_the_big_herd_gives_one_winner_and_is_set_against_b_and_the_seeds_figure
             herd_racers_rounds=2,
             workers=2,
             baselines=True,
+            starting_code=True,
             server_env=servers_on_the_test_database(),
         )
     ).run()
@@ -93,6 +97,33 @@ def test_the_big_herd_gives_one_winner_and_is_set_against_b_and_the_seeds_figure
     assert yardstick.extra["web_cpu_ms_per_attempt"] > 0
     assert "**The big herd**" in markdown(report) and "The same racers against (b)" in markdown(report)
     assert "PostgreSQL" in markdown(report).split("**The big herd**")[1].split("\n")[0]
+    # The code the request path's cuts started from, raced the same way: the big-herd goal's yardstick.
+    start = report.data["starting_code"]["result"]
+    assert start["attempts"] == 80 and start["errors"] == 0 and start["double_bookings"] == 0
+    assert start["rounds_with_one_winner"] == 2 and start["web_cpu_ms_per_attempt"] > 0
+    (goal,) = [g for g in report.data["goals"] if g["goal"].startswith("the big herd's p99 at most half")]
+    assert "raced in this run" in goal["goal"] and goal["target"] == "≤ 0.50"
+    assert goal["measured"].endswith(f"/ {fmt_ms(start['latency_ms']['p99'])})")
+    assert "The starting code (c7b6e03), raced the same way" in markdown(report)
+    with psycopg.connect(conninfo_for_baselines(), prepare_threshold=None) as conn:
+        left = conn.execute("SELECT count(*) FROM pg_database WHERE datname LIKE '%\\_starting\\_code'")
+        assert left.fetchone() == (0,)
+
+
+def test_a_clone_without_the_starting_commit_says_why_and_the_goal_falls_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(starting_code, "STARTING_COMMIT", "0" * 40)
+    config = tiny(modes=(HTTP,), scenarios=("herd500",), server_env=servers_on_the_test_database())
+
+    raced = starting_code.starting_code_herd(
+        config, conninfo=conninfo_for_baselines(), progress=Progress(enabled=False)
+    )
+
+    assert raced == {
+        "commit": "0" * 40,
+        "not_raced": f"this clone has no commit {'0' * 40} (a shallow clone, or no git history)",
+    }
 
 
 # PostgreSQL's backend CPU is read from /proc in clock ticks (10 ms): eight bookings (~2 ms of backend CPU
