@@ -40,7 +40,10 @@ from workspaces.models import Agent
 
 _VALID_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")  # printable ASCII, no spaces
 # Response headers worth replaying (the rest are regenerated per response).
-REPLAYED_HEADERS = ("ETag", "Location", "Content-Type")
+# Content-Type is not among them: until DRF renders the answer, the header holds Django's default
+# (text/html). A type the view chose itself (problem+json) is kept apart; otherwise the replay is
+# rendered as the original was.
+REPLAYED_HEADERS = ("ETag", "Location")
 COMPLETE_WITHIN_SECONDS = 3.0
 logger = logging.getLogger(__name__)
 

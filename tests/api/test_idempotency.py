@@ -35,6 +35,7 @@ def test_it_replays_the_original_response_for_the_same_key_and_body(sdr, calenda
     assert second.headers["Idempotent-Replayed"] == "true"
     assert second.json() == first.json()
     assert second.headers["Location"] == first.headers["Location"]
+    assert second.headers["Content-Type"] == first.headers["Content-Type"] == "application/json"
     assert reservations(calendar["id"]) == 1
     assert len(audit_rows(event_type="calendar.hold.created", calendar_public_id=calendar["id"])) == 1
 
@@ -163,6 +164,7 @@ def test_it_replays_a_delete(sdr, calendar):
     assert second.status_code == 200
     assert second.headers["Idempotent-Replayed"] == "true"
     assert second.json() == first.json()
+    assert second.headers["Content-Type"] == "application/json"
     assert len(audit_rows(event_type="calendar.hold.released", reservation_public_id=hold["id"])) == 1
 
 
@@ -174,6 +176,7 @@ def test_it_replays_a_patch(sdr, calendar):
     assert first.status_code == 200, first.text
     assert second.headers["Idempotent-Replayed"] == "true"
     assert second.json() == first.json()
+    assert second.headers["Content-Type"] == "application/json"
     assert len(audit_rows(event_type="calendar.updated", calendar_public_id=calendar["id"])) == 1
 
 
