@@ -78,7 +78,11 @@ class ConflictProblemOutput(ProblemOutput):
         many=True, required=False, help_text="Free spans near the one asked for, best first (slot_conflict)."
     )
     conflicting = serializers.JSONField(required=False, help_text="What is in the way (slot_conflict).")
-    conflicting_bucket = serializers.CharField(required=False)
+    conflicting_bucket = serializers.CharField(
+        required=False,
+        help_text="slot_conflict: `BUCKET#` and the start of the calendar's `slot_minutes` bucket in which "
+        "the first overlap starts, e.g. BUCKET#2026-10-04T14:00:00Z.",
+    )
     held_by_priority = serializers.IntegerField(
         required=False,
         allow_null=True,
@@ -88,6 +92,37 @@ class ConflictProblemOutput(ProblemOutput):
     retryable = serializers.BooleanField(
         required=False, help_text="Whether the same request may succeed later."
     )
+
+
+class UnprocessableProblemOutput(ProblemOutput):
+    # The calendar rules a well-formed request broke; each member comes with the errors named.
+    calendar = serializers.CharField(required=False, help_text="The calendar whose rule refused the span.")
+    max_allowed_minutes = serializers.IntegerField(
+        required=False, help_text="booking_too_long: the longest span the calendar takes."
+    )
+    requested_minutes = serializers.IntegerField(
+        required=False, help_text="booking_too_long: the span asked for."
+    )
+    max_buckets_allowed = serializers.IntegerField(
+        required=False,
+        help_text="booking_too_long: the most `slot_minutes` buckets one reservation may touch.",
+    )
+    timezone = serializers.CharField(required=False, help_text="outside_working_hours: the calendar's zone.")
+    local_start_time = serializers.CharField(
+        required=False, help_text="outside_working_hours: the span's start in the calendar's zone."
+    )
+    local_end_time = serializers.CharField(
+        required=False, help_text="outside_working_hours: the span's end in the calendar's zone."
+    )
+    hours_that_day = serializers.JSONField(
+        required=False,
+        help_text="outside_working_hours: the working hours of each local day the span touches.",
+    )
+    min_notice_minutes = serializers.IntegerField(required=False, help_text="insufficient_notice.")
+    earliest_start_time = serializers.DateTimeField(
+        required=False, help_text="insufficient_notice: the earliest start the calendar takes now."
+    )
+    server_time = serializers.DateTimeField(required=False, help_text="The server's clock when it refused.")
 
 
 class PreconditionFailedProblemOutput(ProblemOutput):
@@ -124,6 +159,7 @@ PROBLEM_FAMILIES: dict[int, type[ProblemOutput]] = {
     403: ForbiddenProblemOutput,
     409: ConflictProblemOutput,
     412: PreconditionFailedProblemOutput,
+    422: UnprocessableProblemOutput,
     423: PausedProblemOutput,
     429: TooManyRequestsProblemOutput,
     503: UnavailableProblemOutput,

@@ -20,6 +20,7 @@ from bookings.search import (
     EARLIEST,
     MAX_CANDIDATES,
     MAX_SEARCH_CALENDARS,
+    MAX_WEIGHED_SLOTS,
     ORDERS,
     SearchQuery,
     find_common_time,
@@ -193,7 +194,11 @@ class AvailabilitySearchOutput(OutputSerializer):
         child=serializers.IntegerField(), help_text="Every calendar read: its version (ETag) then."
     )
     searched = SearchedOutput(help_text="The window searched: from the later of `start` and now.")
-    truncated = serializers.BooleanField(help_text="More candidates than `limit` were found.")
+    truncated = serializers.BooleanField(
+        help_text="There is more than this answer shows: more candidates than `limit` were found, or a "
+        f"search that weighs every slot stopped after {MAX_WEIGHED_SLOTS:,} (then `searched.end` is where it "
+        "stopped)."
+    )
     reasons = serializers.DictField(
         child=serializers.BooleanField(),
         required=False,

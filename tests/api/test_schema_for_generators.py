@@ -5,13 +5,14 @@ each declared where the server really takes or sends it."""
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
 import yaml
 
 from tests.guardrails.helpers import set_limits
-from tests.helpers import Persona, create_calendar, slot
+from tests.helpers import Persona, create_calendar, iso, slot
 
 MUTATING = {"post", "put", "patch", "delete"}
 
@@ -137,3 +138,12 @@ def test_each_problem_family_is_typed_with_its_members(anonymous: httpx.Client, 
     refused = sdr.client.post(f"/calendars/{calendar['id']}/holds", json=slot(hours_ahead=30)).json()
     assert set(refused) <= set(conflict)
     assert refused["alternatives"] and all(set(a) == set(span) for a in refused["alternatives"])
+    assert conflict["conflicting_bucket"]["description"].startswith("slot_conflict: `BUCKET#`")
+    # And a 422: the calendar rule that refused, with the numbers behind it.
+    assert family["422"] == "UnprocessableProblemOutput"
+    unprocessable = document["components"]["schemas"]["UnprocessableProblemOutput"]["properties"]
+    start = datetime.now(UTC).replace(microsecond=0) + timedelta(days=2)
+    too_long = {"start_time": iso(start), "end_time": iso(start + timedelta(days=3))}
+    answer = sdr.client.post(f"/calendars/{calendar['id']}/holds", json=too_long)
+    assert answer.status_code == 422 and answer.json()["error"] == "booking_too_long"
+    assert "max_buckets_allowed" in answer.json() and set(answer.json()) <= set(unprocessable)

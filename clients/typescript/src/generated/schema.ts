@@ -1555,7 +1555,7 @@ export interface components {
             };
             /** @description The window searched: from the later of `start` and now. */
             searched: components["schemas"]["SearchedOutput"];
-            /** @description More candidates than `limit` were found. */
+            /** @description There is more than this answer shows: more candidates than `limit` were found, or a search that weighs every slot stopped after 5,000 (then `searched.end` is where it stopped). */
             truncated: boolean;
             /** @description Why there are no candidates: `window_in_the_past`, `insufficient_notice`, `no_common_working_hours`, `no_common_free_time`, `too_few_optional_free`. */
             reasons?: {
@@ -2013,6 +2013,7 @@ export interface components {
             alternatives?: components["schemas"]["FreeSpanOutput"][];
             /** @description What is in the way (slot_conflict). */
             conflicting?: unknown;
+            /** @description slot_conflict: `BUCKET#` and the start of the calendar's `slot_minutes` bucket in which the first overlap starts, e.g. BUCKET#2026-10-04T14:00:00Z. */
             conflicting_bucket?: string;
             /** @description Null: the person's own calendar or a buffer is in the way. */
             held_by_priority?: number | null;
@@ -3048,6 +3049,42 @@ export interface components {
             /** @description upstream_stale: each stale link's calendar and last_synced_at. */
             calendars?: unknown;
         };
+        UnprocessableProblemOutput: {
+            type: string;
+            title: string;
+            status: number;
+            detail: string;
+            /** @description Machine-readable code, e.g. slot_conflict. */
+            error: string;
+            /** @description The calendar whose rule refused the span. */
+            calendar?: string;
+            /** @description booking_too_long: the longest span the calendar takes. */
+            max_allowed_minutes?: number;
+            /** @description booking_too_long: the span asked for. */
+            requested_minutes?: number;
+            /** @description booking_too_long: the most `slot_minutes` buckets one reservation may touch. */
+            max_buckets_allowed?: number;
+            /** @description outside_working_hours: the calendar's zone. */
+            timezone?: string;
+            /** @description outside_working_hours: the span's start in the calendar's zone. */
+            local_start_time?: string;
+            /** @description outside_working_hours: the span's end in the calendar's zone. */
+            local_end_time?: string;
+            /** @description outside_working_hours: the working hours of each local day the span touches. */
+            hours_that_day?: unknown;
+            /** @description insufficient_notice. */
+            min_notice_minutes?: number;
+            /**
+             * Format: date-time
+             * @description insufficient_notice: the earliest start the calendar takes now.
+             */
+            earliest_start_time?: string;
+            /**
+             * Format: date-time
+             * @description The server's clock when it refused.
+             */
+            server_time?: string;
+        };
         UpstreamBusyOutput: {
             calendar: string;
             /** Format: date-time */
@@ -3410,7 +3447,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/problem+json": components["schemas"]["ProblemOutput"];
+                    "application/problem+json": components["schemas"]["UnprocessableProblemOutput"];
                 };
             };
             423: {
@@ -3779,7 +3816,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/problem+json": components["schemas"]["ProblemOutput"];
+                    "application/problem+json": components["schemas"]["UnprocessableProblemOutput"];
                 };
             };
             423: {
@@ -4142,7 +4179,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/problem+json": components["schemas"]["ProblemOutput"];
+                    "application/problem+json": components["schemas"]["UnprocessableProblemOutput"];
                 };
             };
             423: {
@@ -4511,7 +4548,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/problem+json": components["schemas"]["ProblemOutput"];
+                    "application/problem+json": components["schemas"]["UnprocessableProblemOutput"];
                 };
             };
             423: {
@@ -4777,7 +4814,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/problem+json": components["schemas"]["ProblemOutput"];
+                    "application/problem+json": components["schemas"]["UnprocessableProblemOutput"];
                 };
             };
             423: {
@@ -5114,7 +5151,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/problem+json": components["schemas"]["ProblemOutput"];
+                    "application/problem+json": components["schemas"]["UnprocessableProblemOutput"];
                 };
             };
             423: {
@@ -5487,7 +5524,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/problem+json": components["schemas"]["ProblemOutput"];
+                    "application/problem+json": components["schemas"]["UnprocessableProblemOutput"];
                 };
             };
             423: {
@@ -6020,7 +6057,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/problem+json": components["schemas"]["ProblemOutput"];
+                    "application/problem+json": components["schemas"]["UnprocessableProblemOutput"];
                 };
             };
             423: {
@@ -6393,7 +6430,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/problem+json": components["schemas"]["ProblemOutput"];
+                    "application/problem+json": components["schemas"]["UnprocessableProblemOutput"];
                 };
             };
             423: {
@@ -6661,7 +6698,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/problem+json": components["schemas"]["ProblemOutput"];
+                    "application/problem+json": components["schemas"]["UnprocessableProblemOutput"];
                 };
             };
             423: {
@@ -7032,7 +7069,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/problem+json": components["schemas"]["ProblemOutput"];
+                    "application/problem+json": components["schemas"]["UnprocessableProblemOutput"];
                 };
             };
             423: {
@@ -7274,7 +7311,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/problem+json": components["schemas"]["ProblemOutput"];
+                    "application/problem+json": components["schemas"]["UnprocessableProblemOutput"];
                 };
             };
             423: {
@@ -7664,7 +7701,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/problem+json": components["schemas"]["ProblemOutput"];
+                    "application/problem+json": components["schemas"]["UnprocessableProblemOutput"];
                 };
             };
             423: {
@@ -8037,7 +8074,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/problem+json": components["schemas"]["ProblemOutput"];
+                    "application/problem+json": components["schemas"]["UnprocessableProblemOutput"];
                 };
             };
             423: {
@@ -8283,7 +8320,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/problem+json": components["schemas"]["ProblemOutput"];
+                    "application/problem+json": components["schemas"]["UnprocessableProblemOutput"];
                 };
             };
             423: {
@@ -9151,7 +9188,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/problem+json": components["schemas"]["ProblemOutput"];
+                    "application/problem+json": components["schemas"]["UnprocessableProblemOutput"];
                 };
             };
             423: {
@@ -9395,7 +9432,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/problem+json": components["schemas"]["ProblemOutput"];
+                    "application/problem+json": components["schemas"]["UnprocessableProblemOutput"];
                 };
             };
             423: {
@@ -10109,7 +10146,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/problem+json": components["schemas"]["ProblemOutput"];
+                    "application/problem+json": components["schemas"]["UnprocessableProblemOutput"];
                 };
             };
             423: {
@@ -10446,7 +10483,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/problem+json": components["schemas"]["ProblemOutput"];
+                    "application/problem+json": components["schemas"]["UnprocessableProblemOutput"];
                 };
             };
             423: {
@@ -10815,7 +10852,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/problem+json": components["schemas"]["ProblemOutput"];
+                    "application/problem+json": components["schemas"]["UnprocessableProblemOutput"];
                 };
             };
             423: {
