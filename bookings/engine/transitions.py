@@ -279,11 +279,15 @@ def _check_fencing_token(hold: Reservation, presented: int) -> None:
         .first()
     )
     if presented != hold.fencing_token or newer is not None:
-        raise StaleFencingToken(
-            f"Fencing token {presented} is stale for hold {hold.hold_id}.",
-            presented_fencing_token=presented,
-            current_fencing_token=max(hold.fencing_token, newer or 0),
+        current = max(hold.fencing_token, newer or 0)
+        # One error code either way (the contract's); the detail says which it is.
+        detail = (
+            f"Fencing token {presented} is stale for hold {hold.hold_id}: {current} was issued since."
+            if presented < current
+            else f"Fencing token {presented} was never issued for hold {hold.hold_id}; its own is "
+            f"{hold.fencing_token}."
         )
+        raise StaleFencingToken(detail, presented_fencing_token=presented, current_fencing_token=current)
 
 
 # --- Extend, pin, release -------------------------------------------------------------------------------

@@ -77,10 +77,23 @@ def test_it_refuses_an_older_fencing_token_and_accepts_the_holds_own(sdr, calend
     body = problem(stale, 409, "stale_fencing_token")
     assert body["presented_fencing_token"] == earlier["fencing_token"]
     assert body["current_fencing_token"] == current["fencing_token"]
+    assert body["detail"].endswith(
+        f"is stale for hold {current['id']}: {current['fencing_token']} was issued since."
+    )
+    # A token from nowhere (never issued) is refused the same way, and said to be what it is.
+    made_up = problem(
+        commit_hold(sdr, calendar["id"], current["hold_token"], fencing_token=current["fencing_token"] + 100),
+        409,
+        "stale_fencing_token",
+    )
+    assert made_up["detail"] == (
+        f"Fencing token {current['fencing_token'] + 100} was never issued for hold {current['id']}; "
+        f"its own is {current['fencing_token']}."
+    )
     assert sdr.client.get(f"/holds/{current['id']}").json()["status"] == "held"
     assert rows_of(calendar["id"], status="committed") == []
     rejected = audit_rows(event_type="calendar.commit.rejected", calendar_public_id=calendar["id"])
-    assert [r.failure_reason for r in rejected] == ["stale_fencing_token"]
+    assert [r.failure_reason for r in rejected] == ["stale_fencing_token"] * 2
 
     booking = created(
         commit_hold(sdr, calendar["id"], current["hold_token"], fencing_token=current["fencing_token"])
