@@ -2,6 +2,17 @@
 
 from __future__ import annotations
 
+import importlib
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+from django.apps import apps
+from django.conf import settings
+from rest_framework import exceptions as drf
+
+from agentcal.api.problems import as_domain_error
+from agentcal.errors import AgentCalError
 from tests.helpers import audit_rows, slot
 
 PROBLEM_MEMBERS = {"type", "title", "status", "detail", "error"}
@@ -75,3 +86,36 @@ def test_the_request_id_is_echoed_and_recorded_in_the_audit_row(sdr, calendar):
 def test_a_server_chosen_request_id_is_echoed_when_the_client_sends_none(anonymous):
     response = anonymous.get("/calendars")
     assert response.headers["X-Request-ID"].startswith("req_")
+
+
+def _subclasses(base: type) -> Iterator[type]:
+    for subclass in base.__subclasses__():
+        yield subclass
+        yield from _subclasses(subclass)
+
+
+def test_the_readme_lists_every_error_the_server_can_answer() -> None:
+    """Each domain error's code, and each framework error's as the API answers it, under its status in
+    the README's Errors table: an agent's author reads that list to know what to handle."""
+    # Every module of the product's apps that speaks of its errors, so each declared one is known.
+    base = Path(settings.BASE_DIR)
+    ours = {Path(config.path) for config in apps.get_app_configs() if Path(config.path).parent == base}
+    for path in sorted(p for folder in ours | {base / "agentcal"} for p in folder.glob("**/*.py")):
+        if "AgentCalError" in path.read_text():
+            importlib.import_module(".".join(path.relative_to(base).with_suffix("").parts))
+    answered = {(error.status, error.code) for error in _subclasses(AgentCalError) if error.code}
+    framework = (drf.ParseError(), drf.UnsupportedMediaType("text/plain"), drf.MethodNotAllowed("PUT"))
+    framework += (drf.NotAcceptable(), drf.PermissionDenied(), drf.Throttled())
+    for exc in framework:
+        error = as_domain_error(exc)
+        assert error is not None
+        answered.add((error.status, error.code))
+    readme = (base / "README.md").read_text()
+    table = readme.split("\n## Errors\n", 1)[1].split("\n## ", 1)[0]
+    listed = {
+        (int(status), code)
+        for status, codes in re.findall(r"^\| (\d{3}) \| (.*) \|$", table, flags=re.MULTILINE)
+        for code in re.findall(r"`([a-z_]+)`", codes)
+    }
+
+    assert sorted(answered - listed) == []
