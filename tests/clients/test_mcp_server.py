@@ -6,7 +6,9 @@ process over stdio, and to the streamable HTTP app on a real socket, in front of
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -557,3 +559,42 @@ def test_arguments_that_do_not_fit_get_a_structured_invalid_request(sdr: Persona
     assert {"calendar", "start_time", "end_time"} <= set(refused["errors"]), refused["errors"]
     assert "calendar" in refused["next_step"] and "hold_slot" in refused["next_step"]
     assert "soon" not in str(refused), "the caller's values are not echoed"
+
+
+def test_ctrl_c_stops_the_http_server_quietly_with_the_shells_code() -> None:
+    """Ctrl-C (SIGINT) is how a person stops `agentcal-mcp --http` (and `agentcal run`, which starts it):
+    it shuts down and exits 130, without a traceback in the log."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "agentcal_mcp",
+            "--http",
+            "--port",
+            str(port),
+            "--base-url",
+            "http://127.0.0.1:9",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with socket.socket() as client:
+                if client.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.1)
+        else:
+            pytest.fail("agentcal-mcp --http did not listen")
+        server.send_signal(signal.SIGINT)
+        _, stderr = server.communicate(timeout=30)
+    finally:
+        server.kill()
+
+    assert server.returncode == 130
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr

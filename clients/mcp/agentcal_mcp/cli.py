@@ -51,8 +51,20 @@ async def serve_http(gateway: Gateway, *, host: str, port: int, path: str, log_l
         await gateway.aclose()
 
 
+# What a shell reports for a program stopped by Ctrl-C (128 + SIGINT).
+INTERRUPTED = 130
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    try:
+        return _serve(_parser().parse_args(argv))
+    except KeyboardInterrupt:
+        # Ctrl-C is how a person stops the server: it has shut down cleanly by then (uvicorn and the
+        # stdio loop close their sessions and the gateway first), so no traceback.
+        return INTERRUPTED
+
+
+def _serve(args: argparse.Namespace) -> int:
     if args.http:
         # No fallback key over HTTP: a request without its own key must act as nobody.
         gateway = Gateway(base_url=args.base_url, api_key=None)
