@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import logging
 from typing import Any
 
@@ -10,7 +11,7 @@ from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
 from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
-from django.http import Http404, HttpRequest, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from kombu.exceptions import OperationalError as BrokerError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -29,6 +30,7 @@ from agentcal.errors import (
     WrongKeysRateLimited,
 )
 from agentcal.ids import is_public_id
+from agentcal.json_codec import dumps
 from agentcal.metrics import AUTH_UNAUDITED
 from agentcal.rate_limits import limiter_for
 from agentcal.text import storable_text
@@ -208,22 +210,26 @@ def _audit_refusal(error: AgentCalError, request: Any, view: Any, original: Exce
     error.audited = True
 
 
-def problem_json_response(error: AgentCalError) -> JsonResponse:
-    return JsonResponse(error.problem(), status=error.status, content_type=PROBLEM_CONTENT_TYPE)
+def problem_json_response(error: AgentCalError) -> HttpResponse:
+    """A problem answered outside DRF (no route, a server error, the first middleware's refusals),
+    written as DRF's renderer writes every other: compact UTF-8."""
+    problem = error.problem()
+    body = dumps(problem) or json.dumps(problem, separators=(",", ":"), ensure_ascii=False).encode()
+    return HttpResponse(body, status=error.status, content_type=PROBLEM_CONTENT_TYPE)
 
 
-def api_not_found(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+def api_not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
     return problem_json_response(NotFound(f"No endpoint at {request.path}."))
 
 
-def api_server_error(request: HttpRequest) -> JsonResponse:
+def api_server_error(request: HttpRequest) -> HttpResponse:
     error = _generic(
         500, "internal_error", "Internal server error", "Something went wrong; it has been logged."
     )
     return problem_json_response(error)
 
 
-def length_required() -> JsonResponse:
+def length_required() -> HttpResponse:
     return problem_json_response(
         _generic(
             411,

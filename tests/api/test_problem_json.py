@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,6 +36,15 @@ def test_a_401_is_problem_json_with_www_authenticate(anonymous):
     response = anonymous.get("/calendars")
     assert_rfc9457(response, 401, "unauthenticated")
     assert response.headers["WWW-Authenticate"] == 'Bearer realm="agentcal"'
+
+
+def test_a_path_no_endpoint_has_is_a_404_written_like_every_other_problem(sdr):
+    response = sdr.client.get("/no-such-thing/é")
+
+    problem = assert_rfc9457(response, 404, "not_found")
+    assert problem["detail"] == "No endpoint at /v1/no-such-thing/é."
+    # Compact UTF-8, as DRF's renderer writes the rest: an agent diffing answers sees no difference.
+    assert response.content == json.dumps(problem, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def test_a_403_names_the_missing_scope_at_the_top_level(make_agent):
