@@ -20,6 +20,7 @@ from bench.runner import conninfo_for_baselines
 from bookings import engine
 from bookings.models import Reservation
 from tests.bookings.helpers import half_hour
+from tests.plans import explained, index_names, nodes, statistics_as_found_then_analyzed, unbounded_reads
 from workspaces.actor import Actor
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -86,41 +87,10 @@ def _generic_plan(sql: str, params: Any) -> dict[str, Any]:
     return dict(plan[0]["Plan"])
 
 
-def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    yield plan
-    for child in plan.get("Plans", ()):
-        yield from _nodes(child)
-
-
-def _index_names(plan: dict[str, Any]) -> set[str]:
-    return {node["Index Name"] for node in _nodes(plan) if "Index Name" in node}
-
-
 def _subplan(plan: dict[str, Any], name: str) -> dict[str, Any]:
-    found = [node for node in _nodes(plan) if node.get("Subplan Name") == name]
+    found = [node for node in nodes(plan) if node.get("Subplan Name") == name]
     assert len(found) == 1, (name, plan)
     return found[0]
-
-
-def _unbounded_reads(plan: dict[str, Any], table: str) -> list[str]:
-    """The plan's reads of `table` that no index condition bounds: a scan of the whole table, or of a
-    whole index (which the planner may take for small when its condition is the query's own)."""
-    unbounded = []
-    for node in _nodes(plan):
-        kind = node["Node Type"]
-        if node.get("Relation Name") != table:
-            continue
-        if kind == "Seq Scan":
-            unbounded.append(kind)
-        elif kind == "Bitmap Heap Scan":
-            unbounded += [
-                f"{kind} through {index['Index Name']}"
-                for index in _nodes(node)
-                if index["Node Type"] == "Bitmap Index Scan" and "Index Cond" not in index
-            ]
-        elif kind in ("Index Scan", "Index Only Scan") and "Index Cond" not in node:
-            unbounded.append(f"{kind} through {node['Index Name']}")
-    return unbounded
 
 
 def _copies(reservation: Reservation, count: int, *, step: str) -> None:
@@ -140,15 +110,6 @@ def _copies(reservation: Reservation, count: int, *, step: str) -> None:
             " FROM bookings_reservation r, generate_series(1, %s) AS i WHERE r.id = %s",
             [count, reservation.pk],
         )
-
-
-def _statistics_as_found_then_analyzed() -> Iterator[bool]:
-    """The reservation table's statistics as they are (none yet for these rows, or an earlier test's; the
-    suite empties tables with TRUNCATE, which forgets the row count), then as ANALYZE makes them."""
-    yield False
-    with connection.cursor() as cursor:
-        cursor.execute("ANALYZE bookings_reservation")
-    yield True
 
 
 @pytest.mark.parametrize(
@@ -178,9 +139,9 @@ def test_a_hold_reads_reservations_by_calendar_and_time_whatever_the_statistics(
             engine.hold_create(actor=actor, calendar=calendar, span=half_hour(30))
     ((sql, params),) = sent
 
-    for analyzed in _statistics_as_found_then_analyzed():
+    for analyzed in statistics_as_found_then_analyzed("bookings_reservation"):
         plan = _generic_plan(sql, params)
-        assert not _unbounded_reads(plan, "bookings_reservation"), (analyzed, _index_names(plan))
+        assert not unbounded_reads(plan, "bookings_reservation"), (analyzed, index_names(plan))
 
 
 def test_the_commit_finds_its_hold_by_the_token_index_whatever_the_statistics(actor: Actor) -> None:
@@ -197,8 +158,8 @@ def test_the_commit_finds_its_hold_by_the_token_index_whatever_the_statistics(ac
         engine.hold_commit(actor=actor, calendar=calendar, hold_token=held.hold_token)
     ((sql, params),) = sent
 
-    for analyzed in _statistics_as_found_then_analyzed():
-        used = _index_names(_subplan(_generic_plan(sql, params), "CTE target"))
+    for analyzed in statistics_as_found_then_analyzed("bookings_reservation"):
+        used = index_names(_subplan(_generic_plan(sql, params), "CTE target"))
         assert "reservation_hold_token" in used, (analyzed, used)
         by_agent = [n for n in used if n.startswith(("bookings_reservation_agent_id", "reservation_agent"))]
         assert not by_agent, (analyzed, used)
@@ -222,10 +183,7 @@ def test_the_sweep_reads_the_holds_not_the_history_whatever_the_statistics(actor
     ((sql, params),) = sent
     (finding,) = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("SELECT DISTINCT")]
 
-    for analyzed in _statistics_as_found_then_analyzed():
-        with connection.cursor() as cursor:
-            cursor.execute(f"EXPLAIN (FORMAT JSON) {finding}")
-            ((plan,),) = cursor.fetchall()
-        assert not _unbounded_reads(plan[0]["Plan"], "bookings_reservation"), (analyzed, finding)
+    for analyzed in statistics_as_found_then_analyzed("bookings_reservation"):
+        assert not unbounded_reads(explained(finding), "bookings_reservation"), (analyzed, finding)
         plan = _generic_plan(sql, params)
-        assert not _unbounded_reads(plan, "bookings_reservation"), (analyzed, _index_names(plan))
+        assert not unbounded_reads(plan, "bookings_reservation"), (analyzed, index_names(plan))

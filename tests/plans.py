@@ -1,0 +1,59 @@
+"""Reading PostgreSQL's plans in tests: the nodes of an EXPLAIN (FORMAT JSON) plan, the indexes it
+reads, and its reads of a table that no index condition bounds."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from django.db import connection
+
+
+def nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield plan
+    for child in plan.get("Plans", ()):
+        yield from nodes(child)
+
+
+def index_names(plan: dict[str, Any]) -> set[str]:
+    return {node["Index Name"] for node in nodes(plan) if "Index Name" in node}
+
+
+def unbounded_reads(plan: dict[str, Any], table: str) -> list[str]:
+    """The plan's reads of `table` that no index condition bounds: a scan of the whole table, or of a
+    whole index (which the planner may take for small when its condition is the query's own)."""
+    unbounded = []
+    for node in nodes(plan):
+        kind = node["Node Type"]
+        if node.get("Relation Name") != table:
+            continue
+        if kind == "Seq Scan":
+            unbounded.append(kind)
+        elif kind == "Bitmap Heap Scan":
+            unbounded += [
+                f"{kind} through {index['Index Name']}"
+                for index in nodes(node)
+                if index["Node Type"] == "Bitmap Index Scan" and "Index Cond" not in index
+            ]
+        elif kind in ("Index Scan", "Index Only Scan") and "Index Cond" not in node:
+            unbounded.append(f"{kind} through {node['Index Name']}")
+    return unbounded
+
+
+def explained(sql: str) -> dict[str, Any]:
+    """The plan of a statement as Django sent it (parameters bound on the client), on the test's
+    connection."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}")
+        ((plan,),) = cursor.fetchall()
+    return dict(plan[0]["Plan"])
+
+
+def statistics_as_found_then_analyzed(*tables: str) -> Iterator[bool]:
+    """The tables' statistics as they are (none yet for these rows, or an earlier test's; the suite
+    empties tables with TRUNCATE, which forgets the row count), then as ANALYZE makes them."""
+    yield False
+    with connection.cursor() as cursor:
+        for table in tables:
+            cursor.execute(f"ANALYZE {table}")
+    yield True
