@@ -14,6 +14,7 @@ from __future__ import annotations
 from functools import partial
 
 from django.db import models
+from django.db.models import Q
 from django.db.models.functions import Now
 
 from agentcal.ids import new_public_id
@@ -92,7 +93,15 @@ class Connection(models.Model):
     created_at = models.DateTimeField(db_default=Now())
 
     class Meta:
-        indexes = [models.Index(fields=["next_sync_at"], name="connection_next_sync")]
+        indexes = [
+            # The scheduler's claim (connections_due): revoked connections never sync again, and their
+            # next_sync_at stays in the past for good, so they are left out of the index it reads.
+            models.Index(
+                fields=["next_sync_at"],
+                condition=~Q(status=ConnectionStatus.REVOKED),
+                name="connection_sync_due",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.public_id} ({self.provider})"

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from django.db import connection
+from django.db.models import Model
 
 
 def nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -57,3 +58,30 @@ def statistics_as_found_then_analyzed(*tables: str) -> Iterator[bool]:
         for table in tables:
             cursor.execute(f"ANALYZE {table}")
     yield True
+
+
+def reads_of(plan: dict[str, Any], table: str) -> set[str]:
+    """How the plan reads `table`: the indexes it goes through, and "Seq Scan" for a scan of the table."""
+    read = set()
+    for node in nodes(plan):
+        if node.get("Relation Name") != table:
+            continue
+        if node["Node Type"] == "Seq Scan":
+            read.add("Seq Scan")
+        read |= index_names(node)
+    return read
+
+
+def copies(model: type[Model], source: Model, count: int, **made: str) -> None:
+    """`count` copies of a row in one statement: history for a plan to find. Each column as the source
+    row `r` has it, unless `made` gives an SQL expression for it in `r` and the copy's number `i`."""
+    columns = [str(field.column) for field in model._meta.concrete_fields if not field.primary_key]
+    names = ", ".join(f'"{column}"' for column in columns)
+    values = ", ".join(made.get(column, f'r."{column}"') for column in columns)
+    table = model._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} ({names})"
+            f" SELECT {values} FROM {table} r, generate_series(1, %s) AS i WHERE r.id = %s",
+            [count, source.pk],
+        )

@@ -1,0 +1,80 @@
+"""The periodic tasks read what is due, not the history: each task's statements, run against thousands
+of rows of history, are planned (with the statistics as found, then after ANALYZE) to read the big
+table through an index bounded by what is due."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from bookings import services
+from sync.models import Connection, ConnectionStatus
+from sync.services import connections_due
+from tests.plans import copies, explained, reads_of, statistics_as_found_then_analyzed, unbounded_reads
+from workspaces.actor import Actor
+from workspaces.models import Agent, Workspace
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+HISTORY = 3000
+
+
+@pytest.fixture
+def actor(transactional_db: None) -> Actor:
+    workspace = Workspace.objects.create(slug="acme", name="Acme")
+    agent = Agent.objects.create(workspace=workspace, name="sdr", slug="sdr", priority=100, max_priority=500)
+    return Actor(workspace=workspace, agent=agent)
+
+
+def sent(queries: CaptureQueriesContext, start: str, *also: str) -> str:
+    """The one statement sent that starts with `start` and contains each of `also`."""
+    (sql,) = [
+        q["sql"]
+        for q in queries.captured_queries
+        if q["sql"].startswith(start) and all(a in q["sql"] for a in also)
+    ]
+    return str(sql)
+
+
+def assert_bounded(sql: str, table: str, *, through: set[str], analyze: tuple[str, ...] = ()) -> None:
+    """The statement reads `table` only through the indexes `through`, each bounded by an index
+    condition, with the statistics as found and after ANALYZE."""
+    for analyzed in statistics_as_found_then_analyzed(table, *analyze):
+        plan = explained(sql)
+        assert not unbounded_reads(plan, table), (analyzed, reads_of(plan, table))
+        assert reads_of(plan, table) <= through, (analyzed, reads_of(plan, table))
+
+
+def test_the_sync_scheduler_reads_the_due_connections_not_the_revoked_ones(actor: Actor) -> None:
+    """A revoked connection never syncs again and its next_sync_at stays in the past: by next_sync_at
+    alone, every scheduler tick read all of them before the first connection actually due."""
+    gone = services.calendar_create(actor=actor, name="gone")
+    revoked = Connection.objects.create(
+        workspace=actor.workspace,
+        calendar=gone,
+        provider="caldav",
+        secret="x",
+        status=ConnectionStatus.REVOKED,
+    )
+    copies(type(gone), gone, HISTORY, public_id="r.public_id || '_' || i", name="r.name || i")
+    copies(
+        Connection,
+        revoked,
+        HISTORY,
+        public_id="r.public_id || '_' || i",
+        calendar_id=f"(SELECT id FROM bookings_calendar WHERE public_id = '{gone.public_id}_' || i)",
+        next_sync_at="now() - interval '30 days' + i * interval '1 minute'",
+    )
+    due = Connection.objects.create(
+        workspace=actor.workspace,
+        calendar=services.calendar_create(actor=actor, name="room"),
+        provider="caldav",
+        secret="x",
+        status=ConnectionStatus.ACTIVE,
+    )
+    with CaptureQueriesContext(connection) as queries:
+        assert connections_due() == [due.pk]
+    claim = sent(queries, 'SELECT "sync_connection"."id"', "FOR UPDATE SKIP LOCKED")
+
+    assert_bounded(claim, "sync_connection", through={"connection_sync_due"})
