@@ -15,6 +15,7 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
+from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Cast, Now
 
 from agentcal.ids import new_public_id
@@ -131,6 +132,16 @@ class Approval(models.Model):
             # The repair sweep (approvals_finish_interrupted): recent decisions on gated holds.
             models.Index(
                 fields=["decided_at"], condition=Q(hold_id__isnull=False), name="approval_gated_decided"
+            ),
+            # The review repair (inboxes.review.reviews_repair) finds a draft's approval by the agent and
+            # the draft named in its evidence (written exactly as that look-up's `evidence__message`), in
+            # its order: by the agent alone, a planner without statistics read the agent's every approval.
+            models.Index(
+                F("agent"),
+                KeyTransform("message", "evidence"),
+                F("id"),
+                condition=Q(hold_id__isnull=True),
+                name="approval_agent_message",
             ),
             # The expiry sweep: pending approvals whose time is up.
             models.Index(

@@ -152,6 +152,13 @@ class Message(models.Model):
             models.Index(fields=["agent", "thread"], name="message_agent_thread"),
             # The sweep: queued outbound messages whose next attempt is overdue.
             models.Index(fields=["next_attempt_at"], condition=Q(status="queued"), name="message_queued_due"),
+            # The review repair (inboxes.review.reviews_repair): drafts held for review but never linked to
+            # their approval, a handful at most among every message sent; by the repair's age bound.
+            models.Index(
+                fields=["received_at"],
+                condition=Q(status="awaiting_approval", approval_id__isnull=True),
+                name="message_review_unlinked",
+            ),
             # Send quotas: the agent's outbound messages in a recent window.
             models.Index(
                 fields=["agent", "received_at"],

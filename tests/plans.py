@@ -77,7 +77,8 @@ def copies(model: type[Model], source: Model, count: int, **made: str) -> None:
     row `r` has it, unless `made` gives an SQL expression for it in `r` and the copy's number `i`."""
     columns = [str(field.column) for field in model._meta.concrete_fields if not field.primary_key]
     names = ", ".join(f'"{column}"' for column in columns)
-    values = ", ".join(made.get(column, f'r."{column}"') for column in columns)
+    # The expressions are SQL of the caller's, not parameters: a `%` in one is an operator.
+    values = ", ".join(made.get(column, f'r."{column}"').replace("%", "%%") for column in columns)
     table = model._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute(

@@ -7,8 +7,12 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
+from approvals.models import Approval, ApprovalStatus
 from bookings import services
+from inboxes.models import Direction, Message, MessageStatus, Thread
+from inboxes.review import reviews_repair
 from sync.models import Connection, ConnectionStatus
 from sync.services import connections_due
 from tests.plans import copies, explained, reads_of, statistics_as_found_then_analyzed, unbounded_reads
@@ -78,3 +82,64 @@ def test_the_sync_scheduler_reads_the_due_connections_not_the_revoked_ones(actor
     claim = sent(queries, 'SELECT "sync_connection"."id"', "FOR UPDATE SKIP LOCKED")
 
     assert_bounded(claim, "sync_connection", through={"connection_sync_due"})
+
+
+def outbound_history(actor: Actor, **made: str) -> Thread:
+    """HISTORY messages the agent sent, in one thread: what every look-up by agent would read."""
+    thread = Thread.objects.create(agent=actor.agent, subject="s", counterpart="ana@example.com")
+    sent = Message.objects.create(
+        agent=actor.agent,
+        thread=thread,
+        direction=Direction.OUTBOUND,
+        status=MessageStatus.SENT,
+        untrusted=False,
+        received_at=timezone.now(),
+    )
+    copies(
+        Message,
+        sent,
+        HISTORY,
+        public_id="r.public_id || '_' || i",
+        received_at="now() - i * interval '1 hour'",
+        **made,
+    )
+    return thread
+
+
+def test_the_review_repair_reads_the_unlinked_drafts_and_their_approval_not_the_history(actor: Actor) -> None:
+    """Every minute the repair looks for drafts held for review but never linked to their approval, and
+    for each, its approval by the draft it names. By status and id, it read every message; by agent, the
+    agent's every approval."""
+    thread = outbound_history(actor, approval_id="'appr_h' || i")
+    approval = Approval.objects.create(
+        workspace=actor.workspace,
+        agent=actor.agent,
+        summary="Send it?",
+        evidence={"message": "msg_h"},
+        status=ApprovalStatus.APPROVED,
+        expires_at=timezone.now() + timezone.timedelta(days=1),
+        decided_at=timezone.now(),
+        decided_by_email="owner@example.com",
+    )
+    copies(
+        Approval,
+        approval,
+        HISTORY,
+        public_id="r.public_id || '_' || i",
+        evidence="jsonb_build_object('message', 'msg_h' || i)",
+    )
+    Message.objects.create(
+        agent=actor.agent,
+        thread=thread,
+        direction=Direction.OUTBOUND,
+        status=MessageStatus.AWAITING_APPROVAL,
+        untrusted=False,
+        received_at=timezone.now() - timezone.timedelta(hours=1),
+    )
+    with CaptureQueriesContext(connection) as queries:
+        assert reviews_repair() == 1
+    stale = sent(queries, 'SELECT "inboxes_message"."id"', "'awaiting_approval'", "LIMIT 100")
+    linked = sent(queries, 'SELECT "approvals_approval"."id"', '"evidence" -> ')
+
+    assert_bounded(stale, "inboxes_message", through={"message_review_unlinked"})
+    assert_bounded(linked, "approvals_approval", through={"approval_agent_message"})
