@@ -90,7 +90,9 @@ class Message(models.Model):
     public_id = models.CharField(
         max_length=32, unique=True, default=partial(new_public_id, "msg"), editable=False
     )
-    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
+    # The indexes below all lead with the agent: an index of the agent alone would only be one more way
+    # to read an agent's whole history, which a planner without statistics takes for the cheapest.
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+", db_index=False)
     thread = models.ForeignKey(Thread, on_delete=models.CASCADE, related_name="messages")
     # Null for outbound messages: they are built from their fields when delivered.
     raw = models.ForeignKey(InboundRaw, on_delete=models.PROTECT, related_name="messages", null=True)
@@ -158,6 +160,13 @@ class Message(models.Model):
                 fields=["received_at"],
                 condition=Q(status="awaiting_approval", approval_id__isnull=True),
                 name="message_review_unlinked",
+            ),
+            # Whether an invite ever left review (inboxes.invite_cancels.invite_ever_left): the messages that
+            # carried one booking's invite, not the agent's whole history.
+            models.Index(
+                fields=["agent", "invite_booking_id"],
+                condition=Q(invite_booking_id__isnull=False),
+                name="message_agent_invite",
             ),
             # Send quotas: the agent's outbound messages in a recent window.
             models.Index(

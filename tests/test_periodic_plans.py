@@ -11,7 +11,8 @@ from django.utils import timezone
 
 from approvals.models import Approval, ApprovalStatus
 from bookings import services
-from inboxes.models import Direction, Message, MessageStatus, Thread
+from inboxes.invite_cancels import invite_ever_left
+from inboxes.models import BookingInvite, Direction, Message, MessageStatus, Thread
 from inboxes.review import reviews_repair
 from sync.models import Connection, ConnectionStatus
 from sync.services import connections_due
@@ -143,3 +144,13 @@ def test_the_review_repair_reads_the_unlinked_drafts_and_their_approval_not_the_
 
     assert_bounded(stale, "inboxes_message", through={"message_review_unlinked"})
     assert_bounded(linked, "approvals_approval", through={"approval_agent_message"})
+
+
+def test_whether_an_invite_ever_left_reads_its_messages_not_the_agents_history(actor: Actor) -> None:
+    """Asked per invite by both invite sweeps: by agent, it read every message the agent ever sent."""
+    outbound_history(actor, invite_booking_id="CASE WHEN i % 2 = 0 THEN 'bkg_h' || i END")
+    with CaptureQueriesContext(connection) as queries:
+        assert not invite_ever_left(BookingInvite(agent=actor.agent, booking_id="bkg_x"))
+    (carriers,) = [q["sql"] for q in queries.captured_queries]
+
+    assert_bounded(carriers, "inboxes_message", through={"message_agent_invite"})
