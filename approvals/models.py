@@ -133,6 +133,20 @@ class Approval(models.Model):
             models.Index(
                 fields=["decided_at"], condition=Q(hold_id__isnull=False), name="approval_gated_decided"
             ),
+            # The repair sweep's approved decisions whose hold was never committed: a handful, where
+            # approval_gated_decided would read every decision of the window.
+            models.Index(
+                fields=["decided_at"],
+                condition=Q(
+                    hold_id__isnull=False,
+                    status=ApprovalStatus.APPROVED,
+                    booking_id__isnull=True,
+                    booking_error="",
+                ),
+                name="approval_approved_unsettled",
+            ),
+            # The repair sweep's "has a newer approval pinned this hold since?", per decision it finds.
+            models.Index(fields=["hold_id"], condition=Q(hold_id__isnull=False), name="approval_hold"),
             # The review repair (inboxes.review.reviews_repair) finds a draft's approval by the agent and
             # the draft named in its evidence (written exactly as that look-up's `evidence__message`), in
             # its order: by the agent alone, a planner without statistics read the agent's every approval.

@@ -10,6 +10,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from approvals.models import Approval, ApprovalStatus
+from approvals.services import approvals_finish_interrupted
 from bookings import services
 from inboxes.invite_cancels import invite_ever_left
 from inboxes.models import BookingInvite, Direction, Message, MessageStatus, Thread
@@ -154,3 +155,51 @@ def test_whether_an_invite_ever_left_reads_its_messages_not_the_agents_history(a
     (carriers,) = [q["sql"] for q in queries.captured_queries]
 
     assert_bounded(carriers, "inboxes_message", through={"message_agent_invite"})
+
+
+def test_the_approvals_repair_reads_the_unsettled_decisions_not_every_decision(actor: Actor) -> None:
+    """Every 30 s the repair looks for approved decisions whose hold was never committed, and for denied
+    ones whose hold is still held unless a newer approval took it over. Without statistics the first read
+    every approved approval of the workspace through the dashboard's queue index; the second asked the
+    whole table, per decision, for a newer approval of the same hold."""
+    approval = Approval.objects.create(
+        workspace=actor.workspace,
+        agent=actor.agent,
+        summary="Book it?",
+        evidence={},
+        hold_id="hld_h",
+        status=ApprovalStatus.APPROVED,
+        booking_id="bkg_h",
+        expires_at=timezone.now() + timezone.timedelta(days=1),
+        decided_at=timezone.now(),
+        decided_by_email="owner@example.com",
+    )
+    hold = "r.hold_id || '_' || i"
+    decided = "now() - i * interval '5 minutes'"  # about a week and a half of decisions, every 5 minutes
+    copies(
+        Approval,
+        approval,
+        HISTORY,
+        public_id="r.public_id || '_' || i",
+        hold_id=hold,
+        booking_id="r.booking_id || '_' || i",
+        decided_at=decided,
+    )
+    copies(
+        Approval,
+        approval,
+        HISTORY,
+        public_id="r.public_id || '_d' || i",
+        hold_id=hold,
+        status="'denied'",
+        booking_id="NULL",
+        decided_at=decided,
+    )
+    with CaptureQueriesContext(connection) as queries:
+        assert approvals_finish_interrupted() == 0
+    unsettled = sent(queries, 'SELECT "approvals_approval"."id"', "'approved'")
+    still_held = sent(queries, 'SELECT "approvals_approval"."id"', "NOT (EXISTS(")
+
+    assert_bounded(unsettled, "approvals_approval", through={"approval_approved_unsettled"})
+    # The denied decisions of the repair's window (seven days), and per decision the hold's approvals.
+    assert_bounded(still_held, "approvals_approval", through={"approval_gated_decided", "approval_hold"})
