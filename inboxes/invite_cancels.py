@@ -1,7 +1,7 @@
 """The CANCEL sweep: for every invite whose booking is no longer committed (cancelled, bumped, gone), a
 CANCEL (SEQUENCE + 1) goes out once, as an ordinary outbound message in the invite's thread: the agent's
 quotas and review-first apply to it as to any other. No CANCEL when no message with the invite ever left
-review: nobody was invited.
+review: nobody was invited; nor once the meeting, as last told, is over: calendars show it as past.
 """
 
 from __future__ import annotations
@@ -37,17 +37,23 @@ QUOTA_RETRY_SECONDS = 3600
 
 def invites_cancel_ended() -> int:
     """Periodic: send the CANCEL for every invite whose booking is no longer committed (cancelled,
-    bumped, gone), in batches by id. Returns how many were sent. An agent over a send quota holds up only
-    its own CANCELs (invites_sweep)."""
+    bumped, gone) and whose meeting, as last told, has not ended, in batches by id. Returns how many were
+    sent. An agent over a send quota holds up only its own CANCELs (invites_sweep)."""
     committed = Reservation.objects.filter(
         booking_id=OuterRef("booking_id"), status=ReservationStatus.COMMITTED
     )
-    due = (
-        BookingInvite.objects.filter(cancelled_at__isnull=True)
-        .filter(Q(next_try_at__isnull=True) | Q(next_try_at__lte=Now()))
-        .filter(~Exists(committed))
-    )
+    # Only meetings the attendees were told of that have not ended: a CANCEL for one that is over tells
+    # nobody anything, and every past meeting's invite stays open, so without this the sweep would read
+    # them all.
+    due = invites_open().filter(end_time__gt=Now()).filter(~Exists(committed))
     return invites_sweep(due, invite_cancel, what="CANCEL")
+
+
+def invites_open() -> QuerySet[BookingInvite]:
+    """Invites not cancelled, and not waiting out a refusal over the agent's send quota."""
+    return BookingInvite.objects.filter(cancelled_at__isnull=True).filter(
+        Q(next_try_at__isnull=True) | Q(next_try_at__lte=Now())
+    )
 
 
 def invites_sweep(due: QuerySet[BookingInvite], send: Callable[[int], bool], *, what: str) -> int:

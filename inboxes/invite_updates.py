@@ -7,8 +7,10 @@ outbound message takes (quotas, review-first), as the CANCEL does (inboxes.invit
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import transaction
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Exists, F, Lookup, OuterRef, Q
 from django.db.models.functions import Now
 
 from agentcal.clock import isoformat_z
@@ -18,7 +20,7 @@ from audit.models import Outcome
 from audit.services import audit_record
 from bookings.models import Reservation, ReservationStatus
 from inboxes.composing import message_queue
-from inboxes.invite_cancels import invite_ever_left, invite_thread, invites_sweep
+from inboxes.invite_cancels import invite_ever_left, invite_thread, invites_open, invites_sweep
 from inboxes.invites import outgoing_event
 from inboxes.models import BookingInvite
 from inboxes.review import review_if_asked
@@ -27,17 +29,29 @@ from workspaces.actor import Actor
 
 def invites_update_moved() -> int:
     """Periodic: send the update for every invite whose booking is committed on another span than its
-    last REQUEST said, in batches by id. Returns how many were sent. An agent over a send quota holds up
-    only its own (invites_sweep)."""
+    last REQUEST said, and whose meeting has not ended, in batches by id. Returns how many were sent. An
+    agent over a send quota holds up only its own (invites_sweep)."""
     moved = Reservation.objects.filter(
         booking_id=OuterRef("booking_id"), is_primary=True, status=ReservationStatus.COMMITTED
     ).filter(~Q(start_time=OuterRef("start_time")) | ~Q(end_time=OuterRef("end_time")))
-    due = (
-        BookingInvite.objects.filter(cancelled_at__isnull=True)
-        .filter(Q(next_try_at__isnull=True) | Q(next_try_at__lte=Now()))
-        .filter(Exists(moved))
-    )
+    # Only meetings that have not ended: as last told, or as booked now — a meeting that was over may
+    # have been moved to a time still ahead. Every past meeting's invite stays open; without this bound
+    # the sweep would read them all. Both halves are index conditions (the booking ids as an array).
+    ahead = InArray(F("booking_id"), Reservation.objects.committed_not_ended().values("booking_id"))
+    due = invites_open().filter(Q(end_time__gt=Now()) | Q(ahead)).filter(Exists(moved))
     return invites_sweep(due, invite_update, what="update")
+
+
+class InArray(Lookup):
+    """`lhs = ANY(ARRAY(subquery))`: the planner reads the subquery once and looks each value up in an
+    index, where `IN (subquery)` beside an OR would be checked against every row."""
+
+    lookup_name = "in_array"
+
+    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, tuple[Any, ...]]:
+        lhs, lhs_params = self.process_lhs(compiler, connection)
+        rhs, rhs_params = self.process_rhs(compiler, connection)
+        return f"{lhs} = ANY(ARRAY{rhs})", (*lhs_params, *rhs_params)
 
 
 def invite_update(invite_pk: int) -> bool:

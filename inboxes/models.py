@@ -259,8 +259,11 @@ class BookingInvite(models.Model):
             models.UniqueConstraint(fields=["uid"], name="booking_invite_uid_unique"),
         ]
         indexes = [
-            # The sweep: invites not yet cancelled (it then asks whether their booking still stands).
-            models.Index(fields=["id"], condition=Q(cancelled_at__isnull=True), name="booking_invite_open"),
+            # The sweeps (inboxes.invite_cancels, inboxes.invite_updates): open invites whose meeting, as
+            # last told, has not ended. Every past meeting's invite stays open: by id they read them all.
+            models.Index(
+                fields=["end_time"], condition=Q(cancelled_at__isnull=True), name="booking_invite_open_until"
+            ),
         ]
 
     def __str__(self) -> str:

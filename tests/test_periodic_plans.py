@@ -4,6 +4,8 @@ table through an index bounded by what is due."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -11,12 +13,15 @@ from django.utils import timezone
 
 from approvals.models import Approval, ApprovalStatus
 from approvals.services import approvals_finish_interrupted
-from bookings import services
-from inboxes.invite_cancels import invite_ever_left
+from bookings import engine, services
+from bookings.models import Reservation
+from inboxes.invite_cancels import invite_ever_left, invites_cancel_ended
+from inboxes.invite_updates import invites_update_moved
 from inboxes.models import BookingInvite, Direction, Message, MessageStatus, Thread
 from inboxes.review import reviews_repair
 from sync.models import Connection, ConnectionStatus
 from sync.services import connections_due
+from tests.bookings.helpers import half_hour
 from tests.plans import copies, explained, reads_of, statistics_as_found_then_analyzed, unbounded_reads
 from workspaces.actor import Actor
 from workspaces.models import Agent, Workspace
@@ -31,6 +36,11 @@ def actor(transactional_db: None) -> Actor:
     workspace = Workspace.objects.create(slug="acme", name="Acme")
     agent = Agent.objects.create(workspace=workspace, name="sdr", slug="sdr", priority=100, max_priority=500)
     return Actor(workspace=workspace, agent=agent)
+
+
+def agent_of(actor: Actor) -> Agent:
+    assert actor.agent is not None
+    return actor.agent
 
 
 def sent(queries: CaptureQueriesContext, start: str, *also: str) -> str:
@@ -88,9 +98,9 @@ def test_the_sync_scheduler_reads_the_due_connections_not_the_revoked_ones(actor
 
 def outbound_history(actor: Actor, **made: str) -> Thread:
     """HISTORY messages the agent sent, in one thread: what every look-up by agent would read."""
-    thread = Thread.objects.create(agent=actor.agent, subject="s", counterpart="ana@example.com")
+    thread = Thread.objects.create(agent=agent_of(actor), subject="s", counterpart="ana@example.com")
     sent = Message.objects.create(
-        agent=actor.agent,
+        agent=agent_of(actor),
         thread=thread,
         direction=Direction.OUTBOUND,
         status=MessageStatus.SENT,
@@ -115,11 +125,11 @@ def test_the_review_repair_reads_the_unlinked_drafts_and_their_approval_not_the_
     thread = outbound_history(actor, approval_id="'appr_h' || i")
     approval = Approval.objects.create(
         workspace=actor.workspace,
-        agent=actor.agent,
+        agent=agent_of(actor),
         summary="Send it?",
         evidence={"message": "msg_h"},
         status=ApprovalStatus.APPROVED,
-        expires_at=timezone.now() + timezone.timedelta(days=1),
+        expires_at=timezone.now() + timedelta(days=1),
         decided_at=timezone.now(),
         decided_by_email="owner@example.com",
     )
@@ -131,12 +141,12 @@ def test_the_review_repair_reads_the_unlinked_drafts_and_their_approval_not_the_
         evidence="jsonb_build_object('message', 'msg_h' || i)",
     )
     Message.objects.create(
-        agent=actor.agent,
+        agent=agent_of(actor),
         thread=thread,
         direction=Direction.OUTBOUND,
         status=MessageStatus.AWAITING_APPROVAL,
         untrusted=False,
-        received_at=timezone.now() - timezone.timedelta(hours=1),
+        received_at=timezone.now() - timedelta(hours=1),
     )
     with CaptureQueriesContext(connection) as queries:
         assert reviews_repair() == 1
@@ -151,7 +161,7 @@ def test_whether_an_invite_ever_left_reads_its_messages_not_the_agents_history(a
     """Asked per invite by both invite sweeps: by agent, it read every message the agent ever sent."""
     outbound_history(actor, invite_booking_id="CASE WHEN i % 2 = 0 THEN 'bkg_h' || i END")
     with CaptureQueriesContext(connection) as queries:
-        assert not invite_ever_left(BookingInvite(agent=actor.agent, booking_id="bkg_x"))
+        assert not invite_ever_left(BookingInvite(agent=agent_of(actor), booking_id="bkg_x"))
     (carriers,) = [q["sql"] for q in queries.captured_queries]
 
     assert_bounded(carriers, "inboxes_message", through={"message_agent_invite"})
@@ -164,13 +174,13 @@ def test_the_approvals_repair_reads_the_unsettled_decisions_not_every_decision(a
     whole table, per decision, for a newer approval of the same hold."""
     approval = Approval.objects.create(
         workspace=actor.workspace,
-        agent=actor.agent,
+        agent=agent_of(actor),
         summary="Book it?",
         evidence={},
         hold_id="hld_h",
         status=ApprovalStatus.APPROVED,
         booking_id="bkg_h",
-        expires_at=timezone.now() + timezone.timedelta(days=1),
+        expires_at=timezone.now() + timedelta(days=1),
         decided_at=timezone.now(),
         decided_by_email="owner@example.com",
     )
@@ -203,3 +213,56 @@ def test_the_approvals_repair_reads_the_unsettled_decisions_not_every_decision(a
     assert_bounded(unsettled, "approvals_approval", through={"approval_approved_unsettled"})
     # The denied decisions of the repair's window (seven days), and per decision the hold's approvals.
     assert_bounded(still_held, "approvals_approval", through={"approval_gated_decided", "approval_hold"})
+
+
+def test_the_invite_sweeps_read_the_meetings_not_yet_over_not_every_invite_ever_sent(actor: Actor) -> None:
+    """Every minute each invite sweep asks which open invites need a CANCEL or an update, and an invite
+    whose booking simply took place stays open for good: by `cancelled_at IS NULL` alone, both sweeps
+    read every past meeting's invite, and looked its booking up, each time."""
+    calendar = services.calendar_create(actor=actor, name="room")
+    head = engine.booking_create(actor=actor, calendar=calendar, span=half_hour(30)).primary
+    assert head.booking_id is not None
+    invite = BookingInvite.objects.create(
+        booking_id=head.booking_id,
+        agent=agent_of(actor),
+        uid=f"{head.booking_id}@acme",
+        start_time=head.start_time,
+        end_time=head.end_time,
+        summary="Meeting",
+    )
+    earlier = "(interval '3 days' + i * interval '1 hour')"  # one meeting an hour, all over
+    copies(
+        Reservation,
+        head,
+        HISTORY,
+        hold_id="r.hold_id || '_' || i",
+        booking_id="r.booking_id || '_' || i",
+        hold_token_hash="md5(r.hold_id || i)",
+        start_time=f"r.start_time - {earlier}",
+        end_time=f"r.end_time - {earlier}",
+    )
+    copies(
+        BookingInvite,
+        invite,
+        HISTORY,
+        booking_id="r.booking_id || '_' || i",
+        uid="r.uid || i",
+        start_time=f"r.start_time - {earlier}",
+        end_time=f"r.end_time - {earlier}",
+    )
+    with CaptureQueriesContext(connection) as queries:
+        assert invites_cancel_ended() == 0
+        assert invites_update_moved() == 0
+    sweeps = [
+        q["sql"]
+        for q in queries.captured_queries
+        if q["sql"].startswith('SELECT "inboxes_bookinginvite"."id"')
+    ]
+    assert len(sweeps) == 2
+
+    for sweep in sweeps:
+        # The told end, and (the update sweep) the invites of the bookings ahead, by booking id.
+        read = {"booking_invite_open_until", "booking_invite_once_per_booking"}
+        assert_bounded(sweep, "inboxes_bookinginvite", through=read, analyze=("bookings_reservation",))
+        # The bookings ahead through the exclusion constraint's index of live spans; an invite's by id.
+        assert not unbounded_reads(explained(sweep), "bookings_reservation")

@@ -18,7 +18,7 @@ from inboxes.invite_cancels import invites_cancel_ended
 from inboxes.invite_updates import invite_update, invites_update_moved
 from inboxes.models import BookingInvite, Message, MessageStatus
 from tests.helpers import slot
-from tests.inboxes.test_invites import ANA, booking_with_invite, event_of, sink, span_of
+from tests.inboxes.test_invites import ANA, booking_with_invite, event_of, put_in_the_past, sink, span_of
 
 __all__ = ["sink"]  # the relay fixture, used by name
 
@@ -166,4 +166,19 @@ def test_an_invite_sent_to_someone_new_after_a_move_leaves_the_update_for_the_ot
     (update,) = Message.objects.filter(subject="Updated: Intro call")
     assert sorted(a["address"] for a in update.to) == sorted([ANA, BO])
     assert (event_of(update)["start_time"], event_of(update)["sequence"]) == (now["start_time"], 2)
+    assert invites_update_moved() == 0
+
+
+def test_a_meeting_that_was_over_and_is_moved_ahead_sends_its_update(sdr, calendar, sink):
+    """The sweep reads only meetings not yet over, as last told or as booked now: a meeting that took
+    place (or did not) and is booked again for a time ahead is news to its attendees."""
+    booking, sent = booking_with_invite(sdr, calendar, attendees=[])
+    assert message_deliver(sent.pk) == MessageStatus.SENT
+    put_in_the_past(booking["id"])
+    assert invites_update_moved() == 0
+
+    now = moved(sdr, booking["id"], slot(30))
+    assert invites_update_moved() == 1
+    (update,) = Message.objects.filter(subject="Updated: Intro call")
+    assert event_of(update)["start_time"] == now["start_time"]
     assert invites_update_moved() == 0

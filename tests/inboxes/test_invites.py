@@ -11,7 +11,7 @@ from __future__ import annotations
 import email.message
 import smtplib
 import threading
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -514,6 +514,29 @@ def test_a_cancelled_booking_sends_its_cancel_once_even_with_two_sweeps_racing(s
     invite = BookingInvite.objects.get()
     assert invite.cancelled_at is not None and invite.sequence == 1
     assert AuditRecord.objects.filter(event_type="inbox.invite.cancelled").count() == 1
+
+
+def put_in_the_past(booking_id: str) -> None:
+    """The booking, and what its invite told, three days earlier: a meeting that is over."""
+    earlier = {
+        "start_time": F("start_time") - timedelta(days=3),
+        "end_time": F("end_time") - timedelta(days=3),
+    }
+    Reservation.objects.filter(booking_id=booking_id).update(**earlier)
+    BookingInvite.objects.filter(booking_id=booking_id).update(**earlier)
+
+
+def test_no_cancel_goes_out_for_a_meeting_that_was_over_when_its_booking_was_cancelled(sdr, calendar, sink):
+    """The attendees' calendars show it in the past: a CANCEL now would tell them nothing. The invite is
+    left open, so the sweeps (which read only meetings not yet over) never look at it again."""
+    booking, sent = booking_with_invite(sdr, calendar, attendees=[])
+    assert message_deliver(sent.pk) == MessageStatus.SENT
+    put_in_the_past(booking["id"])
+    Reservation.objects.filter(booking_id=booking["id"]).update(status="cancelled", ended_at=Now())
+
+    assert invites_cancel_ended() == 0
+    assert not Message.objects.filter(calendar_event__method="CANCEL").exists()
+    assert BookingInvite.objects.get().cancelled_at is None
 
 
 def test_no_cancel_goes_out_for_an_invite_that_review_discarded(sdr, calendar):
