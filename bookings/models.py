@@ -179,6 +179,12 @@ class ReservationQuerySet(models.QuerySet["Reservation"]):
     def overlapping(self, span: Span) -> ReservationQuerySet:
         return self.filter(overlapping_q(span))
 
+    def committed_unindexed(self) -> ReservationQuerySet:
+        """Committed rows, for a read that finds them by another index (a booking's rows by booking id).
+        The status is `Unindexed`: on a table never analyzed, `status = 'committed'` led the planner to
+        AND that look-up with the exclusion constraint's index, every live reservation there is."""
+        return self.filter(Unindexed(Q(status=ReservationStatus.COMMITTED)))
+
     def committed_not_ended(self) -> ReservationQuerySet:
         """Committed reservations whose span ends after now, read through the exclusion constraint's
         index (the span is written as that index has it): no other index knows a reservation's end, and
@@ -186,6 +192,14 @@ class ReservationQuerySet(models.QuerySet["Reservation"]):
         return self.alias(live_span=TsTzRange(F("start_time"), F("end_time"), Value("[)"))).filter(
             status=ReservationStatus.COMMITTED, live_span__overlap=TsTzRange(Now(), Value(None))
         )
+
+
+class Unindexed(Func):
+    """A condition in a form the planner cannot match to a partial index's condition (in a WHERE clause,
+    `(…) IS TRUE` selects the same rows). SQL twin: bookings.sql.unindexed()."""
+
+    template = "(%(expressions)s) IS TRUE"
+    output_field = models.BooleanField()
 
 
 class TsTzRange(Func):

@@ -7,10 +7,8 @@ outbound message takes (quotas, review-first), as the CANCEL does (inboxes.invit
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.db import transaction
-from django.db.models import Exists, F, Lookup, OuterRef, Q
+from django.db.models import Exists, F, OuterRef, Q
 from django.db.models.functions import Now
 
 from agentcal.clock import isoformat_z
@@ -18,9 +16,9 @@ from agentcal.text import one_line
 from audit.events import AuditEvent
 from audit.models import Outcome
 from audit.services import audit_record
-from bookings.models import Reservation, ReservationStatus
+from bookings.models import Reservation
 from inboxes.composing import message_queue
-from inboxes.invite_cancels import invite_ever_left, invite_thread, invites_open, invites_sweep
+from inboxes.invite_cancels import InArray, invite_ever_left, invite_thread, invites_due, invites_sweep
 from inboxes.invites import outgoing_event
 from inboxes.models import BookingInvite
 from inboxes.review import review_if_asked
@@ -31,27 +29,19 @@ def invites_update_moved() -> int:
     """Periodic: send the update for every invite whose booking is committed on another span than its
     last REQUEST said, and whose meeting has not ended, in batches by id. Returns how many were sent. An
     agent over a send quota holds up only its own (invites_sweep)."""
-    moved = Reservation.objects.filter(
-        booking_id=OuterRef("booking_id"), is_primary=True, status=ReservationStatus.COMMITTED
-    ).filter(~Q(start_time=OuterRef("start_time")) | ~Q(end_time=OuterRef("end_time")))
+    moved = (
+        Reservation.objects.committed_unindexed()
+        .filter(booking_id=OuterRef("booking_id"), is_primary=True)
+        .filter(~Q(start_time=OuterRef("start_time")) | ~Q(end_time=OuterRef("end_time")))
+    )
     # Only meetings that have not ended: as last told, or as booked now — a meeting that was over may
-    # have been moved to a time still ahead. Every past meeting's invite stays open; without this bound
-    # the sweep would read them all. Both halves are index conditions (the booking ids as an array).
+    # have been moved to a time still ahead. Both halves are index conditions (the bookings ahead as an
+    # array of ids, which an OR cannot join).
     ahead = InArray(F("booking_id"), Reservation.objects.committed_not_ended().values("booking_id"))
-    due = invites_open().filter(Q(end_time__gt=Now()) | Q(ahead)).filter(Exists(moved))
-    return invites_sweep(due, invite_update, what="update")
-
-
-class InArray(Lookup):
-    """`lhs = ANY(ARRAY(subquery))`: the planner reads the subquery once and looks each value up in an
-    index, where `IN (subquery)` beside an OR would be checked against every row."""
-
-    lookup_name = "in_array"
-
-    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, tuple[Any, ...]]:
-        lhs, lhs_params = self.process_lhs(compiler, connection)
-        rhs, rhs_params = self.process_rhs(compiler, connection)
-        return f"{lhs} = ANY(ARRAY{rhs})", (*lhs_params, *rhs_params)
+    not_over = BookingInvite.objects.filter(cancelled_at__isnull=True).filter(
+        Q(end_time__gt=Now()) | Q(ahead)
+    )
+    return invites_sweep(invites_due(not_over).filter(Exists(moved)), invite_update, what="update")
 
 
 def invite_update(invite_pk: int) -> bool:
@@ -68,9 +58,11 @@ def invite_update(invite_pk: int) -> bool:
         )
         if invite is None:
             return False  # another sweep has it, or the invite was cancelled
-        head = Reservation.objects.filter(
-            booking_id=invite.booking_id, is_primary=True, status=ReservationStatus.COMMITTED
-        ).first()
+        head = (
+            Reservation.objects.committed_unindexed()
+            .filter(booking_id=invite.booking_id, is_primary=True)
+            .first()
+        )
         if head is None or (head.start_time, head.end_time) == (invite.start_time, invite.end_time):
             return False  # ended (the CANCEL sweep's), or already told
         was = (invite.start_time, invite.end_time)

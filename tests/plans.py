@@ -33,8 +33,8 @@ def unbounded_reads(plan: dict[str, Any], table: str) -> list[str]:
         elif kind == "Bitmap Heap Scan":
             unbounded += [
                 f"{kind} through {index['Index Name']}"
-                for index in nodes(node)
-                if index["Node Type"] == "Bitmap Index Scan" and "Index Cond" not in index
+                for index in bitmap_index_scans(node)
+                if "Index Cond" not in index
             ]
         elif kind in ("Index Scan", "Index Only Scan") and "Index Cond" not in node:
             unbounded.append(f"{kind} through {node['Index Name']}")
@@ -60,6 +60,15 @@ def statistics_as_found_then_analyzed(*tables: str) -> Iterator[bool]:
     yield True
 
 
+def bitmap_index_scans(heap_scan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The index scans whose bitmap a Bitmap Heap Scan reads (not those of an InitPlan run beside it)."""
+    for child in heap_scan.get("Plans", ()):
+        if child["Node Type"] == "Bitmap Index Scan":
+            yield child
+        elif child["Node Type"] in ("BitmapOr", "BitmapAnd"):
+            yield from bitmap_index_scans(child)
+
+
 def reads_of(plan: dict[str, Any], table: str) -> set[str]:
     """How the plan reads `table`: the indexes it goes through, and "Seq Scan" for a scan of the table."""
     read = set()
@@ -68,7 +77,10 @@ def reads_of(plan: dict[str, Any], table: str) -> set[str]:
             continue
         if node["Node Type"] == "Seq Scan":
             read.add("Seq Scan")
-        read |= index_names(node)
+        elif node["Node Type"] == "Bitmap Heap Scan":
+            read |= {index["Index Name"] for index in bitmap_index_scans(node)}
+        elif "Index Name" in node:
+            read.add(node["Index Name"])
     return read
 
 

@@ -22,7 +22,7 @@ from inboxes.review import reviews_repair
 from sync.models import Connection, ConnectionStatus
 from sync.services import connections_due
 from tests.bookings.helpers import half_hour
-from tests.plans import copies, explained, reads_of, statistics_as_found_then_analyzed, unbounded_reads
+from tests.plans import copies, explained, nodes, reads_of, statistics_as_found_then_analyzed, unbounded_reads
 from workspaces.actor import Actor
 from workspaces.models import Agent, Workspace
 
@@ -261,8 +261,11 @@ def test_the_invite_sweeps_read_the_meetings_not_yet_over_not_every_invite_ever_
     assert len(sweeps) == 2
 
     for sweep in sweeps:
-        # The told end, and (the update sweep) the invites of the bookings ahead, by booking id.
-        read = {"booking_invite_open_until", "booking_invite_once_per_booking"}
+        # The told end, and (the update sweep) the invites of the bookings ahead, by booking id; then the
+        # invites found, by id.
+        read = {"booking_invite_open_until", "booking_invite_once_per_booking", "inboxes_bookinginvite_pkey"}
         assert_bounded(sweep, "inboxes_bookinginvite", through=read, analyze=("bookings_reservation",))
+        by_id = [n for n in nodes(explained(sweep)) if n.get("Index Name") == "inboxes_bookinginvite_pkey"]
+        assert all("= ANY" in n["Index Cond"] for n in by_id), by_id  # never every id after the last batch
         # The bookings ahead through the exclusion constraint's index of live spans; an invite's by id.
         assert not unbounded_reads(explained(sweep), "bookings_reservation")
