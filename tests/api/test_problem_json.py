@@ -98,7 +98,7 @@ def test_a_server_chosen_request_id_is_echoed_when_the_client_sends_none(anonymo
     assert response.headers["X-Request-ID"].startswith("req_")
 
 
-def _subclasses(base: type) -> Iterator[type]:
+def _subclasses(base: type[AgentCalError]) -> Iterator[type[AgentCalError]]:
     for subclass in base.__subclasses__():
         yield subclass
         yield from _subclasses(subclass)
@@ -114,8 +114,8 @@ def test_the_readme_lists_every_error_the_server_can_answer() -> None:
         if "AgentCalError" in path.read_text():
             importlib.import_module(".".join(path.relative_to(base).with_suffix("").parts))
     answered = {(error.status, error.code) for error in _subclasses(AgentCalError) if error.code}
-    framework = (drf.ParseError(), drf.UnsupportedMediaType("text/plain"), drf.MethodNotAllowed("PUT"))
-    framework += (drf.NotAcceptable(), drf.PermissionDenied(), drf.Throttled())
+    framework: list[drf.APIException] = [drf.ParseError(), drf.UnsupportedMediaType("text/plain")]
+    framework += [drf.MethodNotAllowed("PUT"), drf.NotAcceptable(), drf.PermissionDenied(), drf.Throttled()]
     for exc in framework:
         error = as_domain_error(exc)
         assert error is not None
