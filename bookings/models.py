@@ -12,6 +12,7 @@ from django.db.models import F, Func, Q, Value
 from django.db.models.functions import Now
 
 from agentcal.ids import new_public_id
+from agentcal.planner import Unindexed
 from bookings.rules import CalendarRules, buffer_between, parse_rules
 from bookings.spans import Span
 from workspaces.models import Agent, Workspace
@@ -192,14 +193,6 @@ class ReservationQuerySet(models.QuerySet["Reservation"]):
         return self.alias(live_span=TsTzRange(F("start_time"), F("end_time"), Value("[)"))).filter(
             status=ReservationStatus.COMMITTED, live_span__overlap=TsTzRange(Now(), Value(None))
         )
-
-
-class Unindexed(Func):
-    """A condition in a form the planner cannot match to a partial index's condition (in a WHERE clause,
-    `(…) IS TRUE` selects the same rows). SQL twin: bookings.sql.unindexed()."""
-
-    template = "(%(expressions)s) IS TRUE"
-    output_field = models.BooleanField()
 
 
 class TsTzRange(Func):

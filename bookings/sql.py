@@ -86,7 +86,7 @@ def unindexed(condition: str) -> str:
     """`condition` in a form the planner cannot match to a partial index's condition (in a WHERE
     clause, `(…) IS TRUE` selects the same rows): for a read of rows it already finds by another index,
     which a live-status condition would let it take through the exclusion constraint's index instead
-    (see each_calendar())."""
+    (see each_calendar()). ORM twin: agentcal.planner.Unindexed."""
     return f"({condition}) IS TRUE"
 
 

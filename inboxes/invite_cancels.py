@@ -9,14 +9,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
 
 from django.db import transaction
-from django.db.models import Exists, F, Lookup, OuterRef, Q, QuerySet
+from django.db.models import Exists, F, OuterRef, Q, QuerySet
 from django.db.models.functions import Now
 
 from agentcal.clock import isoformat_z
 from agentcal.errors import QuotaExceeded
+from agentcal.planner import InArray
 from agentcal.text import one_line
 from audit.events import AuditEvent
 from audit.models import Outcome
@@ -55,19 +55,6 @@ def invites_due(candidates: QuerySet[BookingInvite]) -> QuerySet[BookingInvite]:
     return BookingInvite.objects.filter(InArray(F("pk"), candidates.values("pk"))).filter(
         Q(next_try_at__isnull=True) | Q(next_try_at__lte=Now())
     )
-
-
-class InArray(Lookup):
-    """`lhs = ANY(ARRAY(subquery))`: the subquery is read once, on its own, and each value looked up in an
-    index, where the planner may turn `IN (subquery)` into a join in either direction (or, beside an OR,
-    check it against every row)."""
-
-    lookup_name = "in_array"
-
-    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, tuple[Any, ...]]:
-        lhs, lhs_params = self.process_lhs(compiler, connection)
-        rhs, rhs_params = self.process_rhs(compiler, connection)
-        return f"{lhs} = ANY(ARRAY{rhs})", (*lhs_params, *rhs_params)
 
 
 def invites_sweep(due: QuerySet[BookingInvite], send: Callable[[int], bool], *, what: str) -> int:

@@ -12,13 +12,14 @@ from django.db.models import Exists, F, OuterRef, Q
 from django.db.models.functions import Now
 
 from agentcal.clock import isoformat_z
+from agentcal.planner import InArray
 from agentcal.text import one_line
 from audit.events import AuditEvent
 from audit.models import Outcome
 from audit.services import audit_record
 from bookings.models import Reservation
 from inboxes.composing import message_queue
-from inboxes.invite_cancels import InArray, invite_ever_left, invite_thread, invites_due, invites_sweep
+from inboxes.invite_cancels import invite_ever_left, invite_thread, invites_due, invites_sweep
 from inboxes.invites import outgoing_event
 from inboxes.models import BookingInvite
 from inboxes.review import review_if_asked
