@@ -97,6 +97,10 @@ class Deployment:
             self._servers[url] = server
             yield url
 
+    def adopt(self, url: str, server: GunicornServer) -> None:
+        """A server started elsewhere in the run (the starting code's): its CPU is read as ours are."""
+        self._servers[url] = server
+
     def web_cpu(self, urls: Sequence[str]) -> float | None:
         """CPU seconds used so far by the gunicorns at these URLs (None unless this run started them all)."""
         servers = [self._servers.get(url) for url in urls]
@@ -141,11 +145,11 @@ class Deployment:
             self._servers[url] = server
             yield url
 
-    def warm_up(self, url: str, agents: Sequence[int] | None = None) -> None:
+    def warm_up(self, url: str, agents: Sequence[int] | None = None, *, keys: Sequence[str] = ()) -> None:
         """Not measured: each gunicorn worker pays argon2 once per key (tens of ms) on first use. Many
         concurrent requests per key make it very likely every worker has seen every key before timing.
-        Every agent's key, or only those of `agents` (indices)."""
-        chosen = list(agents) if agents is not None else list(range(self.config.agent_count))
+        Every agent's key, or only those of `agents` (indices), or these `keys` (another server's)."""
+        chosen = list(agents) if agents is not None else list(range(len(keys) or self.config.agent_count))
         per_agent = self.config.warmup_requests
         if per_agent <= 0:
             return
@@ -156,7 +160,10 @@ class Deployment:
                 index = chosen[thread]
                 with http_client(
                     f"{url}/v1",
-                    headers={"Authorization": f"Bearer {self.target.key(index)}", **self.config.http_headers},
+                    headers={
+                        "Authorization": f"Bearer {keys[index] if keys else self.target.key(index)}",
+                        **self.config.http_headers,
+                    },
                     timeout=self.config.http_timeout,
                 ) as client:
                     for _ in range(per_agent):

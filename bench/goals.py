@@ -193,8 +193,8 @@ def _against_the_starting_code(
     start_p99 = start["latency_ms"]["p99"]
     value = ratio(p99, start_p99)
     return _goal(
-        f"the big herd's p99 at most half the starting code's ({STARTING_COMMIT}, raced in this run the same "
-        "way)",
+        f"the big herd's p99 at most half the starting code's ({STARTING_COMMIT}, raced in this run, "
+        "round by round in turn)",
         f"≤ {BIG_HERD_TARGET_RATIO:.2f}",
         f"{fmt_ratio(value)} ({fmt_ms(p99)} / {fmt_ms(start_p99)})",
         None if value is None else value <= BIG_HERD_TARGET_RATIO,

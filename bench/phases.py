@@ -8,28 +8,25 @@ into a `ScenarioResult`, double bookings counted in the database afterwards.
 from __future__ import annotations
 
 import itertools
-import resource
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from bench import baselines
+from bench.big_herd import big_herd
 from bench.clients import BaselineHttpWorker, BaselineWorker, EngineWorker, HttpSession, Worker
-from bench.config import BIG_HERD, HTTP, IN_PROCESS, NODES_DISJOINT, NODES_HERD, UNCONGESTED, BenchConfig
+from bench.config import HTTP, IN_PROCESS, NODES_DISJOINT, NODES_HERD, UNCONGESTED, BenchConfig
 from bench.deployment import Deployment, prepare_baselines
 from bench.meeting import meeting_results
 from bench.progress import Progress
 from bench.runaway import runaway
-from bench.scenarios import TimedRun, disjoint, herd, mix
+from bench.scenarios import HERD_SLOT, TimedRun, disjoint, herd, mix
 from bench.search_probe import search_probe
-from bench.server import machine_busy_seconds
-from bench.starting_code import starting_code_herd
-from bench.stats import ScenarioResult, ratio
+from bench.stats import ScenarioResult, herd_result
 from bench.targets import LocalTarget, RemoteTarget
 from bookings.spans import Span
 
-HERD_SLOT = timedelta(minutes=30)
 DISJOINT_SLOT = timedelta(minutes=5)
 MIX_SLOT = timedelta(minutes=30)
 
@@ -66,7 +63,7 @@ class Phases:
             "disjoint": self._disjoint,
             "mix": self._mix,
             "nodes": self._nodes,
-            "herd500": self._big_herd,
+            "herd500": lambda: big_herd(self),
             "meeting": self._meeting,
             "runaway": lambda: runaway(self),
         }[scenario]()
@@ -209,27 +206,15 @@ class Phases:
         title = title or f"{scenario} · {variant} · {mode}"
         with self.progress.phase(title, total=len(spans), unit="rounds") as bar:
             run = herd(open_worker, agents=agents, spans=spans, time_limit=config.herd_time_limit, bar=bar)
-        outcomes = [o for round_outcomes in run.rounds for o in round_outcomes]
-        winners = [sum(1 for o in round_outcomes if o.ok) for round_outcomes in run.rounds]
-        result = ScenarioResult(scenario, variant, mode, outcomes, run.wall_seconds, double_bookings=None)
-        winner_latency = result.latency(lambda o: o.ok)
-        loser_latency = result.latency(lambda o: o.conflict)
-        result.completed_bookings = sum(winners)
-        result.extra = {
-            "agents": agents,
-            "rounds": len(run.rounds),
-            "rounds_with_one_winner": sum(1 for w in winners if w == 1),
-            "rounds_with_several_winners": sum(1 for w in winners if w > 1),
-            "rounds_without_winner": sum(1 for w in winners if w == 0),
-            "winner_latency_ms": winner_latency,
-            "loser_latency_ms": loser_latency,
-            "loser_p99_over_winner_p99": ratio(loser_latency["p99"], winner_latency["p99"]),
-        }
-        if variant == "engine":
-            result.extra["losers_without_alternatives"] = sum(
-                1 for o in outcomes if o.conflict and o.alternatives == 0
-            )
-        return result
+        return herd_result(
+            variant,
+            mode,
+            run.rounds,
+            run.wall_seconds,
+            agents=agents,
+            scenario=scenario,
+            answers_alternatives=variant == "engine",
+        )
 
     # --- 4. web nodes ----------------------------------------------------------------------------------
 
@@ -281,78 +266,6 @@ class Phases:
             self.results.append(result)
 
     # --- 5. the big herd ---------------------------------------------------------------------------------
-
-    def _big_herd(self) -> None:
-        """`herd_racers` agents (500), one slot per round, through HTTP: each racer a thread with its own
-        connection (bench/lean_http.py), so the process needs a file descriptor per racer (and gunicorn's
-        listen backlog, 2048, holds the connections its workers have not accepted yet). Then the same
-        racers against (b) through HTTP: the floor of a round on the same cores; then the code the request
-        path's cuts started from, the yardstick of the big herd's goal."""
-        if not self.http:
-            self.progress.note("herd500: skipped (HTTP only)")
-            return
-        config = self.config
-        _raise_open_files_limit(2 * config.herd_racers + 256)
-        # Slots after the nodes scenario's and the herd's, on a calendar of its own anyway.
-        first = config.rounds + 1
-        spans = [
-            Span(self.base + HERD_SLOT * (first + r), self.base + HERD_SLOT * (first + r + 1))
-            for r in range(config.herd_racers_rounds)
-        ]
-        window = Span(spans[0].start, spans[-1].end)
-        nodes = min(config.herd_racers_nodes, len(self.deployment.node_urls)) or 1
-        calendar = self.target.calendar_create(f"bench herd of {config.herd_racers}")
-        result = self._measured_big_herd(
-            "engine",
-            self.engine_opener(HTTP, [calendar], nodes=nodes, lean=True),
-            spans,
-            self.deployment.node_urls[:nodes],
-        )
-        result.double_bookings = self.target.double_bookings([calendar], window)
-        result.extra.update(nodes=nodes, workers_per_node=config.workers if config.url is None else None)
-        self.results.append(result)
-        if config.baselines and self.deployment.baseline_url is not None:
-            ids = self._new_baseline_calendars(1)
-            result = self._measured_big_herd(
-                "advisory_lock",
-                self._baseline_opener("advisory_lock", HTTP, ids, lean=True),
-                spans,
-                [self.deployment.baseline_url],
-            )
-            result.double_bookings = baselines.overlapping_pairs(
-                self.conninfo, "advisory_lock", ids, config.baseline_schema
-            )
-            result.extra.update(nodes=1, workers_per_node=config.workers)
-            self.results.append(result)
-        if config.starting_code and self.deployment.starts_servers:
-            self.starting_code = starting_code_herd(config, conninfo=self.conninfo, progress=self.progress)
-
-    def _measured_big_herd(
-        self, variant: str, open_worker: Callable[[int], Worker], spans: list[Span], servers: Sequence[str]
-    ) -> ScenarioResult:
-        """One big herd, with the CPU per attempt of the servers it went to and of the racers' own
-        client, which shares the machine's cores with them: where a round's time went."""
-        deployment = self.deployment
-        web_cpu_before, database_cpu_before = deployment.web_cpu(servers), deployment.database_cpu()
-        machine_before, client_cpu_before = machine_busy_seconds(), time.process_time()
-        result = self._herd_phase(
-            variant, HTTP, open_worker, spans, agents=self.config.herd_racers, scenario=BIG_HERD
-        )
-        client_cpu, machine_after = time.process_time() - client_cpu_before, machine_busy_seconds()
-        web_cpu_after, database_cpu_after = deployment.web_cpu(servers), deployment.database_cpu()
-        if attempts := result.attempts:
-            result.extra["client_cpu_ms_per_attempt"] = 1000 * client_cpu / attempts
-            if web_cpu_before is not None and web_cpu_after is not None:
-                result.extra["web_cpu_ms_per_attempt"] = 1000 * (web_cpu_after - web_cpu_before) / attempts
-            if database_cpu_before is not None and database_cpu_after is not None:
-                result.extra["database_cpu_ms_per_attempt"] = (
-                    1000 * (database_cpu_after - database_cpu_before) / attempts
-                )
-            if machine_before is not None and machine_after is not None:
-                (busy_after, all_after), (busy_before, all_before) = machine_after, machine_before
-                if all_after > all_before:
-                    result.extra["machine_busy_share"] = (busy_after - busy_before) / (all_after - all_before)
-        return result
 
     # --- 2. disjoint -----------------------------------------------------------------------------------
 
@@ -519,11 +432,3 @@ class Phases:
                     self.target, calls=config.meeting_search_calls, seed=config.seed, progress=self.progress
                 )
             )
-
-
-def _raise_open_files_limit(wanted: int) -> None:
-    """Each racer's connection is a file descriptor; raise the soft limit toward the hard one if needed."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and soft < wanted:
-        ceiling = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (ceiling, hard))

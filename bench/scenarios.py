@@ -9,15 +9,20 @@ from __future__ import annotations
 
 import itertools
 import random
+import resource
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from bench.clients import EngineWorker, Worker
 from bench.progress import PhaseBar
 from bench.stats import Outcome, Recorder
 from bookings.spans import Span
+
+# One herd round's slot.
+HERD_SLOT = timedelta(minutes=30)
 
 # A thread stuck this long at a barrier means another one died: give up rather than hang.
 BARRIER_TIMEOUT_SECONDS = 300.0
@@ -343,3 +348,11 @@ def flood(
 
     run_threads(threads, flooder)
     return TimedRun(recorder, max(ends, default=started) - started, slots_used=[next(c) for c in counters])
+
+
+def raise_open_files_limit(wanted: int) -> None:
+    """Each racer's connection is a file descriptor; raise the soft limit toward the hard one if needed."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        ceiling = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (ceiling, hard))

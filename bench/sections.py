@@ -230,7 +230,7 @@ def _starting_code_sentence(starting_code: dict[str, Any] | None) -> str:
     if start is None:
         return f"The starting code ({starting_code['commit']}) was not raced: {starting_code['not_raced']}. "
     return (
-        f"The starting code ({starting_code['commit']}), raced the same way right after: "
+        f"The starting code ({starting_code['commit']}), raced round by round in turn with the engine: "
         f"{start['rounds_with_one_winner']} of {start['rounds']} rounds with one winner, "
         f"{start['double_bookings']} double bookings, p50 {fmt_ms(start['latency_ms']['p50'])}, "
         f"p99 {fmt_ms(start['latency_ms']['p99'])}; CPU per attempt: web workers "

@@ -43,8 +43,11 @@ class GunicornServer:
         env: dict[str, str] | None = None,
         log_dir: Path | None = None,
         name: str = "",
+        cwd: Path = BASE_DIR,
     ) -> None:
         self.app = app
+        # The application's tree (`python -m` puts it first on the path): this checkout, or another's.
+        self.cwd = cwd
         self.workers = workers
         self.threads = threads
         self.health_path = health_path
@@ -84,7 +87,7 @@ class GunicornServer:
         # A file, not a pipe: nobody reads a pipe while the benchmark runs, and a full one would block.
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                self.command(), cwd=BASE_DIR, env=self.env, stdout=log, stderr=subprocess.STDOUT
+                self.command(), cwd=self.cwd, env=self.env, stdout=log, stderr=subprocess.STDOUT
             )
         deadline = time.monotonic() + START_TIMEOUT_SECONDS
         while time.monotonic() < deadline:

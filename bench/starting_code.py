@@ -1,9 +1,10 @@
-"""The big herd against the code the agent request path's cuts started from, raced in the same run.
+"""The code the agent request path's cuts started from, served beside the engine for the big herd.
 
-Its tree comes from git; this harness is copied into it (bench/ and agentcal/sizing.py: the same racers,
-server command, worker count and CPU accounting), and a `python -m bench --scenarios herd500` of its own
-races it on a database of its own, on the same PostgreSQL, Redis and cores, right after the engine's big
-herd. Only the application differs. A clone without the commit, or a failed race, is said, not hidden.
+Its tree comes from git; this harness is copied into it (bench/ and agentcal/sizing.py), and its own code
+migrates a database of its own (beside the run's, on the same server), makes the racers' agents, keys and
+calendar, and serves it through gunicorn with this run's settings. The big herd then races it round by
+round with the engine (bench/phases.py), so a slower minute of a shared machine falls on both. A clone
+without the commit, or behind a transaction pooler, is said (`NotRaced`), not hidden.
 """
 
 from __future__ import annotations
@@ -18,37 +19,119 @@ import sys
 import tarfile
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
 
-from bench.config import BIG_HERD, HTTP, BenchConfig
+from bench.config import BenchConfig
 from bench.progress import Progress
+from bench.server import GunicornServer
+from bench.targets import OVERLAPPING_LIVE_PAIRS_SQL
 
 STARTING_COMMIT = "c7b6e03"
 BASE_DIR = Path(__file__).resolve().parent.parent
-# What the starting code is raced with: this benchmark, and the worker count it derives.
+# What the starting code is served and driven with: this benchmark, and the worker count it derives.
 HARNESS = ("bench", "agentcal/sizing.py")
 DATABASE_SUFFIX = "_starting_code"
+SETUP_TIMEOUT_SECONDS = 300
+# Run by the starting code's interpreter, in its tree: its agents, keys and calendar, made by its own code
+# through this harness's LocalTarget (as the engine's are), printed as JSON.
+_SETUP = """
+import json, sys
+import django
+django.setup()
+from bench.targets import LocalTarget
+target = LocalTarget(agents=int(sys.argv[1]))
+calendar = target.calendar_create(sys.argv[2])
+print(json.dumps({"keys": target.raw_keys, "calendar": calendar}))
+"""
 
 
 class NotRaced(Exception):
     """Why the starting code could not be raced in this run."""
 
 
-def starting_code_herd(config: BenchConfig, *, conninfo: str, progress: Progress) -> dict[str, Any]:
-    """`{"commit", "result"}`, the starting code's big herd as benchmark.json records one, or `{"commit",
-    "not_raced"}`, why not."""
-    progress.note(f"{BIG_HERD}: racing the starting code ({STARTING_COMMIT}) the same way")
+@dataclass
+class StartingCode:
+    """The starting code's server, its racers' keys and the calendar they race for."""
+
+    url: str
+    server: GunicornServer
+    keys: list[str]
+    calendar: str
+    conninfo: str
+
+    def double_bookings(self) -> int:
+        """Pairs of live reservations overlapping on its calendar, by the same SQL as the engine's."""
+        with psycopg.connect(self.conninfo, prepare_threshold=None) as conn:
+            row = conn.execute(
+                "SELECT id FROM bookings_calendar WHERE public_id = %s", [self.calendar]
+            ).fetchone()
+            assert row is not None
+            counted = conn.execute(OVERLAPPING_LIVE_PAIRS_SQL, [[row[0]]]).fetchone()
+            assert counted is not None
+            return int(counted[0])
+
+
+@contextlib.contextmanager
+def starting_code(
+    config: BenchConfig, *, conninfo: str, agents: int, calendar_name: str, progress: Progress
+) -> Iterator[StartingCode]:
+    """The starting code served, its `agents` keys made and its calendar created, until the block ends;
+    `NotRaced` when it cannot be."""
+    progress.note(f"serving the starting code ({STARTING_COMMIT}) beside the engine")
+    with _starting_tree() as tree, _database_of_its_own(config, conninfo) as (url, own_conninfo):
+        env = {
+            **config.server_env,
+            "DATABASE_URL": url,
+            "PYTHONPATH": str(tree),
+            "DJANGO_SETTINGS_MODULE": "agentcal.settings",
+        }
+        _run_in(tree, env, [sys.executable, "manage.py", "migrate", "--verbosity", "0"], "its migrations")
+        made = json.loads(
+            _run_in(tree, env, [sys.executable, "-c", _SETUP, str(agents), calendar_name], "its agents")
+        )
+        server = GunicornServer(
+            "agentcal.wsgi:application",
+            workers=config.workers,
+            threads=config.threads,
+            health_path="/v1/health",
+            env=env,
+            log_dir=config.log_dir,
+            name="starting-code",
+            cwd=tree,
+        )
+        try:
+            server_url = server.start()
+        except RuntimeError as exc:
+            raise NotRaced(f"its server did not start: {str(exc).splitlines()[0]}") from exc
+        try:
+            yield StartingCode(server_url, server, made["keys"], made["calendar"], own_conninfo)
+        finally:
+            server.stop()
+
+
+def _run_in(tree: Path, env: dict[str, str], command: list[str], what: str) -> str:
     try:
-        with _starting_tree() as tree, _database_of_its_own(config, conninfo) as url:
-            return {"commit": STARTING_COMMIT, "result": _race(tree, url, config)}
-    except NotRaced as exc:
-        progress.note(f"{BIG_HERD}: the starting code was not raced: {exc}")
-        return {"commit": STARTING_COMMIT, "not_raced": str(exc)}
+        run = subprocess.run(
+            command,
+            cwd=tree,
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=SETUP_TIMEOUT_SECONDS,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise NotRaced(f"{what} took over {SETUP_TIMEOUT_SECONDS} s") from exc
+    if run.returncode != 0:
+        tail = " | ".join((run.stderr or run.stdout).strip().splitlines()[-3:])
+        raise NotRaced(f"{what} failed (exit {run.returncode}): {tail}")
+    return run.stdout
 
 
 @contextlib.contextmanager
@@ -80,8 +163,9 @@ def _starting_tree() -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def _database_of_its_own(config: BenchConfig, conninfo: str) -> Iterator[str]:
-    """A fresh database beside this run's, on the same server (dropped after), as a DATABASE_URL."""
+def _database_of_its_own(config: BenchConfig, conninfo: str) -> Iterator[tuple[str, str]]:
+    """A fresh database beside this run's, on the same server (dropped after): its DATABASE_URL and its
+    libpq connection string."""
     from django.conf import settings
 
     if getattr(settings, "DB_TRANSACTION_POOLER", False):
@@ -95,60 +179,6 @@ def _database_of_its_own(config: BenchConfig, conninfo: str) -> Iterator[str]:
         conn.execute(drop)
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
         try:
-            yield urlunsplit(urlsplit(given)._replace(path=f"/{name}"))
+            yield urlunsplit(urlsplit(given)._replace(path=f"/{name}")), make_conninfo(conninfo, dbname=name)
         finally:
             conn.execute(drop)
-
-
-def _race(tree: Path, database_url: str, config: BenchConfig) -> dict[str, Any]:
-    """Its own benchmark's big herd, with this run's sizes; its result as its benchmark.json has it."""
-    out = tree / "benchmark-out"
-    command = [
-        sys.executable,
-        "-m",
-        "bench",
-        "--scenarios",
-        BIG_HERD,
-        "--modes",
-        HTTP,
-        "--no-baselines",
-        "--no-starting-code",
-        "--no-progress",
-        "--output-dir",
-        str(out),
-        "--agents",
-        str(config.agents),
-        "--workers",
-        str(config.workers),
-        "--threads",
-        str(config.threads),
-        "--herd-racers",
-        str(config.herd_racers),
-        "--herd-racers-rounds",
-        str(config.herd_racers_rounds),
-        "--herd-time-limit",
-        str(config.herd_time_limit),
-        "--warmup-requests",
-        str(config.warmup_requests),
-    ]
-    env = {
-        **os.environ,
-        **config.server_env,
-        "DATABASE_URL": database_url,
-        "PYTHONPATH": str(tree),
-        "DJANGO_SETTINGS_MODULE": "agentcal.settings",
-    }
-    try:
-        run = subprocess.run(
-            command, cwd=tree, env=env, capture_output=True, text=True, check=False, timeout=900
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise NotRaced("its run took over 15 minutes") from exc
-    if run.returncode != 0:
-        tail = " | ".join((run.stderr or run.stdout).strip().splitlines()[-3:])
-        raise NotRaced(f"its run failed (exit {run.returncode}): {tail}")
-    results = json.loads((out / "benchmark.json").read_text())["results"]
-    herd = next((r for r in results if r["scenario"] == BIG_HERD and r["variant"] == "engine"), None)
-    if herd is None:
-        raise NotRaced("its run reported no big herd")
-    return dict(herd)

@@ -156,6 +156,41 @@ class ScenarioResult:
         }
 
 
+def herd_result(
+    variant: str,
+    mode: str,
+    rounds: list[list[Outcome]],
+    wall_seconds: float,
+    *,
+    agents: int,
+    scenario: str,
+    answers_alternatives: bool,
+) -> ScenarioResult:
+    """A herd's rounds as the report has them: latencies of all, of winners and of losers, winners per
+    round; with `answers_alternatives` (the engine's, old or new), how many losers got none."""
+    outcomes = [o for round_outcomes in rounds for o in round_outcomes]
+    winners = [sum(1 for o in round_outcomes if o.ok) for round_outcomes in rounds]
+    result = ScenarioResult(scenario, variant, mode, outcomes, wall_seconds, double_bookings=None)
+    winner_latency = result.latency(lambda o: o.ok)
+    loser_latency = result.latency(lambda o: o.conflict)
+    result.completed_bookings = sum(winners)
+    result.extra = {
+        "agents": agents,
+        "rounds": len(rounds),
+        "rounds_with_one_winner": sum(1 for w in winners if w == 1),
+        "rounds_with_several_winners": sum(1 for w in winners if w > 1),
+        "rounds_without_winner": sum(1 for w in winners if w == 0),
+        "winner_latency_ms": winner_latency,
+        "loser_latency_ms": loser_latency,
+        "loser_p99_over_winner_p99": ratio(loser_latency["p99"], winner_latency["p99"]),
+    }
+    if answers_alternatives:
+        result.extra["losers_without_alternatives"] = sum(
+            1 for o in outcomes if o.conflict and o.alternatives == 0
+        )
+    return result
+
+
 def find(results: list[ScenarioResult], scenario: str, variant: str, mode: str) -> ScenarioResult | None:
     return next(
         (r for r in results if (r.scenario, r.variant, r.mode) == (scenario, variant, mode)),

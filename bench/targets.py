@@ -45,7 +45,7 @@ GENEROUS_LIMITS = Limits(
 
 # Of two overlapping live reservations, the later-starting one starts inside the other: joining each row
 # only with the rows that start inside it is an index range scan on (calendar_id, start_time).
-_OVERLAPPING_LIVE_PAIRS_SQL = """
+OVERLAPPING_LIVE_PAIRS_SQL = """
     SELECT count(*)
       FROM bookings_reservation a
       JOIN bookings_reservation b
@@ -104,7 +104,7 @@ class LocalTarget:
         """Pairs of live reservations overlapping on one calendar (the exclusion constraint forbids any)."""
         ids = list(Calendar.objects.filter(public_id__in=list(calendars)).values_list("pk", flat=True))
         with connection.cursor() as cursor:
-            cursor.execute(_OVERLAPPING_LIVE_PAIRS_SQL, [ids])
+            cursor.execute(OVERLAPPING_LIVE_PAIRS_SQL, [ids])
             return int(cursor.fetchone()[0])
 
     def status_counts(self, calendars: Sequence[str]) -> dict[str, int]:

@@ -281,10 +281,11 @@ def test_the_big_herd_is_set_against_the_starting_code_raced_in_the_same_run() -
     report = build([big], starting_code={"commit": "c7b6e03", "result": start})
 
     row = goal(report, "the big herd's p99 at most half the starting code's")
-    assert row["goal"].endswith("(c7b6e03, raced in this run the same way)")
+    assert row["goal"].endswith("(c7b6e03, raced in this run, round by round in turn)")
     assert (row["target"], row["measured"], row["met"]) == ("≤ 0.50", "0.40 (400.0 ms / 1000.0 ms)", True)
-    assert "The starting code (c7b6e03), raced the same way right after: 2 of 2 rounds" in sections.markdown(
-        report
+    assert (
+        "The starting code (c7b6e03), raced round by round in turn with the engine: 2 of 2"
+        in sections.markdown(report)
     )
 
     slower = raced(HTTP, winner_ms=20, loser_ms=600, agents=500, scenario=BIG_HERD, rounds=2)

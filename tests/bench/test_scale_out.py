@@ -104,26 +104,29 @@ def test_the_big_herd_gives_one_winner_and_is_set_against_b_the_starting_code_an
     (goal,) = [g for g in report.data["goals"] if g["goal"].startswith("the big herd's p99 at most half")]
     assert "raced in this run" in goal["goal"] and goal["target"] == "≤ 0.50"
     assert goal["measured"].endswith(f"/ {fmt_ms(start['latency_ms']['p99'])})")
-    assert "The starting code (c7b6e03), raced the same way" in markdown(report)
+    assert "The starting code (c7b6e03), raced round by round in turn" in markdown(report)
     with psycopg.connect(conninfo_for_baselines(), prepare_threshold=None) as conn:
         left = conn.execute("SELECT count(*) FROM pg_database WHERE datname LIKE '%\\_starting\\_code'")
         assert left.fetchone() == (0,)
 
 
-def test_a_clone_without_the_starting_commit_says_why_and_the_goal_falls_back(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_clone_without_the_starting_commit_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(starting_code, "STARTING_COMMIT", "0" * 40)
     config = tiny(modes=(HTTP,), scenarios=("herd500",), server_env=servers_on_the_test_database())
 
-    raced = starting_code.starting_code_herd(
-        config, conninfo=conninfo_for_baselines(), progress=Progress(enabled=False)
-    )
+    with (
+        pytest.raises(starting_code.NotRaced) as refused,
+        starting_code.starting_code(
+            config,
+            conninfo=conninfo_for_baselines(),
+            agents=2,
+            calendar_name="x",
+            progress=Progress(enabled=False),
+        ),
+    ):
+        pass
 
-    assert raced == {
-        "commit": "0" * 40,
-        "not_raced": f"this clone has no commit {'0' * 40} (a shallow clone, or no git history)",
-    }
+    assert str(refused.value) == f"this clone has no commit {'0' * 40} (a shallow clone, or no git history)"
 
 
 # PostgreSQL's backend CPU is read from /proc in clock ticks (10 ms): eight bookings (~2 ms of backend CPU
