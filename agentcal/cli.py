@@ -176,6 +176,12 @@ def main(argv: list[str] | None = None) -> int:
     manage_parser.add_argument("rest", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     if args.command == "run":
+        if args.mcp_port and args.mcp_port == args.port:
+            # Else the web server takes the port, the MCP server fails to, and its exit stops everything.
+            run_parser.error(
+                f"--port and --mcp-port are both {args.port}: give the MCP server another port "
+                "(--mcp-port or MCP_PORT), or 0 to leave it out"
+            )
         return run(args)
     _setup_django()
     from django.core.management import execute_from_command_line
