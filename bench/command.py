@@ -104,7 +104,7 @@ class Command(BaseCommand):
         what.add_argument(
             "--no-starting-code",
             action="store_true",
-            help="herd500: do not race the starting code (bench/starting_code.py) after the engine",
+            help="herd500: do not race the starting code (bench/starting_code.py) beside the engine",
         )
         what.add_argument(
             "--workers",

@@ -49,7 +49,7 @@ class Phases:
         self.base = base  # every slot is an offset from here, two days ahead
         self.progress = progress
         self.results: list[ScenarioResult] = []
-        # The starting code's big herd, raced after the engine's (bench/starting_code.py), if it was.
+        # The starting code's big herd, raced in turn with the engine's (bench/big_herd.py), or why not.
         self.starting_code: dict[str, Any] | None = None
         self.http = HTTP in config.modes
         # In-process needs the database here: with --url the engine is only reachable through HTTP.
