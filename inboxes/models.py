@@ -155,9 +155,10 @@ class Message(models.Model):
             # The sweep: queued outbound messages whose next attempt is overdue.
             models.Index(fields=["next_attempt_at"], condition=Q(status="queued"), name="message_queued_due"),
             # The review repair (inboxes.review.reviews_repair): drafts held for review but never linked to
-            # their approval, a handful at most among every message sent; by the repair's age bound.
+            # their approval, a handful at most among every message sent; by the repair's age bound, in the
+            # repair's order (by id instead, the planner may walk the primary key through every message).
             models.Index(
-                fields=["received_at"],
+                fields=["received_at", "id"],
                 condition=Q(status="awaiting_approval", approval_id__isnull=True),
                 name="message_review_unlinked",
             ),

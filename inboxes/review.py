@@ -116,7 +116,7 @@ def reviews_repair(*, limit: int = REPAIR_BATCH) -> int:
             received_at__lt=Now() - timedelta(seconds=REPAIR_AFTER_SECONDS),
         )
         .select_related("agent__workspace", "thread")
-        .order_by("pk")[:limit]
+        .order_by("received_at", "pk")[:limit]
     )
     repaired = 0
     for message in stale:

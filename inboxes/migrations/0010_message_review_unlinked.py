@@ -13,7 +13,7 @@ class Migration(migrations.Migration):
             model_name="message",
             index=models.Index(
                 condition=models.Q(("approval_id__isnull", True), ("status", "awaiting_approval")),
-                fields=["received_at"],
+                fields=["received_at", "id"],
                 name="message_review_unlinked",
             ),
         ),
