@@ -125,11 +125,11 @@ def big_herd(phases: Phases) -> None:
         )
     ]
     if config.baselines and phases.deployment.baseline_url is not None:
-        ids = phases._new_baseline_calendars(1)
+        ids = phases.new_baseline_calendars(1)
         contenders.append(
             _Contender(
                 "advisory_lock",
-                phases._baseline_opener("advisory_lock", HTTP, ids, lean=True),
+                phases.baseline_opener("advisory_lock", HTTP, ids, lean=True),
                 [phases.deployment.baseline_url],
                 lambda: baselines.overlapping_pairs(
                     phases.conninfo, "advisory_lock", ids, config.baseline_schema

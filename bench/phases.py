@@ -103,7 +103,7 @@ class Phases:
             calendars,
         )
 
-    def _baseline_opener(
+    def baseline_opener(
         self, variant: str, mode: str, calendar_ids: Sequence[int], *, lean: bool = False
     ) -> Callable[[int], Worker]:
         if mode == HTTP:
@@ -141,7 +141,7 @@ class Phases:
             chosen.append(("guarded", "psycopg"))  # the engine's own rows and constraints, minus Django
         return chosen
 
-    def _new_baseline_calendars(self, count: int) -> list[int]:
+    def new_baseline_calendars(self, count: int) -> list[int]:
         return [next(self._baseline_calendar_ids) for _ in range(count)]
 
     # --- 1. herd ---------------------------------------------------------------------------------------
@@ -158,8 +158,8 @@ class Phases:
             result.double_bookings = self.target.double_bookings([calendar], window)
             self.results.append(result)
         for variant, mode in self._baseline_variants("herd"):
-            ids = self._new_baseline_calendars(1)
-            result = self._herd_phase(variant, mode, self._baseline_opener(variant, mode, ids), spans)
+            ids = self.new_baseline_calendars(1)
+            result = self._herd_phase(variant, mode, self.baseline_opener(variant, mode, ids), spans)
             result.double_bookings = baselines.overlapping_pairs(
                 self.conninfo, variant, ids, self.config.baseline_schema
             )
@@ -180,8 +180,8 @@ class Phases:
         result.double_bookings = self.target.double_bookings([calendar], window)
         self.results.append(result)
         if self.config.baselines:
-            ids = self._new_baseline_calendars(1)
-            opener = self._baseline_opener("advisory_lock", HTTP, ids)
+            ids = self.new_baseline_calendars(1)
+            opener = self.baseline_opener("advisory_lock", HTTP, ids)
             result = self._herd_phase(
                 "advisory_lock", HTTP, opener, spans, agents=racers, scenario=UNCONGESTED
             )
@@ -265,8 +265,6 @@ class Phases:
             result.extra.update(nodes=count, workers_per_node=config.workers)
             self.results.append(result)
 
-    # --- 5. the big herd ---------------------------------------------------------------------------------
-
     # --- 2. disjoint -----------------------------------------------------------------------------------
 
     def _disjoint(self) -> None:
@@ -287,9 +285,9 @@ class Phases:
             result.double_bookings = self.target.double_bookings(calendars, window)
             self.results.append(result)
         for variant, mode in self._baseline_variants("disjoint"):
-            ids = self._new_baseline_calendars(config.calendars)
+            ids = self.new_baseline_calendars(config.calendars)
             result = self.timed_phase(
-                "disjoint", variant, mode, self._baseline_opener(variant, mode, ids), span_for
+                "disjoint", variant, mode, self.baseline_opener(variant, mode, ids), span_for
             )
             result.extra.pop("slots_used")
             result.double_bookings = baselines.overlapping_pairs(
