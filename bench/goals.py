@@ -140,7 +140,8 @@ def goals_table(
                 "; ".join(misses),
             )
         )
-        goals.append(_against_the_starting_code(p99, cpu, big.extra["agents"], starting_code))
+        floor = find(results, "herd500", "advisory_lock", "http")
+        goals.append(_against_the_starting_code(p99, cpu, big.extra["agents"], starting_code, floor))
     goals += meeting_goals(results)
     goals += runaway_goals(results)
     goals += _cost_goals(cost)
@@ -174,10 +175,15 @@ def goals_table(
 
 
 def _against_the_starting_code(
-    p99: float, cpu: str, racers: int, starting_code: dict[str, Any] | None
+    p99: float,
+    cpu: str,
+    racers: int,
+    starting_code: dict[str, Any] | None,
+    floor: ScenarioResult | None,
 ) -> dict[str, Any]:
     """The big herd's p99 against the starting code's: raced in this run if it was, else the figure of
-    an earlier run (and the row says so)."""
+    an earlier run (and the row says so). (b)'s round with the same racers, when it ran, is the floor:
+    a bare WSGI function with one statement and no checks, on the same cores."""
     start = (starting_code or {}).get("result")
     if start is None:
         why_not = (starting_code or {}).get("not_raced", "not asked for (--no-starting-code)")
@@ -192,6 +198,14 @@ def _against_the_starting_code(
         )
     start_p99 = start["latency_ms"]["p99"]
     value = ratio(p99, start_p99)
+    floor_said = ""
+    if floor is not None:
+        floor_p99 = floor.latency()["p99"]
+        floor_said = (
+            f"; (b), a bare WSGI function with no checks, made {fmt_ratio(ratio(floor_p99, start_p99))} "
+            f"of it ({fmt_ms(floor_p99)}, web {fmt_ms(floor.extra.get('web_cpu_ms_per_attempt'))}): "
+            "the floor of a round on these cores"
+        )
     return _goal(
         f"the big herd's p99 at most half the starting code's ({STARTING_COMMIT}, raced in this run, "
         "round by round in turn)",
@@ -200,7 +214,7 @@ def _against_the_starting_code(
         None if value is None else value <= BIG_HERD_TARGET_RATIO,
         f"{cpu}; the starting code's: web {fmt_ms(start.get('web_cpu_ms_per_attempt'))}, the racers' client "
         f"{fmt_ms(start.get('client_cpu_ms_per_attempt'))}, PostgreSQL "
-        f"{fmt_ms(start.get('database_cpu_ms_per_attempt'))}; {racers} racers",
+        f"{fmt_ms(start.get('database_cpu_ms_per_attempt'))}; {racers} racers{floor_said}",
     )
 
 

@@ -295,6 +295,15 @@ def test_the_big_herd_is_set_against_the_starting_code_raced_in_the_same_run() -
         "the starting code's: web 3.50 ms, the racers' client n/a, PostgreSQL n/a; 500 racers"
     )
 
+    # (b) with the same racers is the floor the row names: no request with checks can pass it.
+    floor = raced(HTTP, winner_ms=10, loser_ms=550, agents=500, scenario=BIG_HERD, rounds=2)
+    floor.variant, floor.extra["web_cpu_ms_per_attempt"] = "advisory_lock", 0.5
+    row = goal(build([slower, floor], starting_code={"commit": "c7b6e03", "result": start}), "the big herd's")
+    assert row["why"].endswith(
+        "500 racers; (b), a bare WSGI function with no checks, made 0.55 of it (550.0 ms, web 0.50 ms): "
+        "the floor of a round on these cores"
+    )
+
 
 def test_without_the_starting_code_the_big_herd_goal_says_why_and_uses_the_earlier_figure() -> None:
     big = raced(HTTP, winner_ms=20, loser_ms=700, agents=500, scenario=BIG_HERD, rounds=2)
