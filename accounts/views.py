@@ -127,7 +127,7 @@ def time_zone_set(request: HttpRequest) -> HttpResponse:
 @login_required
 def passkey_rename(request: HttpRequest, passkey_id: int) -> HttpResponse:
     passkey = get_object_or_404(Passkey, pk=passkey_id, user=request.user)
-    name = request.POST.get("name", "").strip()[:100]
+    name = services.passkey_name(request.POST.get("name", ""))
     if name:
         passkey.name = name
         passkey.save(update_fields=["name"])

@@ -151,6 +151,17 @@ def test_a_person_may_have_several_passkeys_rename_them_but_not_remove_the_last(
     assert "cannot remove your last passkey" in page.content.decode()
 
 
+def test_a_name_with_a_nul_character_is_kept_with_a_replacement_character(client, owner, webauthn_settings):
+    client.force_login(owner)
+    authenticator = SoftAuthenticator(rp_id="testserver", origin=ORIGIN)
+    assert register(client, authenticator, name="Lap\x00top").status_code == 201
+    passkey = Passkey.objects.get()
+    assert passkey.name == "Lap\ufffdtop"
+    assert client.post(f"/auth/passkeys/{passkey.pk}/rename", {"name": "Pix\x00el"}).status_code == 302
+    passkey.refresh_from_db()
+    assert passkey.name == "Pix\ufffdel"
+
+
 def test_one_person_cannot_touch_anothers_passkeys(client, owner, authenticator):
     client.force_login(owner)
     register(client, authenticator)
