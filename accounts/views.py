@@ -131,6 +131,8 @@ def passkey_rename(request: HttpRequest, passkey_id: int) -> HttpResponse:
     if name:
         passkey.name = name
         passkey.save(update_fields=["name"])
+    else:
+        messages.error(request, f"A passkey needs a name: “{passkey.name}” keeps its own.")
     return redirect("accounts:passkeys")
 
 
