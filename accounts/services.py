@@ -47,6 +47,7 @@ from accounts.team import invitation_accept
 from accounts.time_zones import zone_for_email
 from agentcal.errors import SignInFailed
 from agentcal.moments import moment_text
+from agentcal.text import storable_text
 from workspaces.models import Workspace
 
 logger = logging.getLogger(__name__)
@@ -202,6 +203,11 @@ def passkey_registration_options(user: Any) -> tuple[str, bytes]:
     return options_to_json(options), options.challenge
 
 
+def passkey_name(typed: str) -> str:
+    """A passkey's name as typed, as PostgreSQL will store it (a NUL character becomes U+FFFD)."""
+    return storable_text(typed.strip(), 100)
+
+
 def passkey_register(*, user: Any, credential: dict[str, Any] | str, challenge: bytes, name: str) -> Passkey:
     try:
         verified = verify_registration_response(
@@ -215,7 +221,7 @@ def passkey_register(*, user: Any, credential: dict[str, Any] | str, challenge: 
         raise SignInFailed(f"The passkey could not be verified: {exc}") from exc
     return Passkey.objects.create(
         user=user,
-        name=(name or "Passkey").strip()[:100],
+        name=passkey_name(name or "Passkey"),
         credential_id=verified.credential_id,
         public_key=verified.credential_public_key,
         sign_count=verified.sign_count,

@@ -17,6 +17,7 @@ from accounts import services
 from accounts.models import Passkey
 from accounts.time_zones import person_time_zone_set, remember_in_session
 from agentcal.errors import SignInFailed
+from agentcal.text import is_storable
 
 _REG_CHALLENGE = "webauthn_registration_challenge"
 _AUTH_CHALLENGE = "webauthn_authentication_challenge"
@@ -42,7 +43,8 @@ def sign_in(request: HttpRequest) -> HttpResponse:
 @require_POST
 def magic_link_request(request: HttpRequest) -> HttpResponse:
     email = request.POST.get("email", "")
-    if "@" in email and len(email) <= 254:
+    # An address PostgreSQL cannot compare (a NUL character) is no one's: the same answer, and no look-up.
+    if "@" in email and len(email) <= 254 and is_storable(email):
         services.magic_link_request(email=email, ip=_client_ip(request))
     # The same answer whether or not the address exists.
     return render(request, "accounts/magic_link_sent.html", {"email": email[:254]})
@@ -125,10 +127,12 @@ def time_zone_set(request: HttpRequest) -> HttpResponse:
 @login_required
 def passkey_rename(request: HttpRequest, passkey_id: int) -> HttpResponse:
     passkey = get_object_or_404(Passkey, pk=passkey_id, user=request.user)
-    name = request.POST.get("name", "").strip()[:100]
+    name = services.passkey_name(request.POST.get("name", ""))
     if name:
         passkey.name = name
         passkey.save(update_fields=["name"])
+    else:
+        messages.error(request, f"A passkey needs a name: “{passkey.name}” keeps its own.")
     return redirect("accounts:passkeys")
 
 

@@ -78,9 +78,15 @@ def agent_usage(agent: Agent) -> Usage:
     return Usage(live_holds=_live_holds(agent=agent), bookings_today=bookings)
 
 
-def workspace_live_holds(workspace: Workspace) -> int:
-    """The live holds of all the workspace's agents: what pausing them all with their holds releases."""
-    return _live_holds(agent__workspace=workspace)
+def workspace_releasable_holds(workspace: Workspace) -> int:
+    """The live holds of all the workspace's agents that pausing them all with their holds releases."""
+    return _live_holds(agent__workspace=workspace, awaiting_approval__isnull=True)
+
+
+def agent_releasable_holds(agent: Agent) -> int:
+    """The agent's live holds that pausing it with its holds releases. Neither counts a hold awaiting an
+    approval: the approval decides it, and releasing it is refused (engine.hold_release_by_person)."""
+    return _live_holds(agent=agent, awaiting_approval__isnull=True)
 
 
 def _live_holds(**whose: object) -> int:

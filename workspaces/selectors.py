@@ -7,6 +7,7 @@ from datetime import datetime
 
 from django.db.models import Count, Q
 
+from agentcal.ids import is_public_id
 from workspaces.models import Agent, ApiKey, Workspace
 
 
@@ -20,6 +21,10 @@ def agent_names(workspace: Workspace, public_ids: Iterable[str]) -> dict[str, st
 
 
 def agent_in_workspace(workspace: Workspace, public_id: str) -> Agent | None:
+    # A form's value may be anything: one that is no public id (a NUL character, which PostgreSQL
+    # refuses in a comparison) finds nothing rather than failing.
+    if not is_public_id(public_id):
+        return None
     return Agent.objects.filter(workspace=workspace, public_id=public_id).first()
 
 
@@ -55,7 +60,8 @@ def active_agents(workspace: Workspace) -> list[Agent]:
 
 
 def active_agent(workspace: Workspace, public_id: str) -> Agent | None:
-    return Agent.objects.filter(workspace=workspace, is_active=True, public_id=public_id).first()
+    agent = agent_in_workspace(workspace, public_id)
+    return agent if agent is not None and agent.is_active else None
 
 
 def has_agents(workspace: Workspace) -> bool:

@@ -50,7 +50,10 @@ class MoveForm(forms.Form):
         day, start, end = data.get("date"), data.get("start"), data.get("end")
         if day is None or start is None or end is None:
             return data
-        begins, ends = wall_clock(day, start, self.zone), wall_clock(day, end, self.zone)
+        try:
+            begins, ends = wall_clock(day, start, self.zone), wall_clock(day, end, self.zone)
+        except OverflowError:  # a day in year 1 or 9999 whose time in UTC falls outside them
+            raise forms.ValidationError("Pick a day a booking can be moved to.") from None
         if begins is None or ends is None:
             raise forms.ValidationError(
                 f"That time does not exist in {self.zone} (the clocks change that day)."

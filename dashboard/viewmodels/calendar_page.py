@@ -33,6 +33,9 @@ from workspaces.models import Workspace
 
 VIEWS = ("day", "week")
 DEFAULT_VIEW = "week"
+# The dates a timeline may open on: its window, a week either side for the arrows' links and a zone's
+# offset from UTC must all stay within what Python's dates can hold (year 1 to 9999).
+FIRST_DATE, LAST_DATE = date.min + timedelta(days=14), date.max - timedelta(days=14)
 
 
 def calendar_rows(workspace: Workspace) -> list[dict[str, Any]]:
@@ -77,6 +80,8 @@ class TimelineQuery:
         try:
             anchor = date.fromisoformat(query.get("date", ""))
         except ValueError:
+            anchor = today
+        if not FIRST_DATE <= anchor <= LAST_DATE:
             anchor = today
         return cls(
             view=view if view in VIEWS else DEFAULT_VIEW,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from agentcal.moments import zone_label
 from approvals.models import Approval, ApprovalStatus
 from bookings.models import Reservation
 from bookings.selectors import hold_primaries
@@ -17,9 +18,9 @@ from workspaces.models import Workspace
 
 
 def starts_words(reservation: Reservation) -> str:
-    """ "Thu 3 Dec 15:00" in the calendar's own zone."""
+    """ "Thu 3 Dec 15:00 CET" in the calendar's own zone, named: the person deciding may be in another."""
     start = reservation.start_time.astimezone(calendar_zone(reservation.calendar))
-    return f"{start:%a} {start.day} {start:%b %H:%M}"
+    return f"{start:%a} {start.day} {start:%b %H:%M} {zone_label(start)}"
 
 
 def decision_sentence(
@@ -27,7 +28,7 @@ def decision_sentence(
 ) -> SafeString:
     """`reservation`: the primary row of the hold the approval gates (the booking it became), if any.
 
-    "Booked <em>Board prep</em> on Berlin office, Thu 3 Dec 15:00 — see it on the calendar"."""
+    "Booked <em>Board prep</em> on Berlin office, Thu 3 Dec 15:00 CET — see it on the calendar"."""
     status = approval.status
     what = reservation.title if reservation and reservation.title else approval.summary
     if status == ApprovalStatus.APPROVED and approval.booking_id and reservation:

@@ -36,7 +36,7 @@ from dashboard.viewmodels.agent_stats import agent_stats, endpoint_status, key_s
 from dashboard.viewmodels.conversion import CONVERSION_DEFINITION, CONVERSION_EXCLUDES
 from dashboard.viewmodels.guardrails import agent_limits_context, notice_lines
 from dashboard.wording import holds_released
-from guardrails.selectors import open_notices, workspace_live_holds
+from guardrails.selectors import agent_releasable_holds, open_notices, workspace_releasable_holds
 from guardrails.services import agent_limits_update, agent_pause, agent_resume
 from inboxes.quotas import MAX_LIMIT, default_limits, inbox_settings_update
 from webhooks.selectors import agent_endpoints, recent_attempts
@@ -183,7 +183,7 @@ def _render_agent_list(
         confirm_pause=confirm_pause,
         conversion_definition=CONVERSION_DEFINITION,
         conversion_excludes=CONVERSION_EXCLUDES,
-        live_holds=workspace_live_holds(workspace) if confirm_pause else 0,
+        releasable_holds=workspace_releasable_holds(workspace) if confirm_pause else 0,
         min_priority=MIN_PRIORITY,
         max_priority=MAX_PRIORITY,
         retention_days=workspace.audit_retention_days,
@@ -282,6 +282,7 @@ def _render_agent_detail(
         max_priority=MAX_PRIORITY,
         retention_days=workspace.audit_retention_days,
         confirm_pause=confirm_pause and request.membership.may(Permission.PAUSE_AGENTS),
+        releasable_holds=agent_releasable_holds(agent) if confirm_pause else 0,
         **agent_limits_context(agent, workspace, limits_form),
     )
     return render(request, "dashboard/agents/detail.html", context, status=status)

@@ -22,6 +22,7 @@ from django.views.decorators.http import require_GET, require_POST
 from accounts.models import Membership, Permission
 from agentcal.clock import server_now
 from agentcal.errors import ApprovalAlreadyDecided, ApprovalExpired
+from agentcal.text import is_storable, storable_text
 from approvals.models import NOTE_MAX_CHARS, Approval
 from approvals.selectors import pending_count
 from approvals.services import approval_decide
@@ -187,6 +188,12 @@ def decide(request: DashboardRequest, workspace: Workspace, approval_id: str) ->
     if len(note) > NOTE_MAX_CHARS:
         error = f"The note may be at most {NOTE_MAX_CHARS} characters (it has {len(note)})."
         return render_detail(request, workspace, approval, note=note, note_error=error)
+    if not is_storable(note):
+        # Kept for editing with the character marked (U+FFFD), as no note can be stored with it.
+        error = "The note holds a character that cannot be saved (shown as �): remove it."
+        return render_detail(
+            request, workspace, approval, note=storable_text(note, len(note)), note_error=error
+        )
     if request.POST.get("confirmed") != "yes":
         return render_detail(request, workspace, approval, confirm=decision, note=note)
     try:

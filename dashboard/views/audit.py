@@ -110,6 +110,10 @@ def parse_filters(query: QueryDict) -> AuditFilters:
             if moment is None:
                 filters.errors[name] = "Use YYYY-MM-DDTHH:MM (UTC)."
             setattr(filters, name, moment)
+    # From after Until selects nothing: say so, rather than show an empty trail as if nothing happened.
+    if filters.since is not None and filters.until is not None and filters.until <= filters.since:
+        filters.errors["until"] = "Pick a time after From."
+        filters.until = None
     return filters
 
 

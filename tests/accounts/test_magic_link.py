@@ -57,6 +57,14 @@ def test_an_unknown_address_gets_the_same_answer_and_no_email(client, owner, mai
     assert len(mailoutbox) == 1
 
 
+def test_an_address_postgresql_cannot_take_gets_the_same_answer_and_no_email(
+    client, owner, mailoutbox, base_url
+):
+    response = client.post("/auth/magic-link", {"email": "olivia\x00@acme.test"})
+    assert response.status_code == 200 and "Check your email" in response.content.decode()
+    assert mailoutbox == [] and not MagicLink.objects.exists()
+
+
 def test_an_expired_link_does_not_sign_in(client, owner, mailoutbox, base_url):
     client.post("/auth/magic-link", {"email": "olivia@acme.test"})
     token = link_from(mailoutbox[0])

@@ -151,6 +151,32 @@ def test_a_person_may_have_several_passkeys_rename_them_but_not_remove_the_last(
     assert "cannot remove your last passkey" in page.content.decode()
 
 
+def test_a_name_with_a_nul_character_is_kept_with_a_replacement_character(client, owner, webauthn_settings):
+    client.force_login(owner)
+    authenticator = SoftAuthenticator(rp_id="testserver", origin=ORIGIN)
+    assert register(client, authenticator, name="Lap\x00top").status_code == 201
+    passkey = Passkey.objects.get()
+    assert passkey.name == "Lap\ufffdtop"
+    assert client.post(f"/auth/passkeys/{passkey.pk}/rename", {"name": "Pix\x00el"}).status_code == 302
+    passkey.refresh_from_db()
+    assert passkey.name == "Pix\ufffdel"
+
+
+def test_a_blank_name_is_refused_in_words_and_the_passkey_keeps_its_own(client, owner, webauthn_settings):
+    client.force_login(owner)
+    assert (
+        register(client, SoftAuthenticator(rp_id="testserver", origin=ORIGIN), name="Laptop").status_code
+        == 201
+    )
+    passkey = Passkey.objects.get()
+
+    page = client.post(f"/auth/passkeys/{passkey.pk}/rename", {"name": "   "}, follow=True)
+
+    assert "A passkey needs a name: “Laptop” keeps its own." in page.content.decode()
+    passkey.refresh_from_db()
+    assert passkey.name == "Laptop"
+
+
 def test_one_person_cannot_touch_anothers_passkeys(client, owner, authenticator):
     client.force_login(owner)
     register(client, authenticator)

@@ -131,6 +131,22 @@ def test_someone_with_an_account_and_a_passkey_lands_in_the_workspace_they_joine
     assert membership(people["otto"], "globex").role == "owner"  # untouched
 
 
+def test_someone_signed_in_as_another_person_is_told_accepting_switches_who_they_are(
+    people, client, mailoutbox
+):
+    invitation_create(**acting(people["olivia"]), email="nina@acme.test", role=Role.VIEWER)
+    token = link_in(mailoutbox[0])
+    client.force_login(people["adam"])
+
+    page = client.get(f"/auth/magic/{token}").content.decode()
+
+    assert 'data-testid="switches-person"' in page
+    assert "You are signed in as <strong>adam@acme.test</strong>" in page
+    assert "Accept and sign in as nina@acme.test" in page
+    client.post("/auth/sign-out")
+    assert 'data-testid="switches-person"' not in client.get(f"/auth/magic/{token}").content.decode()
+
+
 def test_inviting_a_member_or_an_invited_address_again_or_with_a_bad_role_is_refused(people, mailoutbox):
     olivia = people["olivia"]
     with pytest.raises(AlreadyMember):

@@ -290,6 +290,18 @@ def test_a_viewer_sees_no_decide_form_and_cannot_decide(team, django_user_model)
     assert approval.status == "pending"
 
 
+def test_a_note_postgresql_cannot_store_is_refused_and_kept_for_editing(team):
+    approval = ask(team.sdr)
+    sent = {"decision": "deny", "note": "No\x00 thanks", "confirmed": "yes"}
+    response = signed_in(team.owner).post(decide_url(approval), sent)
+    assert response.status_code == 200
+    html = text(response)
+    assert "The note holds a character that cannot be saved" in html
+    assert ">No\ufffd thanks</textarea>" in html
+    approval.refresh_from_db()
+    assert approval.status == "pending"
+
+
 def test_an_overlong_note_is_refused_and_kept_for_editing(team):
     approval = ask(team.sdr)
     note = "x" * 2001

@@ -170,6 +170,19 @@ def test_a_malformed_filter_is_reported_and_ignored(team):
     assert len(row_ids(html)) == 1
 
 
+def test_a_range_that_ends_before_it_starts_is_reported_and_its_end_ignored(team):
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    earlier = insert_audit_row(workspace_id=team.workspace.pk, at=now - timedelta(hours=2))
+    later = insert_audit_row(workspace_id=team.workspace.pk, at=now - timedelta(hours=1))
+    fmt = "%Y-%m-%dT%H:%M"
+    since, until = (now - timedelta(hours=3)).strftime(fmt), (now - timedelta(hours=4)).strftime(fmt)
+
+    html = text(signed_in(team.member).get(AUDIT, {"since": since, "until": until}))
+
+    assert 'data-testid="filter-errors"' in html and "Pick a time after From." in html
+    assert row_ids(html) == [later, earlier]
+
+
 def test_older_pages_follow_a_signed_cursor_that_keeps_the_filters(team):
     now = datetime.now(UTC)
     inserted = [

@@ -154,6 +154,10 @@ def test_a_bad_form_is_answered_on_the_form(team, calendar):
     gap = owner.post(url, {"date": clocks_change.isoformat(), "start": "02:30", "end": "03:30"})
     assert "does not exist in Europe/Berlin" in text(gap)  # the clocks skip 02:00–03:00 that night
     assert "Enter a valid time." in text(owner.post(url, move_to("25:00", "26:00")))
+    # Berlin's midnight on the first day of year 1 is still in year 0 in UTC, which no date can hold.
+    first_day = owner.post(url, {"date": "0001-01-01", "start": "00:30", "end": "01:30"})
+    assert first_day.status_code == 422
+    assert "Pick a day a booking can be moved to." in text(first_day)
     assert Reservation.objects.get(pk=made.pk).start_time == span_on(winter_day(), time(10)).start
 
 

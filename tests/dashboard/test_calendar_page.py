@@ -241,6 +241,14 @@ def test_a_bad_date_or_view_falls_back_to_this_week(team, calendar):
     assert 'class="timeline-col today"' in text(response)
 
 
+@pytest.mark.parametrize("view", ["day", "week"])
+@pytest.mark.parametrize("day", ["0001-01-01", "9999-12-31"])
+def test_a_date_at_the_edge_of_the_calendar_falls_back_to_today(team, calendar, view, day):
+    response = signed_in(team.member).get(url(calendar, view=view, date=day))
+    assert response.status_code == 200
+    assert 'class="timeline-col today"' in text(response)
+
+
 def test_the_timeline_polls_itself_and_the_partial_is_just_the_timeline(team, calendar):
     day = future_day(3)
     ids = reserve_every_kind(team, calendar, day)

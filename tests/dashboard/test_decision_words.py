@@ -53,7 +53,7 @@ def test_approving_a_gated_hold_says_what_was_booked_and_links_its_day(team):
 
     message = flash(text(response))
     words = " ".join(strip_tags(unescape(message)).split())
-    when = f"{local:%a} {local.day} {local:%b %H:%M}"
+    when = f"{local:%a} {local.day} {local:%b %H:%M} {local.tzname()}"  # CET or CEST, named
     assert words == f"Booked Board prep on Berlin office, {when} — see it on the calendar"
     assert "<em>Board prep</em>" in message and "bk_" not in words
     link = unescape(found(r'<a href="([^"]+)" data-testid="decision-link">', message))

@@ -102,5 +102,6 @@ def test_approvers_viewers_outsiders_and_forged_posts_dismiss_nothing(team):
     assert signed_in(team.outsider).post("/w/acme/notices/dismiss").status_code == 404
     owner = signed_in(team.owner)
     assert owner.post("/w/acme/notices/dismiss", {"agent": team.rival.public_id}).status_code == 404
+    assert owner.post("/w/acme/notices/dismiss", {"agent": "agt_\x00"}).status_code == 404
     assert signed_in(team.owner, enforce_csrf_checks=True).post("/w/acme/notices/dismiss").status_code == 403
     assert open_ones() == [("sdr", "requests")]

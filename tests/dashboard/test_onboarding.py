@@ -139,8 +139,8 @@ def test_a_key_only_for_an_active_agent_of_this_workspace(acme, owner):
     rival = Agent.objects.create(workspace=globex, name="Rival", slug="rival")
     retired = Agent.objects.create(workspace=acme, name="Retired", slug="retired", is_active=False)
     client = signed_in(owner)
-    for agent in (rival, retired):
-        refused = client.post(f"{START}/key", {"agent": agent.public_id}, follow=True)
+    for agent_id in (rival.public_id, retired.public_id, "agt_\x00"):
+        refused = client.post(f"{START}/key", {"agent": agent_id}, follow=True)
         assert "Choose one of the workspace&#x27;s active agents." in text(refused)
     assert not ApiKey.objects.exists()
     assert signed_in(owner).get("/w/globex/start").status_code == 404

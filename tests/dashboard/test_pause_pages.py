@@ -11,6 +11,8 @@ import pytest
 from django.test import Client
 
 from accounts.models import Membership, Role
+from approvals.models import Approval
+from approvals.services import approval_request
 from audit.events import AuditEvent
 from audit.models import AuditRecord
 from bookings.engine import hold_create
@@ -125,6 +127,26 @@ def test_the_confirm_step_can_release_the_agents_live_holds_too(team):
     assert Reservation.objects.get(pk=theirs.primary.pk).status == ReservationStatus.HELD
     (row,) = audited(AuditEvent.AGENT_PAUSED)
     assert row.details["release_holds"] is True
+
+
+def test_a_hold_awaiting_an_approval_is_neither_counted_nor_released_by_the_pause(team):
+    calendar, day = make_calendar(team.workspace), future_day(3)
+    plain = hold_create(actor=actor(team.sdr), calendar=calendar, span=span_on(day, time(9)))
+    gated = hold_create(actor=actor(team.sdr), calendar=calendar, span=span_on(day, time(10)))
+    approval = approval_request(
+        actor=actor(team.sdr), summary="Book it", evidence={}, hold_id=gated.primary.hold_id
+    )
+    hold_create(actor=actor(team.exec_assistant), calendar=calendar, span=span_on(day, time(11)))
+    owner = signed_in(team.owner)
+    assert "Also release its live holds (1 now)" in text(owner.get(page(team.sdr) + "?confirm=pause"))
+    assert "Also release their live holds (2 now)" in text(owner.get(AGENTS + "?confirm=pause"))
+
+    response = owner.post(f"{page(team.sdr)}/pause", {"release_holds": "on"}, follow=True)
+
+    assert "1 live hold released." in text(response)
+    assert Reservation.objects.get(pk=plain.primary.pk).status == ReservationStatus.RELEASED
+    assert Reservation.objects.get(pk=gated.primary.pk).status == ReservationStatus.HELD
+    assert Approval.objects.get(pk=approval.pk).status == "pending"
 
 
 def test_an_owner_resumes_a_paused_agent(team):

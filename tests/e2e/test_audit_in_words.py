@@ -172,7 +172,7 @@ def test_the_decision_flash_and_recent_list_say_what_was_booked_and_link_to_it(
     page.wait_for_url(f"{base}/w/acme/approvals")
 
     local = span.start.astimezone(ZoneInfo("Europe/Berlin"))
-    when = f"{local:%a} {local.day} {local:%b %H:%M}"
+    when = f"{local:%a} {local.day} {local:%b %H:%M} {local.tzname()}"  # CET or CEST, named
     said = f"Booked Board prep on Berlin office, {when} — see it on the calendar"
     flash = page.locator(".flash")
     expect(flash).to_have_text(said)

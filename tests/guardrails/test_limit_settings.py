@@ -14,7 +14,7 @@ from guardrails.selectors import (
     agent_limit_settings,
     agent_usage,
     workspace_limit_settings,
-    workspace_live_holds,
+    workspace_releasable_holds,
 )
 from tests.dashboard.pages_helpers import actor, future_day, make_calendar, make_team, span_on
 from workspaces.limits import agent_limits
@@ -68,7 +68,7 @@ def test_live_holds_count_each_live_hold_once_in_the_workspace_only(team):
     hold_release(actor=sdr, hold_id=released.primary.hold_id, hold_token=released.hold_token or "")
     hold_create(actor=actor(team.rival), calendar=rival_calendar, span=span_on(day, time(9)))
 
-    assert workspace_live_holds(team.workspace) == 2
+    assert workspace_releasable_holds(team.workspace) == 2
     assert agent_usage(team.sdr).live_holds == 1
 
 
