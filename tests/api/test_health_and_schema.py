@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 
 import yaml
+from drf_spectacular.generators import SchemaGenerator
 
+from agentcal.api.schema_view import SchemaView
 from tests.guardrails.helpers import set_limits
 from tests.helpers import Persona
 
@@ -60,3 +62,29 @@ def test_schema_is_available_as_json(anonymous):
         "/v1/audit",
     ):
         assert path in paths, sorted(paths)
+
+
+def test_the_schema_is_made_once_per_format_however_often_it_is_asked_for(anonymous, monkeypatch):
+    """It takes no key and costs about a third of a second of CPU to make: made for every request, a few
+    keyless clients kept every worker busy. Each process makes it once per format."""
+    made = []
+    get_schema = SchemaGenerator.get_schema
+
+    def counted(generator: SchemaGenerator, *args: object, **kwargs: object) -> object:
+        made.append(1)
+        return get_schema(generator, *args, **kwargs)
+
+    monkeypatch.setattr(SchemaGenerator, "get_schema", counted)
+    monkeypatch.setattr(SchemaView, "_served", {})
+
+    yaml_answers = [anonymous.get("/schema") for _ in range(3)]
+    json_answers = [
+        anonymous.get("/schema", headers={"Accept": "application/json; indent=2"}) for _ in range(3)
+    ]
+
+    assert len(made) == 2
+    assert {answer.content for answer in yaml_answers} == {yaml_answers[0].content}
+    assert yaml_answers[0].headers["content-type"] == "application/vnd.oai.openapi; charset=utf-8"
+    assert json_answers[0].headers["content-type"] == "application/json"
+    assert json_answers[2].json() == yaml.safe_load(yaml_answers[2].text)
+    assert "/v1/schema" not in json_answers[2].json()["paths"]
