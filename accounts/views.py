@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import login, logout
 from django.contrib.auth.decorators import login_required
@@ -17,6 +19,7 @@ from accounts import services
 from accounts.models import Passkey
 from accounts.time_zones import person_time_zone_set, remember_in_session
 from agentcal.errors import SignInFailed
+from agentcal.rate_limits import limiter_for
 from agentcal.text import is_storable
 
 _REG_CHALLENGE = "webauthn_registration_challenge"
@@ -212,6 +215,12 @@ def passkey_registration_verify(request: HttpRequest) -> HttpResponse:
 
 @require_POST
 def passkey_authentication_options(request: HttpRequest) -> HttpResponse:
+    # Reachable without signing in, and remembering the challenge writes a session row: without a
+    # per-peer budget every request from a cookieless client would leave one more row behind.
+    if not limiter_for("PASSKEY_SIGN_INS_PER_MINUTE_PER_IP").allow(str(_client_ip(request))):
+        response = _problem("Too many sign-in attempts from this address; try again in a minute.", status=429)
+        response["Retry-After"] = str(math.ceil(60 / settings.PASSKEY_SIGN_INS_PER_MINUTE_PER_IP))
+        return response
     options_json, challenge = services.passkey_authentication_options()
     _remember_challenge(request, _AUTH_CHALLENGE, challenge)
     return HttpResponse(options_json, content_type="application/json")

@@ -170,6 +170,7 @@ DASHBOARD_BASE_URL = (env_str("DASHBOARD_BASE_URL", "http://localhost:8000") or 
 WEBAUTHN_RP_ID = str(env_str("WEBAUTHN_RP_ID") or urlparse(DASHBOARD_BASE_URL).hostname or "localhost")
 WEBAUTHN_RP_NAME = str(env_str("WEBAUTHN_RP_NAME") or "AgentCal")
 MAGIC_LINK_TTL_SECONDS = env_int("MAGIC_LINK_TTL_SECONDS", 15 * 60, minimum=60)
+PASSKEY_SIGN_INS_PER_MINUTE_PER_IP = env_int("PASSKEY_SIGN_INS_PER_MINUTE_PER_IP", 30, minimum=1)
 LOGIN_URL = "/auth/sign-in"
 # The SMTP relay for all outgoing mail (owners' emails, agents' inboxes), as one URL —
 # `smtp://user:password@host:587?tls=1` (STARTTLS) or `smtps://…@host:465` (TLS from the start) — or as the

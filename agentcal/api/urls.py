@@ -1,8 +1,8 @@
 from django.urls import path
-from drf_spectacular.views import SpectacularAPIView
 
 from agentcal.api.event_catalog import EventListView
 from agentcal.api.health import HealthView
+from agentcal.api.schema_view import SchemaView
 from approvals import api as approvals
 from audit.api import AuditListView
 from bookings import api as bookings
@@ -14,9 +14,7 @@ from workspaces.api import MeView
 urlpatterns = [
     path("health", HealthView.as_view(), name="health"),
     path("me", MeView.as_view(), name="me"),
-    path(
-        "schema", SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[]), name="schema"
-    ),
+    path("schema", SchemaView.as_view(), name="schema"),
     path("calendars", bookings.CalendarListView.as_view(), name="calendars"),
     path("calendars/<str:calendar_id>", bookings.CalendarDetailView.as_view(), name="calendar"),
     path(

@@ -7,6 +7,7 @@ precondition and Retry-After of every answer, and sends exactly the conditional 
 
 from __future__ import annotations
 
+import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from urllib.parse import quote, unquote, urlsplit
@@ -32,6 +33,9 @@ XML_CONTENT_TYPE = "application/xml; charset=utf-8"
 MAX_RESPONSE_BYTES = 50 * 1024 * 1024  # a whole large calendar in one multistatus fits; a hostile stream not
 MULTIGET_CHUNK = 100
 MAX_SYNC_ROUNDS = 1000  # truncated sync answers are followed this many times before giving up
+# The timeout bounds each read, not the answer: a server trickling a byte at a time (the person connecting
+# chooses it) would otherwise hold a worker for as long as MAX_RESPONSE_BYTES takes to trickle.
+MAX_EXCHANGE_SECONDS = 120.0
 
 _HEAD = '<?xml version="1.0" encoding="utf-8"?>'
 _NS = 'xmlns:D="DAV:" xmlns:C="urn:ietf:params:xml:ns:caldav" xmlns:CS="http://calendarserver.org/ns/"'
@@ -289,6 +293,7 @@ class CalDAVClient(UpstreamClient):
     def _send(
         self, method: str, url: str, during: str, headers: dict[str, str], content: bytes | None
     ) -> tuple[httpx.Response, bytes]:
+        deadline = time.monotonic() + MAX_EXCHANGE_SECONDS
         try:
             with self._http.stream(method, url, headers=headers, content=content) as response:
                 body = bytearray()
@@ -297,6 +302,12 @@ class CalDAVClient(UpstreamClient):
                     if len(body) > MAX_RESPONSE_BYTES:
                         raise UpstreamError(
                             self._redact(f"{during} {url}: response over {MAX_RESPONSE_BYTES} bytes")
+                        )
+                    if time.monotonic() > deadline:
+                        raise Unavailable(
+                            self._redact(
+                                f"{during} {url}: answer not complete after {MAX_EXCHANGE_SECONDS:g} s"
+                            )
                         )
         except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
             raise Unavailable(self._redact(f"{during} {url}: {type(exc).__name__}: {exc}")) from exc

@@ -6,6 +6,7 @@ import json
 from typing import TYPE_CHECKING
 
 import pytest
+from django.contrib.sessions.models import Session
 from django.test import Client
 
 from accounts.models import Passkey, Profile
@@ -185,6 +186,20 @@ def test_one_person_cannot_touch_anothers_passkeys(client, owner, authenticator)
     passkey = Passkey.objects.get()
     assert client.post(f"/auth/passkeys/{passkey.pk}/delete").status_code == 404
     assert client.post(f"/auth/passkeys/{passkey.pk}/rename", {"name": "x"}).status_code == 404
+
+
+def test_ceremony_starts_without_a_session_are_budgeted_per_address(db, settings):
+    """Each start remembers its challenge in a session row: a client that sends no cookie gets a new row
+    every time, so past the address's budget it is refused before anything is written."""
+    settings.PASSKEY_SIGN_INS_PER_MINUTE_PER_IP = 3
+
+    answers = [Client().post("/auth/passkeys/authenticate/options") for _ in range(5)]
+
+    assert [answer.status_code for answer in answers] == [200, 200, 200, 429, 429]
+    assert answers[-1]["Retry-After"] == "20" and "Too many sign-in attempts" in answers[-1].json()["error"]
+    assert Session.objects.count() == 3
+    other_address = Client(REMOTE_ADDR="192.0.2.7").post("/auth/passkeys/authenticate/options")
+    assert other_address.status_code == 200
 
 
 def test_registering_needs_a_signed_in_person(client, db):

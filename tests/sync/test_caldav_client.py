@@ -5,7 +5,10 @@ answers in Radicale's place when told to)."""
 from __future__ import annotations
 
 import email.utils
+import threading
+import time
 from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -337,3 +340,43 @@ def test_a_stopped_server_is_unavailable(tmp_path: Path) -> None:
         server.stop()
 
     assert (caught.value.status, caught.value.retry_after) == (None, None)
+
+
+class _TricklingHandler(BaseHTTPRequestHandler):
+    """A server that answers at once, then sends its body one byte at a time, each well within the read
+    timeout: for about 10 s, then it hangs up."""
+
+    def do_PROPFIND(self) -> None:  # noqa: N802 — the method name http.server dispatches to
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(207)
+        self.send_header("Content-Type", "application/xml")
+        self.send_header("Content-Length", "100000")
+        self.end_headers()
+        for _ in range(50):
+            try:
+                self.wfile.write(b" ")
+                self.wfile.flush()
+            except OSError:
+                return  # the client gave up
+            time.sleep(0.2)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_trickled_answer_is_unavailable_at_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(caldav, "MAX_EXCHANGE_SECONDS", 1.0)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _TricklingHandler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/dav/cal/"
+    started = time.monotonic()
+    try:
+        client = CalDAVClient(url, DEFAULT_USER, DEFAULT_PASSWORD, timeout=5)
+        with client, pytest.raises(Unavailable, match="not complete after 1 s"):
+            client.check()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    assert time.monotonic() - started < 3  # the deadline, not the server, ended it
