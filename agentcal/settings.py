@@ -12,6 +12,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from agentcal import embedded
 from agentcal.env import email_url_settings, env_bool, env_int, env_list, env_str, env_url
+from agentcal.log_config import logging_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DEBUG = env_bool("DEBUG", False)
@@ -367,17 +368,9 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
 # --- Logging -------------------------------------------------------------------------------------
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    # Django logs every 4xx answer as a warning: for the agent API that is a line per refused request (each
-    # loser of a herd), all of them answered as documented and audited. Server errors are still logged;
-    # REQUEST_LOG_LEVEL=WARNING brings the 4xx lines back.
-    "loggers": {"django.request": {"level": env_str("REQUEST_LOG_LEVEL", "ERROR")}},
-}
+LOGGING = logging_config(
+    level=env_str("LOG_LEVEL", "INFO"), request_level=env_str("REQUEST_LOG_LEVEL", "ERROR")
+)
 
 # A publish's connect timeout per attempt (redis-py retries: a refused connection takes ~2 s in all).
 # Requests never wait on it: agentcal/broker.py publishes from a background thread.
