@@ -380,6 +380,7 @@ WEBHOOK_CATCH_UP_SECONDS = env_int("WEBHOOK_CATCH_UP_SECONDS", 10, minimum=1)
 CELERY_BEAT_SCHEDULE = {
     "expire-lapsed-holds": {"task": "bookings.expire_lapsed_holds", "schedule": float(HOLD_SWEEP_SECONDS)},
     "purge-magic-links": {"task": "accounts.purge_magic_links", "schedule": 24 * 3600.0},
+    "purge-expired-sessions": {"task": "accounts.purge_expired_sessions", "schedule": 6 * 3600.0},
     "purge-old-outbox-events": {"task": "webhooks.purge_old_events", "schedule": 24 * 3600.0},
     "webhooks-catch-up": {"task": "webhooks.catch_up", "schedule": float(WEBHOOK_CATCH_UP_SECONDS)},
     "purge-idempotency-records": {"task": "agentcal.purge_idempotency_records", "schedule": 3600.0},

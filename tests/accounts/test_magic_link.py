@@ -181,3 +181,26 @@ def magic_link_issue_for(email: str) -> str:
     from accounts.links import magic_link_issue
 
     return hashlib.sha256(magic_link_issue(email=email).encode()).hexdigest()
+
+
+def test_expired_sessions_are_purged_and_live_ones_kept(owner):
+    from django.conf import settings
+    from django.contrib.sessions.backends.db import SessionStore
+    from django.contrib.sessions.models import Session
+    from django.utils import timezone
+
+    from accounts.tasks import purge_expired_sessions
+
+    live, lapsed = SessionStore(), SessionStore()
+    live["visited"] = lapsed["visited"] = True
+    live.create()
+    lapsed.create()
+    Session.objects.filter(session_key=lapsed.session_key).update(
+        expire_date=timezone.now() - timedelta(seconds=1)
+    )
+
+    purge_expired_sessions.apply()
+
+    assert set(Session.objects.values_list("session_key", flat=True)) == {live.session_key}
+    beat = {entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()}
+    assert "accounts.purge_expired_sessions" in beat
