@@ -509,6 +509,12 @@ INBOUND_WEBHOOK_MAX_MESSAGES_PER_MINUTE = env_int("INBOUND_WEBHOOK_MAX_MESSAGES_
 INBOUND_WEBHOOK_MAX_REQUESTS_PER_MINUTE_PER_IP = env_int(
     "INBOUND_WEBHOOK_MAX_REQUESTS_PER_MINUTE_PER_IP", 600, minimum=1
 )
+# Requests one peer address may have refused for their signature per minute, whichever workspace id they
+# name (a made-up one each time included); past it every request from that address gets 429 unread until
+# the budget refills. A provider that signs correctly never spends it, however many workspaces it serves.
+INBOUND_WEBHOOK_MAX_REFUSALS_PER_MINUTE_PER_IP = env_int(
+    "INBOUND_WEBHOOK_MAX_REFUSALS_PER_MINUTE_PER_IP", 120, minimum=1
+)
 # Requests refused before their signature was verified that are audited, per peer address and minute
 # (whichever workspace id they name); the rest are only counted (agentcal_inbound_webhook_unaudited_*).
 INBOUND_WEBHOOK_AUDITED_REFUSALS_PER_MINUTE_PER_IP = env_int(

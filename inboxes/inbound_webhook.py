@@ -131,11 +131,18 @@ def _receive(request: HttpRequest, workspace_id: str) -> HttpResponse:
         INBOUND_WEBHOOK_UNAUDITED.labels("rate_limited").inc()
         per_minute = settings.INBOUND_WEBHOOK_MAX_REQUESTS_PER_MINUTE_PER_IP
         raise PeerRateLimited(f"Over {per_minute} requests a minute from this address.")
+    # The budget above is per workspace id as written, so made-up ids would each bring a fresh one: the
+    # refusals of all of them together are bounded per address too, before the body is read.
+    if _peer_refusal_limiter().seconds_until_allowed(peer) > 0:
+        INBOUND_WEBHOOK_UNAUDITED.labels("rate_limited").inc()
+        per_minute = settings.INBOUND_WEBHOOK_MAX_REFUSALS_PER_MINUTE_PER_IP
+        raise PeerRateLimited(f"Over {per_minute} refused requests a minute from this address.")
     workspace = Workspace.objects.filter(public_id=workspace_id).first() if well_formed else None
     try:
         body = _read_body(request)
         _verify(workspace, request, body)
     except AgentCalError as error:
+        _peer_refusal_limiter().allow(peer)
         if _refusal_audit_limiter().allow(peer):
             _audit_rejected(request, workspace, error)
         else:
@@ -399,6 +406,10 @@ def _workspace_limiter() -> RateLimiter:
 def _peer_limiter() -> RateLimiter:
     """One token bucket per workspace id (as written) and peer address, for every request, signed or not."""
     return limiter_for("INBOUND_WEBHOOK_MAX_REQUESTS_PER_MINUTE_PER_IP")
+
+
+def _peer_refusal_limiter() -> RateLimiter:
+    return limiter_for("INBOUND_WEBHOOK_MAX_REFUSALS_PER_MINUTE_PER_IP")
 
 
 def _refusal_audit_limiter() -> RateLimiter:

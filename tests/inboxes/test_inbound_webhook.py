@@ -416,6 +416,22 @@ def test_refusals_past_a_peers_audit_budget_are_counted_not_audited(sdr, post, s
     assert post(raw).status_code == 202  # a signed request is not held back by others' refusals
 
 
+def test_refusals_under_made_up_workspace_ids_are_bounded_per_address(sdr, post, settings):
+    """Each workspace id as written has its own request budget, so a peer naming a new made-up id every time
+    would never meet one: its refusals together are bounded per address, and past them it is refused
+    unread, signed or not, until the budget refills."""
+    settings.INBOUND_WEBHOOK_MAX_REFUSALS_PER_MINUTE_PER_IP = 3
+    raw = bytes(mail(address_of(sdr)))
+
+    made_up = [post(raw, workspace=Workspace(public_id=new_public_id("ws"))).status_code for _ in range(5)]
+    signed = post(raw)
+
+    assert made_up == [401, 401, 401, 429, 429]
+    assert problem(signed, 429, "rate_limited")["detail"] == "Over 3 refused requests a minute from this address."
+    assert len(rejections()) == 3
+    assert not InboundRaw.objects.exists()
+
+
 def test_a_delivery_report_through_the_webhook_keeps_its_null_return_path(sdr, post):
     """A provider relays a bounce with `Return-Path: <>`: it is recorded as the null sender (as SMTP's
     `MAIL FROM:<>`), so the report can fail the agent's sent message."""
