@@ -365,7 +365,7 @@ def test_an_invite_shows_its_card_linked_to_the_calendar_day_of_its_booking(team
     card = page[page.index('data-testid="invite-card"') :]
     card = card[: card.index("</section>")]
     assert "Cancellation" in card
-    assert f"{day.strftime('%b')} {day.day}, {day.year} 14:00 – 14:30" in card
+    assert f"{day.strftime('%a')} {day.day} {day.strftime('%b')} {day.year}, 14:00 – 14:30" in card
     assert "ana@example.com" in card
     assert 'Ana Lopez &lt;ana@example.com&gt; <span class="pill partstat accepted">accepted</span>' in card
     assert 'bo@example.com <span class="pill partstat declined">declined</span>' in card
