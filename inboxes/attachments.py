@@ -56,9 +56,10 @@ def attachment_response(attachment: Attachment) -> HttpResponse:
         content_type = "application/octet-stream"
     with attachment.file.open("rb") as stored:
         content = stored.read()
-    return download_response(
-        content, content_type=content_type, filename=attachment.filename or attachment.public_id
-    )
+    # The sender's name as they wrote it stays on the attachment; the download is offered under its last
+    # part only, so a name like "../../.bashrc" cannot steer a client that saves by it into a folder.
+    offered = attachment.filename.replace("\\", "/").rsplit("/", 1)[-1].strip(". ")
+    return download_response(content, content_type=content_type, filename=offered or attachment.public_id)
 
 
 def download_response(content: bytes, *, content_type: str, filename: str) -> HttpResponse:

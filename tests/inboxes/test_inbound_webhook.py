@@ -427,7 +427,10 @@ def test_refusals_under_made_up_workspace_ids_are_bounded_per_address(sdr, post,
     signed = post(raw)
 
     assert made_up == [401, 401, 401, 429, 429]
-    assert problem(signed, 429, "rate_limited")["detail"] == "Over 3 refused requests a minute from this address."
+    assert (
+        problem(signed, 429, "rate_limited")["detail"]
+        == "Over 3 refused requests a minute from this address."
+    )
     assert len(rejections()) == 3
     assert not InboundRaw.objects.exists()
 

@@ -72,6 +72,24 @@ def test_attachments_download_as_attachments_and_only_safe_types_keep_their_type
     assert response.content == b"\x89PNG data"
 
 
+def test_an_attachment_named_with_a_path_downloads_under_its_last_part(sdr):
+    message = received(sdr)
+    html, png = message.attachments.order_by("pk")
+    for written, offered in (
+        ("../../etc/passwd", "passwd"),
+        ("..\\..\\boot.ini", "boot.ini"),
+        ("../..", None),
+    ):
+        html.filename = written
+        html.save(update_fields=["filename"])
+        response = sdr.client.get(f"/inbox/messages/{message.public_id}/attachments/{html.public_id}")
+        assert (
+            response.headers["content-disposition"] == f'attachment; filename="{offered or html.public_id}"'
+        )
+    listed = sdr.client.get(f"/inbox/messages/{message.public_id}").json()["attachments"]
+    assert listed[0]["filename"] == "../.."  # the sender's words are kept as written
+
+
 def test_attachments_are_files_in_storage_named_by_id_and_go_with_their_agent(
     sdr, django_capture_on_commit_callbacks
 ):
