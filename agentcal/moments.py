@@ -33,13 +33,17 @@ def zone_named(name: str | None) -> ZoneInfo | None:
 
 
 def zone_for_place(text: str) -> str | None:
-    """The IANA name a person most likely meant: the name itself, or the one zone whose place (the last
-    part, "Berlin" in "Europe/Berlin") it spells, ignoring case and spaces for underscores."""
+    """The IANA name a person most likely meant: the name itself in any case ("europe/berlin"), or the one
+    zone whose place (the last part, "Berlin" in "Europe/Berlin") it spells, ignoring case and spaces for
+    underscores."""
     if text in known_zone_names():
         return text
-    place = text.strip().replace(" ", "_").lower()
-    matches = [name for name in known_zone_names() if name.rsplit("/", 1)[-1].lower() == place]
-    return matches[0] if len(matches) == 1 else None
+    spelled = text.strip().replace(" ", "_").lower()
+    for part in (lambda name: name.lower(), lambda name: name.rsplit("/", 1)[-1].lower()):
+        matches = [name for name in known_zone_names() if part(name) == spelled]
+        if matches:
+            return matches[0] if len(matches) == 1 else None
+    return None
 
 
 def zone_label(local: datetime) -> str:

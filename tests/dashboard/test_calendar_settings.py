@@ -125,6 +125,10 @@ def test_a_city_typed_without_its_region_is_the_zone_it_names(team):
     assert created.status_code == 302
     assert Calendar.objects.get(name="NY office").timezone == "America/New_York"
 
+    lower = owner.post("/w/acme/calendars", {"name": "Lisbon office", "timezone": "europe/lisbon"})
+    assert lower.status_code == 302
+    assert Calendar.objects.get(name="Lisbon office").timezone == "Europe/Lisbon"
+
     # The server still judges anything else: no guessing between places or from fragments.
     for vague in ("Berl", "Europe", "Mars"):
         refused = owner.post("/w/acme/calendars", {"name": f"Vague {vague}", "timezone": vague})
