@@ -14,6 +14,11 @@ from dashboard.timeline import WORKING_HOURS, calendar_zone
 from workspaces.models import Workspace
 
 
+def approval_url(workspace: Workspace, approval_id: str) -> str:
+    """An approval's own page (an unknown id answers its 404)."""
+    return reverse("dashboard:approval", args=[workspace.slug, approval_id])
+
+
 def reservation_url(workspace: Workspace, reservation: Reservation) -> str:
     """The stable link to one hold or booking from other pages (an approval): its calendar's day view on
     its day (all 24 hours when it falls outside working hours), its drawer open (app.js opens `#<id>`;

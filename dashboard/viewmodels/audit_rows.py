@@ -17,7 +17,7 @@ from audit.events import AuditEvent
 from audit.models import AuditRecord
 from bookings.models import Calendar, Reservation
 from bookings.selectors import primaries_by_id
-from dashboard.links import reservation_url
+from dashboard.links import approval_url, reservation_url
 from dashboard.timeline import calendar_zone
 from dashboard.wording import EVENT_GROUPS, AuditParts, audit_sentence, event_name, failure_words, local_range
 from workspaces.models import Workspace
@@ -29,6 +29,7 @@ class AuditRow:
     sentence: str
     event_name: str
     link: str  # the calendar's day with the hold's or booking's drawer open, when it still exists
+    approval_link: str = ""  # the approval the row is about (asked, decided, cancelled, expired)
 
 
 @dataclass
@@ -135,9 +136,16 @@ def audit_rows(
                 sentence=audit_sentence(parts),
                 event_name=event_name(record.event_type),
                 link=reservation_url(workspace, reservation) if reservation else "",
+                approval_link=_approval_link(workspace, details.get("approval_id")),
             )
         )
     return rows
+
+
+def _approval_link(workspace: Workspace, approval_id: object) -> str:
+    if not (isinstance(approval_id, str) and approval_id.startswith("appr_") and is_public_id(approval_id)):
+        return ""
+    return approval_url(workspace, approval_id)
 
 
 # --- One record's facts ---------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import pytest
 from django.core import signing
 
 from audit.events import AuditEvent
-from audit.models import Outcome
+from audit.models import AuditRecord, Outcome
 from audit.services import audit_record
 from dashboard.views import audit as audit_views
 from tests.dashboard.pages_helpers import (
@@ -404,3 +404,25 @@ def test_the_csv_follows_the_pages_rules(team, client):
     )  # ignored, as on the page
     assert [row["id"] for row in rows] == [record.public_id]
     assert list(rows[0]) == audit_views.CSV_COLUMNS
+
+
+def test_a_row_about_an_approval_links_to_it(team):
+    from approvals.services import approval_request
+
+    approval = approval_request(actor=actor(team.sdr), summary="Send the quote to Globex", evidence={})
+    asked = AuditRecord.objects.get(event_type=AuditEvent.APPROVAL_REQUESTED)
+    odd = audit_record(
+        event_type=AuditEvent.APPROVAL_CANCELLED,
+        outcome=Outcome.SUCCESS,
+        actor=actor(team.sdr),
+        details={"approval_id": "appr_../../admin"},
+    )
+
+    html = text(signed_in(team.member).get(AUDIT))
+
+    def row(record: AuditRecord) -> str:
+        start = html.index(f'data-record="{record.public_id}"')
+        return html[start : html.index("</tr>", start)]
+
+    assert f'href="/w/acme/approvals/{approval.public_id}" data-testid="audit-approval-link"' in row(asked)
+    assert "audit-approval-link" not in row(odd)
