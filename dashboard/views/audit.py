@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import json
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -145,6 +146,14 @@ def _names(workspace: Workspace) -> tuple[dict[str, str], dict[str, str]]:
     return agent_names_by_name(workspace), calendar_names(workspace)
 
 
+def _agent_options(agents: dict[str, str]) -> dict[str, str]:
+    """The agent filter's labels: a name two agents share carries each one's id, to tell them apart."""
+    uses = Counter(agents.values())
+    return {
+        public_id: name if uses[name] == 1 else f"{name} ({public_id})" for public_id, name in agents.items()
+    }
+
+
 @workspace_page()
 def browser(request: DashboardRequest, workspace: Workspace) -> HttpResponse:
     """The filtered trail. htmx requests get the results partial, or one record's full view."""
@@ -182,6 +191,7 @@ def browser(request: DashboardRequest, workspace: Workspace) -> HttpResponse:
         swap_filter_count=bool(request.htmx),
         outcomes=Outcome.values,
         agents=agents,
+        agent_options=_agent_options(agents),
         calendars=calendars,
         is_first_page=cursor is None,
         cursor_error=cursor_error,

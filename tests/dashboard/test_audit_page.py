@@ -426,3 +426,14 @@ def test_a_row_about_an_approval_links_to_it(team):
 
     assert f'href="/w/acme/approvals/{approval.public_id}" data-testid="audit-approval-link"' in row(asked)
     assert "audit-approval-link" not in row(odd)
+
+
+def test_agents_sharing_a_name_are_told_apart_in_the_filter(team):
+    twin = Agent.objects.create(workspace=team.workspace, name="SDR bot", slug="sdr-two")
+
+    html = text(signed_in(team.member).get(AUDIT))
+
+    options = dict(re.findall(r'<option value="(agt_[a-z0-9]+)">([^<]+)</option>', html))
+    assert options[team.sdr.public_id] == f"SDR bot ({team.sdr.public_id})"
+    assert options[twin.public_id] == f"SDR bot ({twin.public_id})"
+    assert options[team.exec_assistant.public_id] == "Exec assistant"  # a name of its own stays bare
