@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 import re
 from datetime import time
+from html import unescape
 from zoneinfo import ZoneInfo
 
 import pytest
 from django.db import IntegrityError, transaction
+from django.db.models.functions import Now
 from django.utils.html import escape
 
 from accounts.models import Membership, Role
@@ -27,6 +29,7 @@ from tests.dashboard.pages_helpers import (
     span_on,
     text,
 )
+from workspaces.models import Agent, Workspace
 
 
 def ask(agent, summary="Send the proposal to Dana", evidence=None, **fields):
@@ -264,6 +267,24 @@ def test_approving_asks_to_confirm_first_and_says_what_will_happen(team):
         "Go ahead",
     )
     assert approval.booking_id
+
+
+def test_approving_for_a_paused_agent_says_the_pause_does_not_stop_it(team):
+    calendar, span, hold, approval = gated(team)
+    client = signed_in(team.member)
+    step = text(client.post(decide_url(approval), {"decision": "approve"}))
+    assert 'data-testid="paused-note"' not in step
+
+    Agent.objects.filter(pk=team.sdr.pk).update(paused_at=Now())
+    step = text(client.post(decide_url(approval), {"decision": "approve"}))
+    assert (
+        "SDR bot is paused: approving still does this, as the pause stops only the agents' own writes."
+        in (unescape(step))
+    )
+
+    Workspace.objects.filter(pk=team.workspace.pk).update(paused_at=Now())
+    step = text(client.post(decide_url(approval), {"decision": "approve"}))
+    assert "Every agent is paused: approving still does this" in unescape(step)
 
 
 def test_back_returns_to_the_choice_keeping_the_note(team):
