@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from typing import Any, ClassVar
 
-from django.http import HttpResponse
+from django.http import HttpResponse, QueryDict
 from drf_spectacular.utils import extend_schema
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.request import Request
@@ -41,6 +41,9 @@ class SchemaView(SpectacularAPIView):
         # Rendered for the renderer's own media type, without the parameters this request's Accept gave
         # it (`; indent=…`): the bytes are kept for every request that picks this renderer.
         request.accepted_media_type = request.accepted_renderer.media_type
+        # Nor the query's `version` or `lang`, which the generator would write into the document: the first
+        # request after a start would decide them for everyone.
+        request._request.GET = QueryDict()
         response = self.finalize_response(request, super().get(request, *args, **kwargs), *args, **kwargs)
         response.render()
         headers = {name: response[name] for name in ("Content-Type", "Content-Disposition")}

@@ -106,3 +106,15 @@ def test_the_schema_is_made_once_per_format_however_often_it_is_asked_for(anonym
     assert json_answers[0].headers["content-type"] == "application/json"
     assert json_answers[2].json() == yaml.safe_load(yaml_answers[2].text)
     assert "/v1/schema" not in json_answers[2].json()["paths"]
+
+
+def test_the_first_request_for_the_schema_cannot_write_into_everyones_copy(anonymous, monkeypatch):
+    """The copy is made by whichever request comes first: its query's `version` and `lang`, which the
+    generator would write into the document, are not honoured."""
+    monkeypatch.setattr(SchemaView, "_served", {})
+    first = anonymous.get("/schema", params={"version": "9.9-evil", "lang": "de"})
+    later = anonymous.get("/schema")
+
+    assert first.content == later.content
+    assert b"evil" not in later.content
+    assert yaml.safe_load(later.text)["info"]["version"] == "1"
