@@ -202,8 +202,8 @@ class AvailabilitySearchOutput(OutputSerializer):
     reasons = serializers.DictField(
         child=serializers.BooleanField(),
         required=False,
-        help_text="Why there are no candidates: `window_in_the_past`, `insufficient_notice`, "
-        "`no_common_working_hours`, `no_common_free_time`, `too_few_optional_free`.",
+        help_text="Why there are no candidates: `window_in_the_past`, `window_too_short`, "
+        "`insufficient_notice`, `no_common_working_hours`, `no_common_free_time`, `too_few_optional_free`.",
     )
 
 

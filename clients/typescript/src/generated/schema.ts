@@ -1557,7 +1557,7 @@ export interface components {
             searched: components["schemas"]["SearchedOutput"];
             /** @description There is more than this answer shows: more candidates than `limit` were found, or a search that weighs every slot stopped after 5,000 (then `searched.end` is where it stopped). */
             truncated: boolean;
-            /** @description Why there are no candidates: `window_in_the_past`, `insufficient_notice`, `no_common_working_hours`, `no_common_free_time`, `too_few_optional_free`. */
+            /** @description Why there are no candidates: `window_in_the_past`, `window_too_short`, `insufficient_notice`, `no_common_working_hours`, `no_common_free_time`, `too_few_optional_free`. */
             reasons?: {
                 [key: string]: boolean;
             };
