@@ -236,7 +236,8 @@ class DeliveryReplayView(AgentAPIView):
 
     @extend_schema(request=None, responses={202: DeliveryOutput})
     def post(self, request: Request, delivery_id: str) -> Response:
-        """Send the delivery once more (same webhook-id, current secret, no retries), in the background."""
+        """Send the delivery once more (same webhook-id, current secret, no retries), in the background;
+        a disabled endpoint is sent nothing (409 webhook_endpoint_disabled)."""
         delivery = _delivery_for(self.actor, delivery_id)
         services.delivery_replay_request(actor=self.actor, delivery=delivery)
         return Response(DeliveryOutput(delivery).data, status=202)

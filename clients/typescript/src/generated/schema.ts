@@ -681,7 +681,8 @@ export interface paths {
         put?: never;
         /**
          * Send a webhook delivery again
-         * @description Send the delivery once more (same webhook-id, current secret, no retries), in the background.
+         * @description Send the delivery once more (same webhook-id, current secret, no retries), in the background;
+         *     a disabled endpoint is sent nothing (409 webhook_endpoint_disabled).
          */
         post: operations["replay_webhook_delivery"];
         delete?: never;
