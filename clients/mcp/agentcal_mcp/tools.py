@@ -363,16 +363,23 @@ async def list_inbox_messages(
     since: OptionalTime = None,
     limit: Limit = 20,
 ) -> MessageListResult:
-    """List the messages in your agent's email inbox (received and sent), newest first, as summaries.
-    Next: read_message for the full text of one."""
+    """List the messages in your agent's email inbox (received and sent), oldest first, as summaries;
+    `since` skips those received before it. Next: read_message for the full text of one."""
     messages, more = await take(
         agentcal(ctx).inbox.messages(thread=thread_id, since=since, limit=limit + 1), limit
+    )
+    # The API lists oldest first (a poller reads on from its last one): the newest are past `more`.
+    read_on = (
+        "There are later messages: call list_inbox_messages again with since set to the last one's "
+        "received_at. "
+        if more
+        else ""
     )
     return MessageListResult(
         outcome="listed",
         messages=[MessageSummary.of(message) for message in messages],
         more=more,
-        next_step="Call read_message with a message id to read it. " + UNTRUSTED,
+        next_step=read_on + "Call read_message with a message id to read it. " + UNTRUSTED,
     )
 
 
