@@ -7381,8 +7381,8 @@ export interface operations {
                 /** @description The `next_cursor` of the previous page. */
                 cursor?: string;
                 limit?: number;
-                /** @description Only events of this type. */
-                type?: string;
+                /** @description Only events of this type, or of a family such as `hold.*`. */
+                type?: "agent.*" | "agent.paused" | "agent.resumed" | "approval.*" | "approval.approved" | "approval.cancelled" | "approval.denied" | "approval.expired" | "approval.requested" | "booking.*" | "booking.attendee_responded" | "booking.bumped" | "booking.cancelled" | "booking.committed" | "booking.moved" | "booking.upstream_conflict" | "connection.*" | "connection.failed" | "hold.*" | "hold.created" | "hold.evicted" | "hold.expired" | "hold.released" | "message.*" | "message.failed" | "message.received" | "message.sent" | "workspace.*" | "workspace.paused" | "workspace.resumed";
             };
             header?: never;
             path?: never;
