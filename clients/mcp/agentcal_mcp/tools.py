@@ -336,6 +336,24 @@ _APPROVAL_STATES: dict[str, tuple[ApprovalOutcome, str]] = {
 }
 
 
+@agent_tool(
+    scope=scopes.APPROVALS_WRITE, title="Withdraw an approval request", destructive=True, idempotent=True
+)
+async def cancel_approval(
+    ctx: Context, approval_id: Annotated[str, id_field("The approval's id (appr_…).")]
+) -> ApprovalResult:
+    """Withdraw one of your pending approval requests: the human is no longer asked, and a hold it gates
+    is released at once (you cannot release or commit a gated hold yourself). Use it when you no longer
+    want the action, e.g. the meeting is off or you found a better time."""
+    approval = await agentcal(ctx).approvals.cancel(approval_id)
+    return ApprovalResult(
+        outcome="cancelled",
+        approval=ApprovalView.of(approval),
+        next_step="Withdrawn: do not take the action. A hold it gated is released; hold a slot again if "
+        "you still need one.",
+    )
+
+
 @agent_tool(scope=scopes.APPROVALS_READ, title="Check an approval", read_only=True, idempotent=True)
 async def get_approval(
     ctx: Context, approval_id: Annotated[str, id_field("The approval's id (appr_…).")]
