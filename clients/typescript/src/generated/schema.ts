@@ -5679,6 +5679,24 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ProblemOutput"];
                 };
             };
+            422: {
+                headers: {
+                    /** @description This request's id, as audited. */
+                    "X-Request-ID"?: string;
+                    /** @description Requests the agent's bucket holds (its burst). */
+                    "RateLimit-Limit"?: number;
+                    /** @description Requests left in the bucket now. */
+                    "RateLimit-Remaining"?: number;
+                    /** @description Seconds until the bucket is full again. */
+                    "RateLimit-Reset"?: number;
+                    /** @description The burst and the seconds the bucket takes to refill from empty, e.g. `60;w=3`. */
+                    "RateLimit-Policy"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["UnprocessableProblemOutput"];
+                };
+            };
             429: {
                 headers: {
                     /** @description This request's id, as audited. */
