@@ -311,6 +311,10 @@ class TooManyEndpoints(AgentCalError):
     status, code, title = 409, "too_many_endpoints", "This agent has the maximum number of webhook endpoints"
 
 
+class WebhookEndpointDisabled(AgentCalError):
+    status, code, title = 409, "webhook_endpoint_disabled", "The webhook endpoint is disabled"
+
+
 # --- Upstream calendars (sync) -------------------------------------------------------------------------
 
 

@@ -17,9 +17,14 @@ _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct",
 STYLES = ("datetime", "seconds", "short", "date")
 
 
+# Files beside the zones in a system's zoneinfo folder that are not zones of the database: Debian's
+# `localtime` links to /etc/localtime, so it would mean whatever the host's clock is set to.
+_NOT_ZONES = frozenset({"localtime"})
+
+
 @cache
 def known_zone_names() -> frozenset[str]:
-    return frozenset(available_timezones())
+    return frozenset(available_timezones()) - _NOT_ZONES
 
 
 def zone_named(name: str | None) -> ZoneInfo | None:

@@ -322,10 +322,15 @@ def _slots(busy: BusyIndex, window: Span, duration: timedelta, step: int, wanted
 def _why_none(
     snapshot: Snapshot, query: SearchQuery, searched: Span, step: int, *, found_slots: bool
 ) -> dict[str, bool]:
-    """Why a search found nothing, most basic cause first: the notice alone, the hours (with the notice),
-    everyone's busy time, or too few optional attendees. Only on an empty answer."""
+    """Why a search found nothing, most basic cause first: no slot of the duration fits the window's grid
+    at all, the notice alone, the hours (with the notice), everyone's busy time, or too few optional
+    attendees. Only on an empty answer."""
     if found_slots:
         return {"too_few_optional_free": True}
+    # Nothing on any calendar is needed to explain this one: blaming the notice would send an agent to
+    # wait, when only a longer window helps.
+    if not _slots(BusyIndex.from_bounds([]), searched, query.duration, step, 1):
+        return {"window_too_short": True}
     required = [snapshot.calendars[pid] for pid in query.required]
     notice_only = BusyIndex.from_bounds(
         (s.start, s.end)

@@ -141,7 +141,13 @@ class DeliveryListQuery(PageQuery):
 
 
 class EventListQuery(PageQuery):
-    type = serializers.CharField(required=False, max_length=64, help_text="Only events of this type.")
+    # The patterns a subscription takes (but `*`, which is no filter): an unknown type is refused, not
+    # answered with an empty page an agent would read as "nothing happened".
+    type = serializers.ChoiceField(
+        choices=sorted({*EventType.values, *_FAMILIES}),
+        required=False,
+        help_text="Only events of this type, or of a family such as `hold.*`.",
+    )
 
 
 def _page(query: dict[str, Any], queryset: Any, *, scope: str) -> tuple[list[Any], str | None]:
@@ -236,7 +242,8 @@ class DeliveryReplayView(AgentAPIView):
 
     @extend_schema(request=None, responses={202: DeliveryOutput})
     def post(self, request: Request, delivery_id: str) -> Response:
-        """Send the delivery once more (same webhook-id, current secret, no retries), in the background."""
+        """Send the delivery once more (same webhook-id, current secret, no retries), in the background;
+        a disabled endpoint is sent nothing (409 webhook_endpoint_disabled)."""
         delivery = _delivery_for(self.actor, delivery_id)
         services.delivery_replay_request(actor=self.actor, delivery=delivery)
         return Response(DeliveryOutput(delivery).data, status=202)
@@ -254,7 +261,9 @@ class EventListView(AgentAPIView):
         query = validated(EventListQuery, request.query_params.dict())
         events = OutboxEvent.objects.filter(agent=self.actor.agent).prefetch_related("deliveries__endpoint")
         event_type = query.get("type")
-        if event_type:
+        if event_type and event_type.endswith(".*"):
+            events = events.filter(event_type__startswith=event_type[:-1])
+        elif event_type:
             events = events.filter(event_type=event_type)
         page, next_cursor = _page(query, events, scope=f"events:{event_type}")
         return Response({"results": EventOutput(page, many=True).data, "next_cursor": next_cursor})

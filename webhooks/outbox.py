@@ -265,9 +265,12 @@ def outbox_purge_old(*, batch: int = 5000) -> int:
         deleted += len(ids)
 
 
-def delivery_replay(delivery_id: int) -> AttemptResult:
-    """Send a delivery once more by hand: same webhook-id, the endpoint's current secret, no retries."""
+def delivery_replay(delivery_id: int) -> AttemptResult | None:
+    """Send a delivery once more by hand: same webhook-id, the endpoint's current secret, no retries;
+    nothing if the endpoint was disabled since the replay was asked for."""
     delivery = WebhookDelivery.objects.select_related("event", "endpoint").get(pk=delivery_id)
+    if delivery.endpoint.disabled_at is not None:
+        return None
     result = _send(delivery)
     with transaction.atomic():
         _record_attempt(delivery, result, is_replay=True)

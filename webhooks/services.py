@@ -8,7 +8,7 @@ from django.db import transaction
 from django.db.models.functions import Now
 
 from agentcal import broker
-from agentcal.errors import TooManyEndpoints
+from agentcal.errors import TooManyEndpoints, WebhookEndpointDisabled
 from agentcal.sealing import Resealed, reseal_column, seal_secret, unseal_secret
 from audit.events import AuditEvent
 from audit.models import Outcome
@@ -92,7 +92,15 @@ def endpoint_disable(endpoint: WebhookEndpoint, *, reason: str, actor: Actor | N
 
 def delivery_replay_request(*, actor: Actor, delivery: WebhookDelivery) -> None:
     """Send a delivery once more (same webhook-id, current secret, no retries) from a worker, after the
-    audit row commits; if the broker refuses the message, the publisher's thread sends it itself."""
+    audit row commits; if the broker refuses the message, the publisher's thread sends it itself.
+    Refused for a disabled endpoint: deleted by its agent, or gone (410) or failing for days, it is sent
+    nothing more, by hand or not."""
+    endpoint = delivery.endpoint
+    if endpoint.disabled_at is not None:
+        raise WebhookEndpointDisabled(
+            f"Webhook endpoint {endpoint.public_id} is disabled ({endpoint.disabled_reason}); nothing is "
+            "sent to it. Register an endpoint again; GET /v1/events lists the events it missed."
+        )
     with transaction.atomic(durable=True):
         audit_record(
             event_type=AuditEvent.WEBHOOK_DELIVERY_REPLAYED,

@@ -14,6 +14,7 @@ from agentcal.api.fields import OffsetDateTimeField, OutputSerializer, StrictSer
 from agentcal.api.schema import problems
 from agentcal.api.views import AgentAPIView
 from bookings.api.common import bounded, calendar_for, check_window, etag, staleness_field
+from bookings.engine.rules import check_span_length
 from bookings.freshness import require_fresh
 from bookings.models import CalendarBounds, ReservationStatus
 from bookings.search import (
@@ -78,13 +79,16 @@ class AvailabilityView(AgentAPIView):
     audit_action = "calendar.availability"
     answers_etag = True
 
-    @extend_schema(parameters=[AvailabilityQuery], responses={200: AvailabilityOutput})
+    @extend_schema(parameters=[AvailabilityQuery], responses={200: AvailabilityOutput, **problems(422)})
     def get(self, request: Request, calendar_id: str) -> Response:
         calendar = calendar_for(self.actor, calendar_id)
         query = validated(AvailabilityQuery, request.query_params.dict())
         window = Span(query["start"], query["end"])
         check_window(window)
         duration = query.get("duration_minutes")
+        if duration:
+            # Free slots are what a hold could take: none of a length the calendar refuses (as the search).
+            check_span_length(Span(window.start, window.start + timedelta(minutes=duration)), [calendar])
         result = availability(
             calendar=calendar, window=window, duration=timedelta(minutes=duration) if duration else None
         )
@@ -202,8 +206,8 @@ class AvailabilitySearchOutput(OutputSerializer):
     reasons = serializers.DictField(
         child=serializers.BooleanField(),
         required=False,
-        help_text="Why there are no candidates: `window_in_the_past`, `insufficient_notice`, "
-        "`no_common_working_hours`, `no_common_free_time`, `too_few_optional_free`.",
+        help_text="Why there are no candidates: `window_in_the_past`, `window_too_short`, "
+        "`insufficient_notice`, `no_common_working_hours`, `no_common_free_time`, `too_few_optional_free`.",
     )
 
 

@@ -206,6 +206,13 @@ class BookingMoveView(AgentAPIView):
     @extend_schema(request=MOVE_INPUT, responses={200: BookingOutput, **problems(412)})
     def post(self, request: Request, booking_id: str) -> Response:
         data = validated(move_input_for(request.data), request.data)
+        # The search's own bound counts too (it is the same field as on POST /v1/availability/search);
+        # with both given, the stricter decides.
+        bounds = [
+            data.get("max_upstream_staleness_seconds"),
+            data.get("search", {}).get("max_upstream_staleness_seconds"),
+        ]
+        staleness = min((b for b in bounds if b is not None), default=None)
         group = engine.booking_move(
             actor=self.actor,
             booking_id=booking_id,
@@ -214,6 +221,6 @@ class BookingMoveView(AgentAPIView):
             if_match=parse_if_match(request),
             fencing_token=data.get("fencing_token"),
             ignore_rules=data.get("ignore_rules", False),
-            max_upstream_staleness_seconds=data.get("max_upstream_staleness_seconds"),
+            max_upstream_staleness_seconds=staleness,
         )
         return Response(booking_payload(group, now=server_now()))

@@ -250,12 +250,14 @@ RETURNING r.id, r.version, r.booking_id, r.committed_at, r.bump_window_ends_at
 
 # A booking's move as one CAS: its rows (locked in id order, status re-checked) take the new span, each
 # calendar's new version as its fencing token and a bump window restarted from now; a bumped booking
-# brought back becomes committed again. Read back with their calendar and agent.
+# brought back becomes committed again. Its upstream-conflict flag goes: the move was judged under the
+# same locks against the upstream busy time, so the new span meets none. Read back with their calendar
+# and agent.
 MOVE_SQL = f"""
 WITH moved AS (
     UPDATE bookings_reservation r
        SET start_time = %(start)s, end_time = %(end)s, status = 'committed', version = r.version + 1,
-           fencing_token = v.version, ended_at = NULL, displaced_by_id = NULL,
+           fencing_token = v.version, ended_at = NULL, displaced_by_id = NULL, upstream_conflict_at = NULL,
            bump_window_ends_at = {NOW_PARAM} + make_interval(secs => c.bump_window_seconds)
       FROM bookings_calendar c, unnest(%(calendars)s::bigint[], %(versions)s::bigint[]) AS v(id, version)
      WHERE r.id IN (SELECT id FROM bookings_reservation WHERE booking_id = %(booking_id)s

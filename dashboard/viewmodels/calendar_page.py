@@ -6,13 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any
-from zoneinfo import ZoneInfo, available_timezones
+from zoneinfo import ZoneInfo
 
 from django.http import QueryDict
 from django.urls import reverse
 from django.utils.http import urlencode
 
-from agentcal.moments import zone_label
+from agentcal.moments import known_zone_names, zone_label
 from bookings.models import Calendar
 from bookings.selectors import calendar_window
 from bookings.spans import Span
@@ -61,7 +61,7 @@ def zone_abbreviations(window: Span, zone: ZoneInfo) -> str:
 
 def timezone_names() -> list[str]:
     """The names a time zone field suggests (the field takes any IANA name the server knows)."""
-    return sorted(available_timezones())
+    return sorted(known_zone_names())
 
 
 @dataclass(frozen=True)

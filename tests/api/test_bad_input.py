@@ -209,6 +209,10 @@ def test_a_malformed_calendar_setting_is_400(sdr):
     # A region is a folder of the zone database, not a zone.
     region = sdr.client.post("/calendars", json={"name": "Bad", "timezone": "Europe"})
     assert "timezone" in assert_problem(region, 400, "invalid_request")["errors"]
+    # The host's own zone (Debian's zoneinfo/localtime link) is no zone of the database: whatever the
+    # server's clock is set to would silently become the calendar's working hours.
+    host = sdr.client.post("/calendars", json={"name": "Bad", "timezone": "localtime"})
+    assert "timezone" in assert_problem(host, 400, "invalid_request")["errors"]
     assert create_calendar(sdr)["timezone"] == "UTC"
 
 

@@ -85,6 +85,18 @@ def test_free_slots_start_on_the_grid_even_when_the_window_does_not(sdr):
     assert starts[0] - parse(window["start_time"]) == timedelta(minutes=8)
 
 
+def test_a_duration_longer_than_the_calendar_takes_is_refused_not_offered(sdr):
+    # Free slots are what a hold could take: a hold that long would be refused as booking_too_long.
+    cal = create_calendar(sdr, max_booking_minutes=60)
+
+    response = _availability(sdr, cal["id"], slot(minutes=600), duration_minutes=120)
+
+    assert response.status_code == 422, response.text
+    body = response.json()
+    assert body["error"] == "booking_too_long" and body["max_allowed_minutes"] == 60
+    assert _availability(sdr, cal["id"], slot(minutes=600), duration_minutes=60).status_code == 200
+
+
 def test_without_a_duration_free_slots_are_the_gaps(sdr, calendar):
     window = slot(minutes=120)
     created(hold(sdr, calendar["id"], slot(minutes=30, offset_minutes=30)))

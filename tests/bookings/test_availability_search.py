@@ -201,6 +201,17 @@ def test_empty_answers_say_why(sdr):
     assert nobody_optional.json()["reasons"] == {"too_few_optional_free": True}
 
 
+def test_a_window_no_meeting_of_that_length_fits_says_so_not_notice(sdr):
+    anytime = create_calendar(sdr)["id"]  # no notice, no hours, nothing booked
+    twenty_minutes = window(1)["start"], at(20)
+    off_the_grid = at(10), at(45)  # 35 minutes, but no 30-minute grid slot starts and ends inside it
+
+    for start, end in (twenty_minutes, off_the_grid):
+        body = search(sdr, calendars=[anytime], duration_minutes=30, start=start, end=end).json()
+
+        assert body["candidates"] == [] and body["reasons"] == {"window_too_short": True}, (start, end)
+
+
 def test_it_says_when_there_were_more_candidates_than_the_limit(sdr):
     a, b, _ = three_calendars(sdr)
 

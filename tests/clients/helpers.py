@@ -1,4 +1,4 @@
-"""Helpers for the client tests: clients for a persona, and a proxy that loses responses."""
+"""Helpers for the client tests: clients for a persona, a proxy that loses responses, the MCP tool sets."""
 
 from __future__ import annotations
 
@@ -12,6 +12,34 @@ import httpx
 from agentcal_client import AsyncAgentCal
 
 from tests.helpers import _tls_context
+
+# What agentcal-mcp offers a session: every tool to a key with every scope, only these to a read-only key.
+READ_TOOLS = {
+    "list_calendars",
+    "find_free_slots",
+    "find_meeting_time",
+    "get_booking",
+    "list_bookings",
+    "get_approval",
+    "list_inbox_messages",
+    "read_message",
+    "query_audit",
+}
+WRITE_TOOLS = {
+    "hold_meeting",
+    "hold_slot",
+    "extend_hold",
+    "release_hold",
+    "commit_booking",
+    "reschedule_booking",
+    "reschedule_to_earliest",
+    "cancel_booking",
+    "request_approval",
+    "cancel_approval",
+    "reply_to_message",
+    "send_invite",
+}
+READ_ONLY_SCOPES = ["calendars:read", "bookings:read", "approvals:read", "inbox:read", "audit:read"]
 
 
 def async_agentcal(base_url: str, raw_key: str, **options: Any) -> AsyncAgentCal:

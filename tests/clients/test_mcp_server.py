@@ -29,34 +29,17 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
 
 from bookings.models import Reservation
-from tests.clients.helpers import FaultyProxy, Plan, every_day, problem, utc_midnight
+from tests.clients.helpers import (
+    READ_ONLY_SCOPES,
+    READ_TOOLS,
+    WRITE_TOOLS,
+    FaultyProxy,
+    Plan,
+    every_day,
+    problem,
+    utc_midnight,
+)
 from tests.helpers import Persona, audit_rows, create_calendar, iso, run_coroutine, slot
-
-READ_TOOLS = {
-    "list_calendars",
-    "find_free_slots",
-    "find_meeting_time",
-    "get_booking",
-    "list_bookings",
-    "get_approval",
-    "list_inbox_messages",
-    "read_message",
-    "query_audit",
-}
-WRITE_TOOLS = {
-    "hold_meeting",
-    "hold_slot",
-    "extend_hold",
-    "release_hold",
-    "commit_booking",
-    "reschedule_booking",
-    "reschedule_to_earliest",
-    "cancel_booking",
-    "request_approval",
-    "reply_to_message",
-    "send_invite",
-}
-READ_ONLY_SCOPES = ["calendars:read", "bookings:read", "approvals:read", "inbox:read", "audit:read"]
 
 
 @pytest.fixture

@@ -81,6 +81,23 @@ def test_an_upstream_event_evicts_a_hold_and_flags_a_booking(
     assert len(receiver.of_type("booking.upstream_conflict")) == 1
 
 
+def test_a_booking_moved_off_an_upstream_event_is_no_longer_flagged(linked: Linked, sdr: Persona) -> None:
+    booked_at = hour(34)
+    booking = sdr.client.post(f"/calendars/{linked.calendar_id}/commits", json=span(booked_at))
+    assert booking.status_code == 201, booking.text
+    booking_id = booking.json()["id"]
+    linked.human.put("over-booking.ics", phone_event("over-booking", booked_at + timedelta(minutes=15), 60))
+    synced(linked)
+    assert sdr.client.get(f"/bookings/{booking_id}").json()["upstream_conflict"] is True
+
+    moved = sdr.client.post(f"/bookings/{booking_id}/move", json=span(hour(40)))
+
+    assert moved.status_code == 200, moved.text
+    assert moved.json()["upstream_conflict"] is False
+    assert sdr.client.get(f"/bookings/{booking_id}").json()["upstream_conflict"] is False
+    assert Reservation.objects.get(booking_id=booking_id).upstream_conflict_at is None
+
+
 @pytest.mark.concurrency
 def test_holds_commits_and_ingestions_racing_on_one_span(
     linked: Linked, make_agent: Any, sdr: Persona

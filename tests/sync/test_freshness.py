@@ -93,6 +93,35 @@ def test_an_unreachable_upstream_answers_503_upstream_stale(
     problem(search, 503, "upstream_stale")
 
 
+def test_a_move_by_search_honours_the_staleness_given_inside_its_search(
+    proxied: Linked, sdr: Persona, faulty_proxy: FaultyProxy
+):
+    booking = sdr.client.post(f"/calendars/{proxied.calendar_id}/commits", json=span(hour(30)))
+    assert booking.status_code == 201, booking.text
+    make_stale(proxied)
+    faulty_proxy.fail_next(503, times=20)
+
+    moved = sdr.client.post(
+        f"/bookings/{booking.json()['id']}/move",
+        json={
+            "search": {
+                "calendars": [proxied.calendar_id],
+                "duration_minutes": 30,
+                "start": span(hour(34))["start_time"],
+                "end": span(hour(36))["start_time"],
+                "max_upstream_staleness_seconds": 5,
+            }
+        },
+    )
+
+    problem(moved, 503, "upstream_stale")
+    after = sdr.client.get(f"/bookings/{booking.json()['id']}").json()
+    assert (after["start_time"], after["fencing_token"]) == (
+        booking.json()["start_time"],
+        booking.json()["fencing_token"],
+    )
+
+
 @pytest.mark.concurrency
 def test_twenty_concurrent_stale_requests_cause_one_upstream_sync(
     proxied: Linked, sdr: Persona, faulty_proxy: FaultyProxy

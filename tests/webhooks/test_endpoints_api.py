@@ -86,3 +86,23 @@ def test_webhook_endpoints_need_the_webhooks_scope(make_agent):
     response = reader.client.post("/webhook-endpoints", json={"url": "http://127.0.0.1:9/h", "events": ["*"]})
     assert response.status_code == 403
     assert response.json()["required_scope"] == "webhooks:write"
+
+
+def test_a_delivery_of_a_deleted_endpoint_is_not_replayed(sdr, webhook_settings):
+    endpoint = sdr.client.post(
+        "/webhook-endpoints", json={"url": "http://127.0.0.1:9/h", "events": ["*"]}
+    ).json()
+    cal = create_calendar(sdr)
+    sdr.client.post(f"/calendars/{cal['id']}/holds", json=slot(hours_ahead=61)).raise_for_status()
+    from webhooks.outbox import outbox_dispatch
+
+    outbox_dispatch()
+    delivery = WebhookDelivery.objects.get()
+    sdr.client.delete(f"/webhook-endpoints/{endpoint['id']}").raise_for_status()
+
+    replay = sdr.client.post(f"/webhook-deliveries/{delivery.public_id}/replay")
+
+    assert replay.status_code == 409, replay.text
+    assert replay.json()["error"] == "webhook_endpoint_disabled"
+    assert not AuditRecord.objects.filter(event_type="webhook.delivery.replayed").exists()
+    assert AuditRecord.objects.filter(event_type="webhook.delivery.replay.rejected").count() == 1

@@ -135,6 +135,7 @@ def local_times(zones: Zones, start: datetime, end: datetime) -> list[LocalTimeV
 
 
 _WHY_NOTHING = {
+    "window_too_short": "no meeting that long fits between the window's start and end",
     "no_common_working_hours": "the required people's working hours never overlap in this window",
     "insufficient_notice": "it starts sooner than some calendars' minimum notice allows",
     "no_common_free_time": "everyone is never free at the same time within their working hours",

@@ -406,7 +406,7 @@ _NEXT_STEPS: dict[str, str] = {
     "hold_released": "The hold was released. Hold a slot again if you still need one.",
     "hold_already_committed": "This hold is already a booking: use get_booking with its booking id.",
     "hold_awaiting_approval": "A human approval gates this hold: the server commits it when it is "
-    "approved. Check get_approval instead of committing.",
+    "approved. Check get_approval instead of committing; to let the hold go, call cancel_approval.",
     "stale_fencing_token": "A newer reservation overlaps this one. Call find_free_slots and re-plan.",
     "booking_not_live": "The booking is no longer committed (cancelled or taken over). Check it with "
     "get_booking; book again if needed.",

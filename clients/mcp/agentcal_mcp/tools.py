@@ -336,6 +336,24 @@ _APPROVAL_STATES: dict[str, tuple[ApprovalOutcome, str]] = {
 }
 
 
+@agent_tool(
+    scope=scopes.APPROVALS_WRITE, title="Withdraw an approval request", destructive=True, idempotent=True
+)
+async def cancel_approval(
+    ctx: Context, approval_id: Annotated[str, id_field("The approval's id (appr_…).")]
+) -> ApprovalResult:
+    """Withdraw one of your pending approval requests: the human is no longer asked, and a hold it gates
+    is released at once (you cannot release or commit a gated hold yourself). Use it when you no longer
+    want the action, e.g. the meeting is off or you found a better time."""
+    approval = await agentcal(ctx).approvals.cancel(approval_id)
+    return ApprovalResult(
+        outcome="cancelled",
+        approval=ApprovalView.of(approval),
+        next_step="Withdrawn: do not take the action. A hold it gated is released; hold a slot again if "
+        "you still need one.",
+    )
+
+
 @agent_tool(scope=scopes.APPROVALS_READ, title="Check an approval", read_only=True, idempotent=True)
 async def get_approval(
     ctx: Context, approval_id: Annotated[str, id_field("The approval's id (appr_…).")]
@@ -363,16 +381,23 @@ async def list_inbox_messages(
     since: OptionalTime = None,
     limit: Limit = 20,
 ) -> MessageListResult:
-    """List the messages in your agent's email inbox (received and sent), newest first, as summaries.
-    Next: read_message for the full text of one."""
+    """List the messages in your agent's email inbox (received and sent), oldest first, as summaries;
+    `since` skips those received before it. Next: read_message for the full text of one."""
     messages, more = await take(
         agentcal(ctx).inbox.messages(thread=thread_id, since=since, limit=limit + 1), limit
+    )
+    # The API lists oldest first (a poller reads on from its last one): the newest are past `more`.
+    read_on = (
+        "There are later messages: call list_inbox_messages again with since set to the last one's "
+        "received_at. "
+        if more
+        else ""
     )
     return MessageListResult(
         outcome="listed",
         messages=[MessageSummary.of(message) for message in messages],
         more=more,
-        next_step="Call read_message with a message id to read it. " + UNTRUSTED,
+        next_step=read_on + "Call read_message with a message id to read it. " + UNTRUSTED,
     )
 
 

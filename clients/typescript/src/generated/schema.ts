@@ -681,7 +681,8 @@ export interface paths {
         put?: never;
         /**
          * Send a webhook delivery again
-         * @description Send the delivery once more (same webhook-id, current secret, no retries), in the background.
+         * @description Send the delivery once more (same webhook-id, current secret, no retries), in the background;
+         *     a disabled endpoint is sent nothing (409 webhook_endpoint_disabled).
          */
         post: operations["replay_webhook_delivery"];
         delete?: never;
@@ -1557,7 +1558,7 @@ export interface components {
             searched: components["schemas"]["SearchedOutput"];
             /** @description There is more than this answer shows: more candidates than `limit` were found, or a search that weighs every slot stopped after 5,000 (then `searched.end` is where it stopped). */
             truncated: boolean;
-            /** @description Why there are no candidates: `window_in_the_past`, `insufficient_notice`, `no_common_working_hours`, `no_common_free_time`, `too_few_optional_free`. */
+            /** @description Why there are no candidates: `window_in_the_past`, `window_too_short`, `insufficient_notice`, `no_common_working_hours`, `no_common_free_time`, `too_few_optional_free`. */
             reasons?: {
                 [key: string]: boolean;
             };
@@ -5678,6 +5679,24 @@ export interface operations {
                     "application/problem+json": components["schemas"]["ProblemOutput"];
                 };
             };
+            422: {
+                headers: {
+                    /** @description This request's id, as audited. */
+                    "X-Request-ID"?: string;
+                    /** @description Requests the agent's bucket holds (its burst). */
+                    "RateLimit-Limit"?: number;
+                    /** @description Requests left in the bucket now. */
+                    "RateLimit-Remaining"?: number;
+                    /** @description Seconds until the bucket is full again. */
+                    "RateLimit-Reset"?: number;
+                    /** @description The burst and the seconds the bucket takes to refill from empty, e.g. `60;w=3`. */
+                    "RateLimit-Policy"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["UnprocessableProblemOutput"];
+                };
+            };
             429: {
                 headers: {
                     /** @description This request's id, as audited. */
@@ -7380,8 +7399,8 @@ export interface operations {
                 /** @description The `next_cursor` of the previous page. */
                 cursor?: string;
                 limit?: number;
-                /** @description Only events of this type. */
-                type?: string;
+                /** @description Only events of this type, or of a family such as `hold.*`. */
+                type?: "agent.*" | "agent.paused" | "agent.resumed" | "approval.*" | "approval.approved" | "approval.cancelled" | "approval.denied" | "approval.expired" | "approval.requested" | "booking.*" | "booking.attendee_responded" | "booking.bumped" | "booking.cancelled" | "booking.committed" | "booking.moved" | "booking.upstream_conflict" | "connection.*" | "connection.failed" | "hold.*" | "hold.created" | "hold.evicted" | "hold.expired" | "hold.released" | "message.*" | "message.failed" | "message.received" | "message.sent" | "workspace.*" | "workspace.paused" | "workspace.resumed";
             };
             header?: never;
             path?: never;
