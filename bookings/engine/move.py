@@ -5,7 +5,9 @@ hold's would be — its rules, what is in the way (the booking itself aside) —
 every row: the old span is free and the new one taken at the same commit, or nothing changes. The
 booking keeps its id; each row gets its calendar's new version as fencing token and a bump window
 restarted from now. A bumped booking may come back this way within BUMPED_MOVE_WINDOW of its bump (the
-reschedule cascade). A move never takes anything over: it only goes where the time is free.
+reschedule cascade). A move never takes anything over: it only goes where the time is free. A live
+booking "moved" to the span it has is left as it is: a retry must not restart a frozen booking's bump
+window, hand out a new fencing token or tell anyone of a move.
 """
 
 from __future__ import annotations
@@ -116,6 +118,9 @@ def booking_move(
                     f"Fencing token {fencing_token} is not the booking's current one ({head.fencing_token}).",
                     current_fencing_token=head.fencing_token,
                 )
+            before = Span(head.start_time, head.end_time)
+            if head.status == ReservationStatus.COMMITTED and query is None and targets[0] == before:
+                return ReservationGroup(rows=rows)
             target = _first_free(targets, head, lock_ids, ruled, now=now, batch=batch, exact=query is None)
             if target is None:
                 # Every candidate was taken since the search: search again where nothing can change.
@@ -126,7 +131,8 @@ def booking_move(
                 target = again.candidates[0].span
                 _judge(target, head, lock_ids, ruled, now=now, batch=batch)
             span = target
-            before = Span(head.start_time, head.end_time)
+            if head.status == ReservationStatus.COMMITTED and span == before:
+                return ReservationGroup(rows=rows)
             with bound_cursor() as cursor:
                 cursor.execute(
                     MOVE_SQL,

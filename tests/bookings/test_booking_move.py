@@ -47,6 +47,25 @@ def test_a_move_keeps_the_booking_frees_the_old_span_and_restarts_the_bump_windo
     assert event.payload["from"]["start_time"] == old["start_time"]
 
 
+def test_a_move_to_the_span_the_booking_has_leaves_it_as_it_is(sdr):
+    """A retry of a move without an Idempotency-Key: nothing moves, so the bump window is not restarted (a
+    frozen booking stays frozen), the fencing token stays, and no one is told of a move."""
+    cal = create_calendar(sdr, bump_window_seconds=600)["id"]
+    span = slot(minutes=30)
+    booking = created(commit(sdr, cal, span))
+
+    again = move(sdr, booking["id"], span)
+
+    assert again.status_code == 200, again.text
+    assert again.json() == sdr.client.get(f"/bookings/{booking['id']}").json()
+    assert (again.json()["fencing_token"], again.json()["bump_window_ends_at"]) == (
+        booking["fencing_token"],
+        booking["bump_window_ends_at"],
+    )
+    assert not audit_rows(event_type="calendar.booking.moved")
+    assert not OutboxEvent.objects.filter(event_type="booking.moved").exists()
+
+
 def test_a_move_onto_a_conflict_changes_nothing_on_any_calendar(sdr, exec_assistant):
     ana, ben = (create_calendar(sdr, name=n)["id"] for n in ("Ana", "Ben"))
     booking = created(commit(sdr, ana, slot(minutes=30), also_calendars=[ben]))
