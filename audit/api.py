@@ -29,6 +29,14 @@ class AuditQuery(PageQuery):
     overlaps_start = OffsetDateTimeField(required=False)
     overlaps_end = OffsetDateTimeField(required=False)
 
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        # A range that ends before it starts selects nothing: said, rather than an empty page an agent
+        # would read as "nothing happened".
+        for first, last in (("since", "until"), ("overlaps_start", "overlaps_end")):
+            if first in attrs and last in attrs and attrs[last] < attrs[first]:
+                raise serializers.ValidationError({last: f"Must not be before {first}."})
+        return attrs
+
 
 class AuditRecordOutput(serializers.Serializer):
     id = serializers.CharField(source="public_id")

@@ -149,6 +149,15 @@ def test_it_filters_by_since_and_until(sdr, history):
     assert listing(sdr, since=middle, until=everything[2]["timestamp"]) == everything[3:4]
 
 
+def test_a_range_that_ends_before_it_starts_is_400(sdr, history):
+    everything = listing(sdr)
+    later, earlier = everything[2]["timestamp"], everything[3]["timestamp"]
+    for first, last in (("since", "until"), ("overlaps_start", "overlaps_end")):
+        response = sdr.client.get("/audit", params={first: later, last: earlier})
+        assert response.status_code == 400, response.text
+        assert response.json()["errors"] == {last: [f"Must not be before {first}."]}
+
+
 def test_it_filters_by_requested_range_overlap(sdr, history):
     span_1 = history["span_1"]
     rows = listing(sdr, overlaps_start=span_1["start_time"], overlaps_end=span_1["end_time"])
