@@ -26,6 +26,11 @@ class AccessLogger(Logger):
 
 logger_class = AccessLogger
 
+# Workers are managed by signals (`agentcal run`, a process supervisor), never through gunicorn's control
+# socket, whose default path ($XDG_RUNTIME_DIR or $HOME/.gunicorn/gunicorn.ctl) every server of the host
+# shares: a second server's exit removed the first's, and its commands reached the wrong server.
+control_socket_disable = True
+
 
 def child_exit(server: Any, worker: Any) -> None:
     # A worker that exits leaves its metric files; mark them dead so gauges stop counting it.
