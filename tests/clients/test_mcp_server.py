@@ -421,6 +421,10 @@ def test_reschedule_to_earliest_moves_the_booking_to_the_first_time_its_calendar
     assert result["outcome"] == "rescheduled" and result["booking"]["id"] == booking["id"]
     assert at(result["booking"]["start_time"]) == at(taken["end_time"])  # right after Ben's meeting
     assert content(nowhere)["outcome"] == "no_slot_found" and not nowhere.is_error
+    # Why, and what was searched, as hold_meeting says: the agent widens the window knowingly.
+    assert content(nowhere)["reasons"] and at(content(nowhere)["searched"]["start"]) == at(
+        taken["start_time"]
+    )
 
 
 # --- Paused agents and rate limits -----------------------------------------------------------------------

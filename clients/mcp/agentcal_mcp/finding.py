@@ -102,6 +102,11 @@ class HoldMeetingResult(ToolResult):
     reasons: dict[str, bool] | None = Field(default=None, description="Why no time suits everyone.")
 
 
+class RescheduleResult(BookingResult):
+    searched: SearchedView | None = None
+    reasons: dict[str, bool] | None = Field(default=None, description="Why no time suits everyone.")
+
+
 # --- Each attendee's clock ----------------------------------------------------------------------------
 
 Zones = dict[str, ZoneInfo]
@@ -325,7 +330,7 @@ async def hold_meeting(
 @agent_tool(scope=scopes.BOOKINGS_WRITE, title="Reschedule to the earliest time that suits everyone")
 async def reschedule_to_earliest(
     ctx: Context, booking_id: BookingId, after: Time, before: OptionalTime = None
-) -> BookingResult:
+) -> RescheduleResult:
     """Move one of your bookings to the earliest time after `after` (and ending by `before`, default two
     weeks later) that suits every one of its calendars — their working hours in their own zones, notice,
     buffers and busy time — for as long as it lasts now. The server finds the time and moves the booking
@@ -337,8 +342,14 @@ async def reschedule_to_earliest(
             booking_id, after=after, before=before or after + timedelta(days=14)
         )
     except NoSlotFound as nothing:
-        return BookingResult(outcome="no_slot_found", next_step=next_step_without_a_time(nothing.reasons))
-    return BookingResult(
+        searched = nothing.searched
+        return RescheduleResult(
+            outcome="no_slot_found",
+            reasons=nothing.reasons,
+            searched=None if searched is None else SearchedView(start=searched.start, end=searched.end),
+            next_step=next_step_without_a_time(nothing.reasons),
+        )
+    return RescheduleResult(
         outcome="rescheduled",
         booking=BookingView.of(booking),
         next_step="Rescheduled: same booking id, new span. Invites already sent are updated.",
