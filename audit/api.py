@@ -13,6 +13,7 @@ from agentcal.api.fields import OffsetDateTimeField
 from agentcal.api.pagination import PageQuery
 from agentcal.api.schema import page_of
 from agentcal.api.views import AgentAPIView
+from agentcal.errors import InvalidRange
 from agentcal.pagination import paginate
 from audit.models import AuditRecord, Outcome
 from audit.selectors import audit_records
@@ -30,11 +31,11 @@ class AuditQuery(PageQuery):
     overlaps_end = OffsetDateTimeField(required=False)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        # A range that ends before it starts selects nothing: said, rather than an empty page an agent
-        # would read as "nothing happened".
+        # A range that ends before it starts selects nothing: said (as every range is, `invalid_range`),
+        # rather than an empty page an agent would read as "nothing happened".
         for first, last in (("since", "until"), ("overlaps_start", "overlaps_end")):
             if first in attrs and last in attrs and attrs[last] < attrs[first]:
-                raise serializers.ValidationError({last: f"Must not be before {first}."})
+                raise InvalidRange(f"{last} must not be before {first}.")
         return attrs
 
 

@@ -155,7 +155,8 @@ def test_a_range_that_ends_before_it_starts_is_400(sdr, history):
     for first, last in (("since", "until"), ("overlaps_start", "overlaps_end")):
         response = sdr.client.get("/audit", params={first: later, last: earlier})
         assert response.status_code == 400, response.text
-        assert response.json()["errors"] == {last: [f"Must not be before {first}."]}
+        assert response.json()["error"] == "invalid_range"
+        assert response.json()["detail"] == f"{last} must not be before {first}."
 
 
 def test_it_filters_by_requested_range_overlap(sdr, history):
