@@ -15,13 +15,19 @@ from agentcal.api.schema import page_of
 from agentcal.api.views import AgentAPIView
 from agentcal.errors import InvalidRange
 from agentcal.pagination import paginate
+from audit.events import AuditEvent
 from audit.models import AuditRecord, Outcome
 from audit.selectors import audit_records
 from workspaces.models import Scope
 
 
 class AuditQuery(PageQuery):
-    event_type = serializers.CharField(required=False, max_length=64)
+    event_type = serializers.CharField(
+        required=False,
+        max_length=64,
+        help_text="An event type (`calendar.hold.created`) or a family of them (`calendar.hold.*`); one the "
+        "trail never records is refused with 400.",
+    )
     agent = serializers.CharField(required=False, max_length=32)
     calendar = serializers.CharField(required=False, max_length=32)
     outcome = serializers.ChoiceField(choices=Outcome.choices, required=False)
@@ -29,6 +35,19 @@ class AuditQuery(PageQuery):
     until = OffsetDateTimeField(required=False)
     overlaps_start = OffsetDateTimeField(required=False)
     overlaps_end = OffsetDateTimeField(required=False)
+
+    def validate_event_type(self, value: str) -> str:
+        # A type the server never records, or a family with none, would answer an empty page an agent reads
+        # as "nothing happened": a typo is said instead.
+        if value.endswith(".*"):
+            recorded = any(event.startswith(value[:-1]) for event in AuditEvent.values)
+        else:
+            recorded = value in AuditEvent.values
+        if not recorded:
+            raise serializers.ValidationError(
+                "Not an event type the audit trail records, nor a family of them (`calendar.hold.*`)."
+            )
+        return value
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         # A range that ends before it starts selects nothing: said (as every range is, `invalid_range`),

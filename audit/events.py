@@ -8,6 +8,16 @@ class AuditEvent(models.TextChoices):
 
     AUTH_REJECTED = "auth.rejected"
     REQUEST_REJECTED = "request.rejected"
+    # Refused reads and the API's other refusals, named by their view's `audit_action` (`<action>.rejected`).
+    AUDIT_READ_REJECTED = "audit.read.rejected"
+    AVAILABILITY_REJECTED = "calendar.availability.rejected"
+    BOOKING_REJECTED = "calendar.booking.rejected"
+    BOOKINGS_REJECTED = "calendar.bookings.rejected"
+    INBOX_REJECTED = "inbox.rejected"
+    WEBHOOK_ENDPOINT_REJECTED = "webhook.endpoint.rejected"
+    WEBHOOK_DELIVERY_REJECTED = "webhook.delivery.rejected"
+    WEBHOOK_DELIVERY_REPLAY_REJECTED = "webhook.delivery.replay.rejected"
+    WEBHOOK_EVENTS_REJECTED = "webhook.events.rejected"
     CALENDAR_CREATED = "calendar.created"
     CALENDAR_UPDATED = "calendar.updated"
     CALENDAR_REJECTED = "calendar.rejected"

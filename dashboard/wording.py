@@ -124,12 +124,19 @@ EVENT_GROUPS: list[tuple[str, str, list[AuditEvent]]] = [
             AuditEvent.BOOKING_UPSTREAM_CONFLICT_RESOLVED,
             AuditEvent.BOOKING_ATTENDEE_RESPONDED,
             AuditEvent.BOOKING_ATTENDEE_RESPONSE_REJECTED,
+            AuditEvent.BOOKING_REJECTED,
+            AuditEvent.BOOKINGS_REJECTED,
         ],
     ),
     (
         "Calendars",
         "",
-        [AuditEvent.CALENDAR_CREATED, AuditEvent.CALENDAR_UPDATED, AuditEvent.CALENDAR_REJECTED],
+        [
+            AuditEvent.CALENDAR_CREATED,
+            AuditEvent.CALENDAR_UPDATED,
+            AuditEvent.CALENDAR_REJECTED,
+            AuditEvent.AVAILABILITY_REJECTED,
+        ],
     ),
     (
         "Approvals",
@@ -162,6 +169,7 @@ EVENT_GROUPS: list[tuple[str, str, list[AuditEvent]]] = [
             AuditEvent.INBOX_INVITE_CANCELLED_BY_ORGANIZER,
             AuditEvent.INBOX_INVITE_CANCELLED,
             AuditEvent.INBOX_INVITE_UPDATED,
+            AuditEvent.INBOX_REJECTED,
         ],
     ),
     (
@@ -171,6 +179,10 @@ EVENT_GROUPS: list[tuple[str, str, list[AuditEvent]]] = [
             AuditEvent.WEBHOOK_ENDPOINT_CREATED,
             AuditEvent.WEBHOOK_ENDPOINT_DISABLED,
             AuditEvent.WEBHOOK_DELIVERY_REPLAYED,
+            AuditEvent.WEBHOOK_ENDPOINT_REJECTED,
+            AuditEvent.WEBHOOK_DELIVERY_REJECTED,
+            AuditEvent.WEBHOOK_DELIVERY_REPLAY_REJECTED,
+            AuditEvent.WEBHOOK_EVENTS_REJECTED,
         ],
     ),
     (
@@ -235,7 +247,11 @@ EVENT_GROUPS: list[tuple[str, str, list[AuditEvent]]] = [
             AuditEvent.WORKSPACE_INBOUND_SECRET_ROTATED,
         ],
     ),
-    ("Refused requests", "", [AuditEvent.AUTH_REJECTED, AuditEvent.REQUEST_REJECTED]),
+    (
+        "Refused requests",
+        "",
+        [AuditEvent.AUTH_REJECTED, AuditEvent.REQUEST_REJECTED, AuditEvent.AUDIT_READ_REJECTED],
+    ),
 ]
 
 # The families the filter offers whole (the API's `prefix.*` filter).
@@ -256,6 +272,15 @@ FAMILY_NAMES: dict[str, str] = {
 EVENT_NAMES: dict[str, str] = {
     AuditEvent.AUTH_REJECTED: "Request with a bad key refused",
     AuditEvent.REQUEST_REJECTED: "Request refused",
+    AuditEvent.AUDIT_READ_REJECTED: "Audit trail read refused",
+    AuditEvent.AVAILABILITY_REJECTED: "Availability request refused",
+    AuditEvent.BOOKING_REJECTED: "Booking request refused",
+    AuditEvent.BOOKINGS_REJECTED: "Booking list refused",
+    AuditEvent.INBOX_REJECTED: "Inbox request refused",
+    AuditEvent.WEBHOOK_ENDPOINT_REJECTED: "Webhook change refused",
+    AuditEvent.WEBHOOK_DELIVERY_REJECTED: "Webhook delivery request refused",
+    AuditEvent.WEBHOOK_DELIVERY_REPLAY_REJECTED: "Webhook replay refused",
+    AuditEvent.WEBHOOK_EVENTS_REJECTED: "Event list refused",
     AuditEvent.CALENDAR_CREATED: "Calendar created",
     AuditEvent.CALENDAR_UPDATED: "Calendar settings changed",
     AuditEvent.CALENDAR_REJECTED: "Calendar change refused",

@@ -99,6 +99,7 @@ WAIVED_REFUSALS: dict[tuple[str, str | None], str] = {
     ("unsafe_webhook_url", None): "the SSRF guard resolves the URL's host when the endpoint is created",
     ("unsafe_upstream_url", None): "the SSRF guard resolves the URL's host, and upstream URLs must be https",
     ("invalid_request", "cursor"): "cursors are opaque and signed by the server",
+    ("invalid_request", "event_type"): "an audit filter names an event type the server records, or a family",
     ("invalid_request", "timezone"): "a zone name must be one the server's tz database knows",
     ("invalid_request", "calendars"): "a search names each calendar once, as required or as optional",
     ("invalid_request", "min_optional"): "a search's min_optional is at most the optional calendars named",

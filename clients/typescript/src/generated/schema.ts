@@ -3887,6 +3887,7 @@ export interface operations {
                 calendar?: string;
                 /** @description The `next_cursor` of the previous page. */
                 cursor?: string;
+                /** @description An event type (`calendar.hold.created`) or a family of them (`calendar.hold.*`); one the trail never records is refused with 400. */
                 event_type?: string;
                 limit?: number;
                 outcome?: "success" | "rejected" | "failed";
