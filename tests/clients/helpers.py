@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -10,6 +12,8 @@ from typing import Any
 
 import httpx
 from agentcal_client import AsyncAgentCal
+from mcp import StdioServerParameters
+from mcp.types import CallToolResult
 
 from tests.helpers import _tls_context
 
@@ -94,3 +98,23 @@ def every_day(opens: str, closes: str) -> dict[str, list[list[str]]]:
 
 def utc_midnight(days_ahead: int) -> datetime:
     return datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=days_ahead)
+
+
+def stdio_agent(raw_key: str, base_url: str) -> StdioServerParameters:
+    """`agentcal-mcp` over stdio for an agent with this key, against the server at `base_url`."""
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "agentcal_mcp"],
+        env={
+            "AGENTCAL_API_KEY": raw_key,
+            "AGENTCAL_BASE_URL": base_url,
+            # The server process runs the code under test, wherever the test run imports it from.
+            **({"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}),
+        },
+    )
+
+
+def content(result: CallToolResult) -> dict[str, Any]:
+    """A tool's structured answer."""
+    assert result.structured_content is not None, result.content
+    return result.structured_content

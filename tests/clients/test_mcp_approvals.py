@@ -3,34 +3,19 @@ of the real AgentCal (pytest-django's live server, real PostgreSQL)."""
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import Any
 
-from mcp import Client, StdioServerParameters
-from mcp.types import CallToolResult
+from mcp import Client
 
+from tests.clients.helpers import content, stdio_agent
 from tests.helpers import Persona, audit_rows, create_calendar, run_coroutine, slot
-
-
-def content(result: CallToolResult) -> dict[str, Any]:
-    assert result.structured_content is not None, result.content
-    return result.structured_content
 
 
 def test_an_agent_withdraws_its_approval_and_so_lets_the_gated_hold_go(
     sdr: Persona, live_server: Any
 ) -> None:
     calendar = create_calendar(sdr)["id"]
-    process = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "agentcal_mcp"],
-        env={
-            "AGENTCAL_API_KEY": sdr.raw_key,
-            "AGENTCAL_BASE_URL": live_server.url,
-            **({"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}),
-        },
-    )
+    process = stdio_agent(sdr.raw_key, live_server.url)
 
     async def session() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         async with Client(process) as client:

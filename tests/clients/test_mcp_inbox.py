@@ -3,34 +3,19 @@ the real AgentCal (pytest-django's live server, real PostgreSQL), reading mail s
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import Any
 
-from mcp import Client, StdioServerParameters
-from mcp.types import CallToolResult
+from mcp import Client
 
+from tests.clients.helpers import content, stdio_agent
 from tests.helpers import Persona, run_coroutine
 from tests.inboxes.helpers import address_of, deliver_raw, mail
-
-
-def content(result: CallToolResult) -> dict[str, Any]:
-    assert result.structured_content is not None, result.content
-    return result.structured_content
 
 
 def test_list_inbox_messages_says_its_order_and_how_to_read_on(sdr: Persona, live_server: Any) -> None:
     for subject in ("First", "Second", "Third"):
         deliver_raw(mail(address_of(sdr), subject=subject).as_bytes(), [address_of(sdr)])
-    process = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "agentcal_mcp"],
-        env={
-            "AGENTCAL_API_KEY": sdr.raw_key,
-            "AGENTCAL_BASE_URL": live_server.url,
-            **({"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}),
-        },
-    )
+    process = stdio_agent(sdr.raw_key, live_server.url)
 
     async def session() -> tuple[str, dict[str, Any], dict[str, Any]]:
         async with Client(process) as client:

@@ -5,7 +5,6 @@ process over stdio, and to the streamable HTTP app on a real socket, in front of
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
@@ -24,7 +23,7 @@ import pytest
 import uvicorn
 from agentcal_mcp.gateway import Gateway
 from agentcal_mcp.server import http_app
-from mcp import Client, StdioServerParameters
+from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
 
@@ -35,8 +34,10 @@ from tests.clients.helpers import (
     WRITE_TOOLS,
     FaultyProxy,
     Plan,
+    content,
     every_day,
     problem,
+    stdio_agent,
     utc_midnight,
 )
 from tests.helpers import Persona, audit_rows, create_calendar, iso, run_coroutine, slot
@@ -89,11 +90,6 @@ async def tool_names(client: Client) -> set[str]:
     return {tool.name for tool in (await client.list_tools()).tools}
 
 
-def content(result: CallToolResult) -> dict[str, Any]:
-    assert result.structured_content is not None, result.content
-    return result.structured_content
-
-
 def at(value: str) -> datetime:
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
@@ -105,16 +101,7 @@ def overlaps(one: dict[str, str], other: dict[str, str]) -> bool:
 def test_over_stdio_an_agent_finds_holds_and_commits_a_slot(sdr: Persona, live_server: Any) -> None:
     calendar = create_calendar(sdr)["id"]
     window = slot(hours_ahead=24, minutes=120)
-    process = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "agentcal_mcp"],
-        env={
-            "AGENTCAL_API_KEY": sdr.raw_key,
-            "AGENTCAL_BASE_URL": live_server.url,
-            # The server process runs the code under test, wherever the test run imports it from.
-            **({"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}),
-        },
-    )
+    process = stdio_agent(sdr.raw_key, live_server.url)
 
     async def session() -> tuple[set[str], CallToolResult, CallToolResult, CallToolResult]:
         async with Client(process) as client:

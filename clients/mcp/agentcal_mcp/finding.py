@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime, timedelta
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from agentcal_client import AsyncAgentCal, NoSlotFound, PermissionDenied
@@ -145,6 +145,16 @@ _WHY_NOTHING = {
     "insufficient_notice": "it starts sooner than some calendars' minimum notice allows",
     "no_common_free_time": "everyone is never free at the same time within their working hours",
 }
+
+
+def nothing_found(nothing: NoSlotFound) -> dict[str, Any]:
+    """A no_slot_found result's members: why, the window searched, and what to do next."""
+    searched = nothing.searched
+    return {
+        "reasons": nothing.reasons,
+        "searched": None if searched is None else SearchedView(start=searched.start, end=searched.end),
+        "next_step": next_step_without_a_time(nothing.reasons),
+    }
 
 
 def next_step_without_a_time(reasons: dict[str, bool] | None) -> str:
@@ -310,13 +320,7 @@ async def hold_meeting(
             attendees=attendees,
         )
     except NoSlotFound as nothing:
-        searched = nothing.searched
-        return HoldMeetingResult(
-            outcome="no_slot_found",
-            reasons=nothing.reasons,
-            searched=None if searched is None else SearchedView(start=searched.start, end=searched.end),
-            next_step=next_step_without_a_time(nothing.reasons),
-        )
+        return HoldMeetingResult(outcome="no_slot_found", **nothing_found(nothing))
     return HoldMeetingResult(
         outcome="held",
         hold=HoldView.of(hold),
@@ -342,13 +346,7 @@ async def reschedule_to_earliest(
             booking_id, after=after, before=before or after + timedelta(days=14)
         )
     except NoSlotFound as nothing:
-        searched = nothing.searched
-        return RescheduleResult(
-            outcome="no_slot_found",
-            reasons=nothing.reasons,
-            searched=None if searched is None else SearchedView(start=searched.start, end=searched.end),
-            next_step=next_step_without_a_time(nothing.reasons),
-        )
+        return RescheduleResult(outcome="no_slot_found", **nothing_found(nothing))
     return RescheduleResult(
         outcome="rescheduled",
         booking=BookingView.of(booking),
