@@ -14,6 +14,7 @@ from agentcal.api.pagination import PageQuery
 from agentcal.api.schema import page_of
 from agentcal.api.views import AgentAPIView
 from agentcal.errors import InvalidRange
+from agentcal.event_patterns import matches
 from agentcal.pagination import paginate
 from audit.events import AuditEvent
 from audit.models import AuditRecord, Outcome
@@ -39,11 +40,7 @@ class AuditQuery(PageQuery):
     def validate_event_type(self, value: str) -> str:
         # A type the server never records, or a family with none, would answer an empty page an agent reads
         # as "nothing happened": a typo is said instead.
-        if value.endswith(".*"):
-            recorded = any(event.startswith(value[:-1]) for event in AuditEvent.values)
-        else:
-            recorded = value in AuditEvent.values
-        if not recorded:
+        if not any(matches(value, event) for event in AuditEvent.values):
             raise serializers.ValidationError(
                 "Not an event type the audit trail records, nor a family of them (`calendar.hold.*`)."
             )

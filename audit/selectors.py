@@ -11,6 +11,7 @@ from django.db import connection
 from django.db.models import Count, QuerySet
 from django.db.models.functions import Now
 
+from agentcal.event_patterns import matching
 from audit.models import AuditRecord, Outcome
 from workspaces.models import Workspace
 
@@ -33,11 +34,7 @@ def audit_records(
         workspace_id=workspace.pk, timestamp__gte=Now() - timedelta(days=workspace.audit_retention_days)
     )
     if event_type:
-        # `calendar.hold.*` selects a family of events.
-        if event_type.endswith(".*"):
-            records = records.filter(event_type__startswith=event_type[:-1])
-        else:
-            records = records.filter(event_type=event_type)
+        records = records.filter(matching(event_type))  # `calendar.hold.*`: a family of events
     if agent is not None:
         records = records.filter(agent_public_id=agent)
     if calendar is not None:

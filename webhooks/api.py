@@ -14,6 +14,7 @@ from agentcal.api.pagination import PageQuery
 from agentcal.api.schema import page_of
 from agentcal.api.views import AgentAPIView
 from agentcal.errors import NotFound
+from agentcal.event_patterns import matching
 from agentcal.pagination import paginate
 from webhooks import services
 from webhooks.models import DeliveryStatus, EventType, OutboxEvent, WebhookDelivery, WebhookEndpoint
@@ -261,9 +262,7 @@ class EventListView(AgentAPIView):
         query = validated(EventListQuery, request.query_params.dict())
         events = OutboxEvent.objects.filter(agent=self.actor.agent).prefetch_related("deliveries__endpoint")
         event_type = query.get("type")
-        if event_type and event_type.endswith(".*"):
-            events = events.filter(event_type__startswith=event_type[:-1])
-        elif event_type:
-            events = events.filter(event_type=event_type)
+        if event_type:
+            events = events.filter(matching(event_type))
         page, next_cursor = _page(query, events, scope=f"events:{event_type}")
         return Response({"results": EventOutput(page, many=True).data, "next_cursor": next_cursor})

@@ -15,6 +15,7 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 
+from agentcal.event_patterns import matches
 from agentcal.ids import new_public_id
 from workspaces.models import Agent, Workspace
 
@@ -95,12 +96,7 @@ class WebhookEndpoint(models.Model):
         return f"{self.public_id} {self.url}"
 
     def wants(self, event_type: str) -> bool:
-        for pattern in self.events:
-            if pattern == "*" or pattern == event_type:
-                return True
-            if pattern.endswith(".*") and event_type.startswith(pattern[:-1]):
-                return True
-        return False
+        return any(pattern == "*" or matches(pattern, event_type) for pattern in self.events)
 
 
 class DeliveryStatus(models.TextChoices):
