@@ -41,14 +41,15 @@ def zone_for_place(text: str) -> str | None:
     """The IANA name a person most likely meant: the name itself in any case ("europe/berlin"), or the one
     zone whose place (the last part, "Berlin" in "Europe/Berlin") it spells, ignoring case and spaces for
     underscores."""
-    if text in known_zone_names():
+    known = known_zone_names()
+    if text in known:
         return text
     spelled = text.strip().replace(" ", "_").lower()
-    for part in (lambda name: name.lower(), lambda name: name.rsplit("/", 1)[-1].lower()):
-        matches = [name for name in known_zone_names() if part(name) == spelled]
-        if matches:
-            return matches[0] if len(matches) == 1 else None
-    return None
+    by_name = {name.lower(): name for name in known}  # IANA names differ by more than case
+    if spelled in by_name:
+        return by_name[spelled]
+    places = [name for name in known if name.rsplit("/", 1)[-1].lower() == spelled]
+    return places[0] if len(places) == 1 else None
 
 
 def zone_label(local: datetime) -> str:
