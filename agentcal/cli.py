@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
         ],
         "beat": [python, "-m", "celery", "-A", "agentcal", "beat", "--loglevel", "INFO"],
         # Agents' inboxes: the SMTP listener (INBOUND_SMTP_HOST / INBOUND_SMTP_PORT).
-        "smtp": [python, "-m", "django", "inbound_smtp"],
+        "smtp": [python, "-m", "agentcal.cli", "manage", "inbound_smtp"],
     }
     # The MCP server over streamable HTTP, when installed (clients/mcp; a checkout's .venv has it): each
     # request acts as the agent whose key it carries, against this server. --mcp-port 0 leaves it out.
@@ -145,6 +145,10 @@ def run(args: argparse.Namespace) -> int:
     return exit_code
 
 
+# What a shell reports for a program stopped by Ctrl-C (128 + SIGINT).
+INTERRUPTED = 130
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="agentcal", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -186,7 +190,12 @@ def main(argv: list[str] | None = None) -> int:
     _setup_django()
     from django.core.management import execute_from_command_line
 
-    execute_from_command_line(["agentcal", *args.rest])
+    try:
+        execute_from_command_line(["agentcal", *args.rest])
+    except KeyboardInterrupt:
+        # Ctrl-C is how a person stops a command, or `run` and the listener it started (even while that
+        # one is still starting): no traceback.
+        return INTERRUPTED
     return 0
 
 
